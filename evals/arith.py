@@ -1,0 +1,189 @@
+"""`arith`: synthetic multi-step arithmetic whose every step can be checked.
+
+A problem is an expression such as ``3+4*2-5``; '*' binds tighter than '+' and '-',
+which associate left to right. The worked solution reduces one operation per step::
+
+    Q:3+4*2-5
+    A:4*2=8;3+8=11;11-5=6;#6
+
+Outcome reward: 1 when the completion is well formed, finished (not truncated) and its
+final ``#N`` equals the value of the expression.
+
+Process rewards: one per step, in order, with the character offset where the step ends.
+A step ``a op b=c`` scores 1 when ``a op b`` is an admissible reduction of the current
+expression (it respects precedence and left-to-right order) and ``c`` is its value. The
+expression state follows the completion's own steps: a consistent step with a wrong
+value is applied with that wrong value (the error is carried forward, so later steps are
+judged on whether they are right given what was written before); a step that matches no
+admissible reduction scores 0 and changes nothing. The final ``#N`` is one more step,
+scored like the outcome.
+
+The train/held-out split is a hash of the expression text (10% held out), so it is the
+same whatever the generator's seed or difficulty knobs.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from typing import Optional
+
+from evals.tasks import Problem, StepReward, Task, register_task
+
+HELDOUT_MOD = 10  # 1 in 10 expressions is held out
+
+_STEP_RE = re.compile(r"^(-?\d+)([+\-*])(-?\d+)=(-?\d+)$")
+_FINAL_RE = re.compile(r"^#(-?\d+)$")
+
+
+def _apply(a: int, op: str, b: int) -> int:
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+def is_heldout(expr: str) -> bool:
+    return int(hashlib.sha256(expr.encode()).hexdigest()[:8], 16) % HELDOUT_MOD == 0
+
+
+def admissible(ops: list[str], i: int) -> bool:
+    """May operation ``ops[i]`` (between numbers i and i+1) be reduced now?
+
+    '*' always may (it binds tightest and is associative). '+'/'-' may only when no '*'
+    touches it and the operation to its left is absent or '+' (left-to-right for '-')."""
+    op = ops[i]
+    if op == "*":
+        return True
+    left = ops[i - 1] if i > 0 else None
+    right = ops[i + 1] if i + 1 < len(ops) else None
+    return right != "*" and left in (None, "+")
+
+
+def canonical_steps(nums: list[int], ops: list[str]) -> list[tuple[int, str, int, int]]:
+    """Reduction order of the worked solution: leftmost '*' first, then left to right."""
+    nums, ops = list(nums), list(ops)
+    steps = []
+    while ops:
+        i = ops.index("*") if "*" in ops else 0
+        a, op, b = nums[i], ops[i], nums[i + 1]
+        c = _apply(a, op, b)
+        steps.append((a, op, b, c))
+        nums[i:i + 2] = [c]
+        del ops[i]
+    return steps
+
+
+def parse_expr(expr: str) -> tuple[list[int], list[str]]:
+    tokens = re.findall(r"\d+|[+\-*]", expr)
+    return [int(t) for t in tokens[0::2]], tokens[1::2]
+
+
+def evaluate(expr: str) -> int:
+    nums, ops = parse_expr(expr)
+    return canonical_steps(nums, ops)[-1][3] if ops else nums[0]
+
+
+def solution_text(expr: str) -> str:
+    nums, ops = parse_expr(expr)
+    steps = canonical_steps(nums, ops)
+    return ";".join(f"{a}{op}{b}={c}" for a, op, b, c in steps) + f";#{steps[-1][3]}"
+
+
+class ArithTask(Task):
+    name = "arith"
+    has_process_rewards = True
+
+    def __init__(self, cfg=None):
+        from harness.config import TaskConfig
+        self.cfg = cfg or TaskConfig()
+        self._eval: Optional[list[Problem]] = None
+
+    # -- generation -------------------------------------------------------
+    def random_expr(self, rng: random.Random) -> str:
+        c = self.cfg
+        k = rng.randint(c.min_ops, c.max_ops)
+        nums = [rng.randint(c.min_operand, c.max_operand) for _ in range(k + 1)]
+        ops = [rng.choice(c.operators) for _ in range(k)]
+        return "".join(str(n) + o for n, o in zip(nums, ops)) + str(nums[-1])
+
+    def make_problem(self, expr: str) -> Problem:
+        sol = solution_text(expr)
+        return Problem(id=expr, question=expr, answer=str(evaluate(expr)), solution=sol,
+                       meta={"num_steps": len(parse_expr(expr)[1])})
+
+    def sample_train(self, rng: random.Random, n: int) -> list[Problem]:
+        out = []
+        while len(out) < n:
+            e = self.random_expr(rng)
+            if not is_heldout(e):
+                out.append(self.make_problem(e))
+        return out
+
+    def eval_problems(self) -> list[Problem]:
+        if self._eval is None:
+            rng = random.Random(f"arith-eval-{self.cfg.seed}")
+            seen, out = set(), []
+            tries = 0
+            while len(out) < self.cfg.eval_size and tries < 200 * self.cfg.eval_size:
+                tries += 1
+                e = self.random_expr(rng)
+                if is_heldout(e) and e not in seen:
+                    seen.add(e)
+                    out.append(self.make_problem(e))
+            self._eval = out
+        return self._eval
+
+    # -- prompting --------------------------------------------------------
+    def format_prompt(self, problem: Problem) -> str:
+        return f"Q:{problem.question}\nA:"
+
+    # -- grading ------------------------------------------------------------
+    def extract_answer(self, completion: str) -> Optional[str]:
+        parts = completion.strip().split(";")
+        m = _FINAL_RE.match(parts[-1].strip()) if parts else None
+        return m.group(1) if m else None
+
+    def is_correct(self, completion: str, problem: Problem, finished: bool = True) -> bool:
+        if not finished or not isinstance(completion, str):
+            return False
+        ans = self.extract_answer(completion)
+        return ans is not None and int(ans) == int(problem.answer)
+
+    def step_rewards(self, completion: str, problem: Problem, finished: bool = True) -> list[StepReward]:
+        try:
+            return self._step_rewards(completion, problem, finished)
+        except Exception:
+            return [StepReward(0.0, len(completion or ""))]
+
+    def _step_rewards(self, completion: str, problem: Problem, finished: bool) -> list[StepReward]:
+        nums, ops = parse_expr(problem.question)
+        out: list[StepReward] = []
+        pos = 0
+        pieces = completion.split(";")
+        for j, piece in enumerate(pieces):
+            end = pos + len(piece) + (1 if j < len(pieces) - 1 else 0)  # the ';' closes the step
+            text = piece.strip()
+            if j == len(pieces) - 1 or _FINAL_RE.match(text):
+                final = _FINAL_RE.match(text)
+                ok = (final is not None and finished and j == len(pieces) - 1
+                      and int(final.group(1)) == int(problem.answer))
+                out.append(StepReward(1.0 if ok else 0.0, end))
+                if j < len(pieces) - 1:  # text after the final answer: malformed, rest is wrong
+                    out.append(StepReward(0.0, len(completion)))
+                break
+            m = _STEP_RE.match(text)
+            r = 0.0
+            if m:
+                a, op, b, c = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))
+                for i in range(len(ops)):
+                    if ops[i] == op and nums[i] == a and nums[i + 1] == b and admissible(ops, i):
+                        r = 1.0 if c == _apply(a, op, b) else 0.0
+                        nums[i:i + 2] = [c]
+                        del ops[i]
+                        break
+            out.append(StepReward(r, end))
+            pos = end
+        return out
+
+
+@register_task("arith")
+def _make(cfg):
+    return ArithTask(cfg)

@@ -1,0 +1,100 @@
+"""Task protocol and registry.
+
+A task is prompts + gold answers + a grader. Every grader is total: malformed or
+truncated output scores 0, it never raises. Tasks are looked up by name with
+:func:`get_task`; dataset tasks (gsm8k, math, math500) register themselves in
+``evals.datasets``.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str
+    """Stable identifier (arith: the expression; datasets: index or unique_id)."""
+    question: str
+    """The problem text, before any prompt template."""
+    answer: str
+    """Gold final answer, as text."""
+    solution: str = ""
+    """Worked solution (the SFT target for arith)."""
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepReward:
+    reward: float
+    """Score of this reasoning step (1 = right, 0 = wrong)."""
+    end: int
+    """Character offset in the completion where the step ends (exclusive)."""
+
+
+class Task:
+    """Base class. Subclasses set ``name`` and implement the problem sources and grader."""
+
+    name: str = "task"
+    has_process_rewards: bool = False
+
+    # -- problems ---------------------------------------------------------
+    def sample_train(self, rng: random.Random, n: int) -> list[Problem]:
+        raise NotImplementedError
+
+    def eval_problems(self) -> list[Problem]:
+        raise NotImplementedError
+
+    # -- prompting --------------------------------------------------------
+    def format_prompt(self, problem: Problem) -> str:
+        return problem.question
+
+    # -- grading (never raises) -------------------------------------------
+    def extract_answer(self, completion: str) -> Optional[str]:
+        raise NotImplementedError
+
+    def is_correct(self, completion: str, problem: Problem, finished: bool = True) -> bool:
+        raise NotImplementedError
+
+    def reward(self, completion: str, problem: Problem, finished: bool = True) -> float:
+        """Outcome reward: 1.0 if the final answer is right, else 0.0."""
+        try:
+            return 1.0 if self.is_correct(completion, problem, finished) else 0.0
+        except Exception:  # a grader must never take a run down
+            return 0.0
+
+    def step_rewards(self, completion: str, problem: Problem, finished: bool = True) -> list[StepReward]:
+        """Process rewards, one per step. Default: the outcome reward as a single step."""
+        return [StepReward(self.reward(completion, problem, finished), len(completion))]
+
+
+_REGISTRY: dict[str, Callable[..., Task]] = {}
+
+
+def register_task(name: str):
+    def deco(factory):
+        _REGISTRY[name] = factory
+        return factory
+    return deco
+
+
+def available_tasks() -> list[str]:
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def get_task(cfg) -> Task:
+    """Build the task named by ``cfg.name`` (a TaskConfig)."""
+    _load_builtin()
+    if cfg.name not in _REGISTRY:
+        raise ValueError(f"unknown task '{cfg.name}'; available: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[cfg.name](cfg)
+
+
+def _load_builtin():
+    import evals.arith  # noqa: F401
+    try:
+        import evals.datasets  # noqa: F401
+    except ImportError:  # dataset tasks are optional
+        pass

@@ -1,0 +1,405 @@
+"""Run configuration: frozen dataclasses, one per section, each field documented.
+
+Load with :func:`load_config` (YAML file + ``--set a.b=v`` overrides), save with
+:func:`save_config`. Unknown keys, wrong types and out-of-range values are errors that
+name the field and the value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from harness.configbase import ConfigError, check, field_docs, from_dict, set_dotted, to_dict
+
+__all__ = [
+    "Config", "ModelConfig", "TaskConfig", "WarmupConfig", "SamplingConfig", "TrainConfig",
+    "AlgorithmConfig", "BudgetConfig", "EvalConfig", "TrackingConfig", "ConfigError",
+    "load_config", "save_config", "config_hash", "config_from_dict", "field_docs",
+]
+
+BUDGET_UNITS = ("samples", "tokens", "steps", "seconds")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name_or_path: str = "tiny"
+    """'tiny' builds the built-in Llama-style model with a character tokenizer (trained from
+    scratch by the warm-up); otherwise a local Hugging Face causal-LM directory, or a .gguf
+    file (loaded with transformers' ``gguf_file=``)."""
+    gguf_file: Optional[str] = None
+    """GGUF file name inside ``name_or_path`` (a directory), when the weights are GGUF."""
+    hidden_size: int = 128
+    """Tiny model only: width of the residual stream."""
+    num_layers: int = 4
+    """Tiny model only: number of decoder layers."""
+    num_heads: int = 4
+    """Tiny model only: attention heads (head dim = hidden_size / num_heads)."""
+    intermediate_size: int = 384
+    """Tiny model only: SwiGLU MLP width."""
+    max_length: int = 96
+    """Tiny model only: maximum sequence length (prompt + completion) in tokens."""
+    dtype: str = "float32"
+    """Parameter dtype: float32 | bfloat16 | float16 (float32 on CPU)."""
+
+    def validate(self):
+        check(self.hidden_size > 0 and self.hidden_size % max(self.num_heads, 1) == 0, "model.hidden_size",
+              self.hidden_size, "must be positive and divisible by model.num_heads")
+        check(self.num_layers >= 1, "model.num_layers", self.num_layers, "must be >= 1")
+        check(self.num_heads >= 1, "model.num_heads", self.num_heads, "must be >= 1")
+        check(self.intermediate_size >= 1, "model.intermediate_size", self.intermediate_size, "must be >= 1")
+        check(self.max_length >= 8, "model.max_length", self.max_length, "must be >= 8")
+        check(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", self.dtype,
+              "must be one of float32, bfloat16, float16")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: str = "arith"
+    """Task: 'arith' (synthetic multi-step arithmetic, every step checkable), or a dataset
+    task from evals (gsm8k, math, math500)."""
+    min_ops: int = 2
+    """arith: fewest operations in a problem (a problem with k operations has k steps)."""
+    max_ops: int = 3
+    """arith: most operations in a problem."""
+    min_operand: int = 1
+    """arith: smallest operand."""
+    max_operand: int = 9
+    """arith: largest operand."""
+    operators: str = "+-*"
+    """arith: operator mix; '*' binds tighter than '+' and '-', which associate left to right."""
+    eval_size: int = 200
+    """Held-out problems used for evaluation (arith: drawn from the held-out split)."""
+    seed: int = 1234
+    """Seed of the problem generator; the train/held-out split is a hash of the problem
+    text, so it does not depend on this seed."""
+    data_path: Optional[str] = None
+    """Dataset tasks: local jsonl file (or a hub dataset name when online)."""
+    few_shot: int = 0
+    """Dataset tasks: number of worked examples prepended to each prompt."""
+
+    def validate(self):
+        check(self.min_ops >= 1, "task.min_ops", self.min_ops, "must be >= 1")
+        check(self.max_ops >= self.min_ops, "task.max_ops", self.max_ops, "must be >= task.min_ops")
+        check(0 <= self.min_operand <= self.max_operand, "task.max_operand", self.max_operand,
+              "need 0 <= min_operand <= max_operand")
+        check(bool(self.operators) and set(self.operators) <= set("+-*"), "task.operators", self.operators,
+              "must be a non-empty subset of '+-*'")
+        check(self.eval_size >= 1, "task.eval_size", self.eval_size, "must be >= 1")
+        check(self.few_shot >= 0, "task.few_shot", self.few_shot, "must be >= 0")
+
+
+@dataclass(frozen=True)
+class WarmupConfig:
+    enabled: bool = True
+    """Supervised warm-up on worked solutions before RL (tiny model; produces the
+    starting 'instruct' checkpoint, cached by a hash of the config that determines it)."""
+    steps: int = 1500
+    """Optimizer steps of warm-up."""
+    examples_per_step: int = 64
+    """Worked solutions per warm-up step."""
+    lr: float = 3e-3
+    """Peak learning rate (AdamW, linear warm-up then cosine decay)."""
+    cache_dir: str = "results/_cache/warmup"
+    """Where warm-up checkpoints are cached (keyed by a hash of model+task+warmup)."""
+
+    def validate(self):
+        check(self.steps >= 0, "warmup.steps", self.steps, "must be >= 0")
+        check(self.examples_per_step >= 1, "warmup.examples_per_step", self.examples_per_step, "must be >= 1")
+        check(self.lr > 0, "warmup.lr", self.lr, "must be > 0")
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    backend: str = "hf"
+    """Sampler backend: 'hf' (in-process, KV-cached decoding on the learner's weights) or
+    'vllm' (GPU; optional extra)."""
+    samples_per_prompt: int = 8
+    """G: completions sampled per prompt (the group for GRPO's baseline)."""
+    max_new_tokens: int = 40
+    """Longest completion, in tokens; longer ones are truncated (and usually score 0)."""
+    temperature: float = 1.0
+    """Sampling temperature for rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling mass for rollouts (1.0 = off)."""
+
+    def validate(self):
+        check(self.backend in ("hf", "vllm"), "sampling.backend", self.backend, "must be 'hf' or 'vllm'")
+        check(self.samples_per_prompt >= 1, "sampling.samples_per_prompt", self.samples_per_prompt, "must be >= 1")
+        check(self.max_new_tokens >= 1, "sampling.max_new_tokens", self.max_new_tokens, "must be >= 1")
+        check(self.temperature > 0, "sampling.temperature", self.temperature, "must be > 0")
+        check(0 < self.top_p <= 1, "sampling.top_p", self.top_p, "must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    prompts_per_step: int = 16
+    """Prompts per exploration stage; each gets samples_per_prompt completions."""
+    lr: float = 1e-4
+    """Policy learning rate (AdamW, constant after lr_warmup_steps)."""
+    lr_warmup_steps: int = 0
+    """Linear learning-rate warm-up at the start of RL."""
+    weight_decay: float = 0.0
+    """AdamW weight decay for the policy."""
+    inner_epochs: int = 1
+    """mu: optimisation passes over each batch of rollouts (DeepSeekMath uses 1)."""
+    micro_batch_size: int = 64
+    """Sequences per forward/backward; gradients accumulate to one optimizer step per pass."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clipping (0 = off)."""
+    threads: int = 0
+    """torch CPU threads (0 = library default)."""
+
+    def validate(self):
+        check(self.prompts_per_step >= 1, "train.prompts_per_step", self.prompts_per_step, "must be >= 1")
+        check(self.lr > 0, "train.lr", self.lr, "must be > 0")
+        check(self.lr_warmup_steps >= 0, "train.lr_warmup_steps", self.lr_warmup_steps, "must be >= 0")
+        check(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, "must be >= 0")
+        check(self.inner_epochs >= 1, "train.inner_epochs", self.inner_epochs, "must be >= 1")
+        check(self.micro_batch_size >= 1, "train.micro_batch_size", self.micro_batch_size, "must be >= 1")
+        check(self.max_grad_norm >= 0, "train.max_grad_norm", self.max_grad_norm, "must be >= 0")
+        check(self.threads >= 0, "train.threads", self.threads, "must be >= 0")
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    name: str = "grpo"
+    """Named algorithm; sets the defaults of every component below that is left null:
+    grpo, grpo_ps (process supervision), dr_grpo, rloo, grpo_token_mean, ppo, rft."""
+    advantage: Optional[str] = None
+    """Advantage estimator (registry in algorithms.advantages), e.g. grpo, grpo_ps, rloo, dr_grpo, gae."""
+    policy_loss: Optional[str] = None
+    """Per-token policy loss (algorithms.losses): ppo_clip or sft_nll."""
+    aggregation: Optional[str] = None
+    """How per-token losses become one number: seq-mean-token-mean (DeepSeekMath),
+    token-mean, seq-mean-token-sum-norm (Dr. GRPO's constant normaliser)."""
+    reward: Optional[str] = None
+    """Reward signal: outcome (one score per completion) or process (one per step)."""
+    filter: Optional[str] = None
+    """Sample filter before the update: none, correct_only (online RFT)."""
+    clip_eps: float = 0.2
+    """epsilon of the clipped ratio min(r A, clip(r, 1-eps, 1+eps) A)."""
+    kl_coef: Optional[float] = None
+    """beta: KL weight (GRPO: 0.04 in the loss; PPO: 0.04 as a per-token reward penalty)."""
+    kl_estimator: Optional[str] = None
+    """KL estimator k1 (log ratio), k2 (half squared log ratio) or k3 (pi_ref/pi - log(pi_ref/pi) - 1)."""
+    kl_placement: Optional[str] = None
+    """Where the KL goes: loss, reward, or none (no reference model is held)."""
+    std_eps: float = 1e-4
+    """Added to the group standard deviation (population std, ddof=0) before dividing."""
+    ref_reset_every: int = 0
+    """Iterative RL: reset the reference model to the current policy every N steps (0 = never)."""
+    gae_gamma: float = 1.0
+    """PPO: discount of GAE."""
+    gae_lambda: float = 0.95
+    """PPO: lambda of GAE."""
+    critic_lr: float = 3e-4
+    """PPO: learning rate of the value model."""
+    value_clip: float = 0.2
+    """PPO: clip range of the clipped value loss (around the rollout-time values)."""
+    value_coef: float = 0.5
+    """PPO: weight of the value loss (the critic has its own optimizer; this scales its loss)."""
+    critic_warmup_steps: int = 0
+    """PPO: steps at the start that train only the critic (policy frozen)."""
+    dr_grpo_norm: int = 0
+    """Dr. GRPO: constant normaliser of the token sum (0 = sampling.max_new_tokens)."""
+
+    def validate(self):
+        check(self.clip_eps > 0, "algorithm.clip_eps", self.clip_eps, "must be > 0")
+        check(self.kl_coef is None or self.kl_coef >= 0, "algorithm.kl_coef", self.kl_coef, "must be >= 0")
+        check(self.std_eps >= 0, "algorithm.std_eps", self.std_eps, "must be >= 0")
+        check(self.ref_reset_every >= 0, "algorithm.ref_reset_every", self.ref_reset_every, "must be >= 0")
+        check(0 <= self.gae_gamma <= 1, "algorithm.gae_gamma", self.gae_gamma, "must be in [0, 1]")
+        check(0 <= self.gae_lambda <= 1, "algorithm.gae_lambda", self.gae_lambda, "must be in [0, 1]")
+        check(self.critic_lr > 0, "algorithm.critic_lr", self.critic_lr, "must be > 0")
+        check(self.value_clip > 0, "algorithm.value_clip", self.value_clip, "must be > 0")
+        check(self.critic_warmup_steps >= 0, "algorithm.critic_warmup_steps", self.critic_warmup_steps, "must be >= 0")
+        check(self.dr_grpo_norm >= 0, "algorithm.dr_grpo_norm", self.dr_grpo_norm, "must be >= 0")
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    unit: str = "steps"
+    """Budget unit: samples (completions), tokens (generated), steps (optimizer stages) or
+    seconds (wall-clock of training, evaluation excluded)."""
+    amount: float = 40
+    """Stop once this much of `unit` is consumed."""
+    eval_points: int = 4
+    """Evaluate at this many evenly spaced budget checkpoints (plus once before training)."""
+
+    def validate(self):
+        check(self.unit in BUDGET_UNITS, "budget.unit", self.unit, f"must be one of {', '.join(BUDGET_UNITS)}")
+        check(self.amount > 0, "budget.amount", self.amount, "must be > 0")
+        check(self.eval_points >= 1, "budget.eval_points", self.eval_points, "must be >= 1")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    greedy: bool = True
+    """Report greedy (temperature 0) accuracy on the held-out set."""
+    n: int = 0
+    """Samples per problem for pass@k / maj@k curves (0 = greedy only)."""
+    temperature: float = 1.0
+    """Temperature of the n samples."""
+    max_new_tokens: int = 0
+    """Completion limit for evaluation (0 = sampling.max_new_tokens)."""
+    final_only_samples: bool = True
+    """Draw the n samples only at the final checkpoint (greedy accuracy at every one)."""
+
+    def validate(self):
+        check(self.n >= 0, "eval.n", self.n, "must be >= 0")
+        check(self.temperature > 0, "eval.temperature", self.temperature, "must be > 0")
+        check(self.max_new_tokens >= 0, "eval.max_new_tokens", self.max_new_tokens, "must be >= 0")
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    mlflow: bool = False
+    """Mirror metrics to MLflow (JSONL is always written)."""
+    mlflow_uri: Optional[str] = None
+    """MLflow tracking URI (default: sqlite database under the results directory)."""
+    wandb: bool = False
+    """Mirror metrics to Weights & Biases (offline unless configured online)."""
+    wandb_mode: Optional[str] = None
+    """wandb mode: offline | online | disabled (default: offline unless WANDB_MODE is set)."""
+    wandb_project: str = "grpo-harness"
+    """wandb project name."""
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str = "default"
+    """Experiment name: results go to <output_dir>/<name>/<run_id>/."""
+    seed: int = 0
+    """Seed of sampling, initialisation and prompt order."""
+    output_dir: str = "results"
+    """Root of run outputs."""
+    device: str = "auto"
+    """cpu, cuda, cuda:N, or auto (cuda when available)."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy (and, for PPO, the critic backbone)."""
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """The task trained and evaluated on."""
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    """Supervised warm-up that makes the starting checkpoint."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Rollout generation."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Optimisation of the policy."""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """The RL algorithm, as a composition of named parts."""
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    """When to stop and when to evaluate."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Held-out evaluation at budget checkpoints."""
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    """Trackers mirrored from metrics.jsonl."""
+
+    def validate(self):
+        check(bool(self.name) and "/" not in self.name, "name", self.name, "must be a non-empty name without '/'")
+        check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
+              self.device, "must be auto, cpu, cuda or cuda:N")
+
+    def replace(self, **sections) -> "Config":
+        return dataclasses.replace(self, **sections)
+
+
+def config_from_dict(data: dict | None) -> Config:
+    return from_dict(Config, dict(data or {}))
+
+
+def parse_overrides(overrides: list[str] | None) -> list[tuple[str, Any]]:
+    out = []
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        out.append((key.strip(), value))
+    return out
+
+
+def load_yaml(path: str | os.PathLike) -> dict:
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: top level must be a mapping of config sections, got {type(data).__name__}")
+    return data
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None,
+                base: dict | None = None) -> Config:
+    """YAML file (optional) + ``key.sub=value`` overrides -> validated Config."""
+    data: dict = dict(base or {})
+    if path is not None:
+        data = _deep_merge(data, load_yaml(path))
+    for key, value in parse_overrides(overrides):
+        set_dotted(data, key, value)
+    where = f" (in {path})" if path else ""
+    try:
+        return config_from_dict(data)
+    except ConfigError as e:
+        raise ConfigError(f"{e}{where}") from None
+
+
+def _deep_merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def save_config(cfg: Config, path: str | os.PathLike) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def config_hash(obj: Any, length: int = 10) -> str:
+    """Stable short hash of a config (or any section / dict)."""
+    blob = json.dumps(to_dict(obj), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
+def describe(cls=Config, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted name, default, doc) for every field, for `harness config --help`."""
+    rows = []
+    docs = field_docs(cls)
+    default = cls()
+    for f in dataclasses.fields(cls):
+        v = getattr(default, f.name)
+        if dataclasses.is_dataclass(v):
+            rows.extend(describe(type(v), f"{prefix}{f.name}."))
+        else:
+            rows.append((f"{prefix}{f.name}", repr(v), docs.get(f.name, "")))
+    return rows
+
+
+def run_id(cfg: Config) -> str:
+    """Run id from the resolved config and seed: ``<algorithm>-s<seed>-<hash>``.
+
+    The hash covers every field that changes what a run computes; ``name``,
+    ``output_dir`` and ``tracking`` do not, so the same cell in two sweeps (or a
+    re-launch with a tracker switched on) is the same run."""
+    d = to_dict(cfg)
+    for k in ("name", "output_dir", "tracking"):
+        d.pop(k, None)
+    return f"{cfg.algorithm.name}-s{cfg.seed}-{config_hash(d, 8)}"

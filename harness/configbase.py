@@ -1,0 +1,183 @@
+"""Strict YAML <-> frozen-dataclass machinery.
+
+Every config section is a frozen dataclass whose fields carry a docstring (a string
+literal right under the field, CleanRL style). This module turns nested dicts (from YAML
+or ``--set`` overrides) into those dataclasses and refuses anything it does not
+understand: an unknown key names the key and the closest valid names, a wrong type names
+the field and the value. Range checks live in each section's ``validate()``.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import math
+import textwrap
+import types
+import typing
+from functools import lru_cache
+from typing import Any, Union
+
+
+class ConfigError(ValueError):
+    """A config could not be loaded; the message names the offending key and value."""
+
+
+def _origin(tp):
+    return typing.get_origin(tp)
+
+
+def _is_optional(tp) -> tuple[bool, Any]:
+    if _origin(tp) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) != len(typing.get_args(tp)):
+            return True, args[0] if len(args) == 1 else Union[tuple(args)]
+    return False, tp
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp, where: str):
+    """Check ``value`` against annotation ``tp`` (with the usual YAML leniency: ints are
+    floats, "1e-4" strings are floats) and return the converted value."""
+    optional, inner = _is_optional(tp)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{where}: null is not allowed (expected {_type_name(inner)})")
+    tp = inner
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if isinstance(value, str) and "name" in {f.name for f in dataclasses.fields(tp)}:
+            value = {"name": value}  # shorthand: `algorithm: ppo`
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping for section '{tp.__name__}', got {value!r}")
+        return from_dict(tp, value, where)
+    origin = _origin(tp)
+    if origin in (list, tuple):
+        (elem,) = typing.get_args(tp)[:1] or (Any,)
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        out = [_coerce(v, elem, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(out)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+        if not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        value = float(value)
+        if math.isnan(value):
+            raise ConfigError(f"{where}: NaN is not a valid value")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+@lru_cache(maxsize=None)
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def from_dict(cls, data: dict, where: str = ""):
+    """Build dataclass ``cls`` from ``data``, strictly."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            full = f"{where}.{key}" if where else str(key)
+            raise ConfigError(
+                f"unknown config key '{full}'{hint} (valid keys{' in ' + where if where else ''}: {', '.join(names)})"
+            )
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            full = f"{where}.{f.name}" if where else f.name
+            kwargs[f.name] = _coerce(data[f.name], hints[f.name], full)
+    obj = cls(**kwargs)
+    validate = getattr(obj, "validate", None)
+    if validate is not None:
+        try:
+            validate()
+        except ConfigError as e:
+            raise ConfigError(f"{where + ': ' if where else ''}{e}") from None
+    return obj
+
+
+def to_dict(obj) -> Any:
+    """Plain nested dict (lists, not tuples) for YAML/JSON."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def field_docs(cls) -> dict[str, str]:
+    """The docstring written under each field of ``cls`` (CleanRL style)."""
+    try:
+        src = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    tree = ast.parse(src)
+    docs: dict[str, str] = {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant) and isinstance(nxt.value.value, str):
+                docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def check(cond: bool, field: str, value: Any, why: str) -> None:
+    """Raise a ConfigError naming ``field`` and ``value`` unless ``cond``."""
+    if not cond:
+        raise ConfigError(f"{field}={value!r} is invalid: {why}")
+
+
+def set_dotted(data: dict, dotted: str, value: Any) -> None:
+    """Apply ``a.b.c=value`` into nested dict ``data``."""
+    keys = dotted.split(".")
+    cur = data
+    for k in keys[:-1]:
+        nxt = cur.get(k)
+        if isinstance(nxt, str):  # `algorithm: grpo` shorthand, now being refined
+            nxt = {"name": nxt}
+        if nxt is None:
+            nxt = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"--set {dotted}: '{k}' is not a section")
+        cur[k] = nxt
+        cur = nxt
+    cur[keys[-1]] = value

@@ -1,0 +1,75 @@
+"""Trackers: metrics.jsonl is always written; MLflow / wandb mirror it.
+
+The trainer talks to one :class:`TrackerSet`:
+
+    ts = open_trackers(cfg, run_dir, run_id, sweep=cfg.name)
+    ts.start(params=flat_config, tags={...})
+    ts.log(row, step=budget_consumed)     # row: the dict also written to metrics.jsonl
+    ts.log_artifact(path)
+    ts.finish(summary, status)            # status: finished | failed | killed
+
+A mirror that fails (server down, bad URI, package missing) warns once and is dropped;
+the run and its JSONL go on.
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+
+class Tracker:
+    name = "tracker"
+
+    def start(self, params: dict, tags: dict) -> None: ...
+    def log(self, row: dict, step: float) -> None: ...
+    def log_artifact(self, path: str | Path) -> None: ...
+    def finish(self, summary: dict, status: str) -> None: ...
+
+
+class TrackerSet:
+    """Fans calls out to mirrors; a mirror that raises is warned about once and dropped."""
+
+    def __init__(self, trackers: list[Tracker]):
+        self.trackers = list(trackers)
+
+    def _call(self, method: str, *args: Any) -> None:
+        for t in list(self.trackers):
+            try:
+                getattr(t, method)(*args)
+            except Exception as e:  # never let a mirror stop a run
+                warnings.warn(f"tracker '{t.name}' failed in {method}() and is disabled for this run: "
+                              f"{type(e).__name__}: {e}. metrics.jsonl is intact; replay later with "
+                              f"`harness sync`.", RuntimeWarning, stacklevel=2)
+                self.trackers.remove(t)
+
+    def start(self, params: dict, tags: dict) -> None:
+        self._call("start", params, tags)
+
+    def log(self, row: dict, step: float) -> None:
+        self._call("log", row, step)
+
+    def log_artifact(self, path) -> None:
+        self._call("log_artifact", path)
+
+    def finish(self, summary: dict, status: str) -> None:
+        self._call("finish", summary, status)
+
+
+def open_trackers(cfg, run_dir: Path, run_id: str, sweep: str) -> TrackerSet:
+    """Mirrors named by ``cfg.tracking``. (MLflow / wandb implementations plug in here.)"""
+    trackers: list[Tracker] = []
+    tc = cfg.tracking
+    if tc.mlflow:
+        try:
+            from harness.tracker_mlflow import MlflowTracker
+            trackers.append(MlflowTracker(cfg, run_dir, run_id, sweep))
+        except Exception as e:
+            warnings.warn(f"MLflow tracking disabled: {type(e).__name__}: {e}", RuntimeWarning)
+    if tc.wandb:
+        try:
+            from harness.tracker_wandb import WandbTracker
+            trackers.append(WandbTracker(cfg, run_dir, run_id, sweep))
+        except Exception as e:
+            warnings.warn(f"wandb tracking disabled: {type(e).__name__}: {e}", RuntimeWarning)
+    return TrackerSet(trackers)
