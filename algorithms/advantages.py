@@ -1,0 +1,145 @@
+"""Advantage estimators: every one takes the same :class:`AdvantageInput` and returns
+per-token advantages ``[B, T]`` (zero on padding), so the trainer never branches on a name.
+
+Conventions (stated, and tested):
+- Groups are consecutive: sequence ``i`` belongs to group ``i // n``.
+- GRPO's std is the *population* std (ddof = 0) of the group, plus ``std_eps``; a group
+  whose rewards are all equal gets advantage 0 (its numerator is 0), never NaN.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from algorithms.registry import Registry
+
+ADVANTAGES: Registry = Registry("advantage estimator")
+
+
+@dataclass
+class AdvantageInput:
+    rewards: torch.Tensor
+    """[B] outcome reward per sequence."""
+    mask: torch.Tensor
+    """[B, T] completion mask (1 on generated tokens, EOS included)."""
+    n: int
+    """Group size (samples per prompt); groups are consecutive."""
+    step_rewards: list = field(default_factory=list)
+    """Per sequence: list of (reward, token index where the step ends) — process supervision."""
+    values: Optional[torch.Tensor] = None
+    """[B, T] critic values V(s_t) (PPO)."""
+    token_rewards: Optional[torch.Tensor] = None
+    """[B, T] per-token reward added to the outcome (e.g. -beta * KL when placed in the reward)."""
+    std_eps: float = 1e-4
+    gamma: float = 1.0
+    lam: float = 0.95
+
+
+def _broadcast(per_seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return per_seq[:, None] * mask
+
+
+def group_view(x: torch.Tensor, n: int) -> torch.Tensor:
+    if x.shape[0] % n:
+        raise ValueError(f"batch of {x.shape[0]} sequences is not a whole number of groups of {n}")
+    return x.view(-1, n)
+
+
+@ADVANTAGES.register("grpo")
+def grpo_outcome(inp: AdvantageInput) -> torch.Tensor:
+    """DeepSeekMath eq. (outcome supervision): A_i = (r_i - mean(r)) / (std(r) + eps) on every token."""
+    r = group_view(inp.rewards.float(), inp.n)
+    mean = r.mean(1, keepdim=True)
+    std = r.std(1, unbiased=False, keepdim=True)
+    adv = (r - mean) / (std + inp.std_eps)
+    return _broadcast(adv.reshape(-1), inp.mask.float())
+
+
+@ADVANTAGES.register("dr_grpo")
+def dr_grpo(inp: AdvantageInput) -> torch.Tensor:
+    """Dr. GRPO (Liu et al., 2025, "Understanding R1-Zero-Like Training"): no std division,
+    A_i = r_i - mean(r). (Its length bias fix is the constant-normaliser aggregation.)"""
+    r = group_view(inp.rewards.float(), inp.n)
+    adv = r - r.mean(1, keepdim=True)
+    return _broadcast(adv.reshape(-1), inp.mask.float())
+
+
+@ADVANTAGES.register("rloo")
+def rloo(inp: AdvantageInput) -> torch.Tensor:
+    """REINFORCE leave-one-out (Ahmadian et al., 2024): A_i = r_i - mean_{j != i} r_j
+    = n/(n-1) * (r_i - mean(r))."""
+    if inp.n < 2:
+        raise ValueError("rloo needs samples_per_prompt >= 2")
+    r = group_view(inp.rewards.float(), inp.n)
+    baseline = (r.sum(1, keepdim=True) - r) / (inp.n - 1)
+    return _broadcast((r - baseline).reshape(-1), inp.mask.float())
+
+
+@ADVANTAGES.register("grpo_ps")
+def grpo_process(inp: AdvantageInput) -> torch.Tensor:
+    """DeepSeekMath §4.1.3 (process supervision): normalise every step reward with the mean
+    and (population) std over all steps of all outputs in the group; a token's advantage
+    is the sum of the normalised rewards of the steps that end at or after it."""
+    B, T = inp.mask.shape
+    if len(inp.step_rewards) != B:
+        raise ValueError("grpo_ps needs step rewards for every sequence (a task with process rewards)")
+    adv = torch.zeros(B, T)
+    for g in range(B // inp.n):
+        seqs = range(g * inp.n, (g + 1) * inp.n)
+        allr = torch.tensor([r for i in seqs for r, _ in inp.step_rewards[i]], dtype=torch.float32)
+        if allr.numel() == 0:
+            continue
+        mean, std = allr.mean(), allr.std(unbiased=False)
+        for i in seqs:
+            L = int(inp.mask[i].sum().item())
+            row = torch.zeros(T)
+            for r, end in inp.step_rewards[i]:
+                end = min(int(end), max(L - 1, 0))
+                row[: end + 1] += (r - mean) / (std + inp.std_eps)
+            adv[i] = row
+    return adv.to(inp.mask.device) * inp.mask.float()
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float):
+    """Generalised advantage estimation over a masked token sequence.
+
+    ``rewards``/``values``/``mask`` are [B, T]; V after the last real token is 0.
+    Returns (advantages, returns) with returns = advantages + values."""
+    B, T = rewards.shape
+    adv = torch.zeros_like(rewards)
+    last = torch.zeros(B, dtype=rewards.dtype, device=rewards.device)
+    mask = mask.to(rewards.dtype)
+    for t in reversed(range(T)):
+        next_v = values[:, t + 1] * mask[:, t + 1] if t + 1 < T else torch.zeros_like(last)
+        delta = rewards[:, t] + gamma * next_v - values[:, t]
+        last = delta + gamma * lam * last * (mask[:, t + 1] if t + 1 < T else 0.0)
+        adv[:, t] = last * mask[:, t]
+    return adv, (adv + values) * mask
+
+
+def outcome_token_rewards(inp: AdvantageInput) -> torch.Tensor:
+    """Outcome reward placed on the last completion token, plus any per-token rewards."""
+    mask = inp.mask.float()
+    last = (mask.sum(1).long() - 1).clamp_min(0)
+    r = torch.zeros_like(mask)
+    r[torch.arange(mask.shape[0]), last] = inp.rewards.float()
+    if inp.token_rewards is not None:
+        r = r + inp.token_rewards * mask
+    return r * mask
+
+
+@ADVANTAGES.register("gae")
+def gae_advantage(inp: AdvantageInput) -> torch.Tensor:
+    """PPO: GAE on outcome-at-last-token rewards (plus per-token KL penalty) with critic values."""
+    if inp.values is None:
+        raise ValueError("gae needs critic values (algorithm with a critic)")
+    adv, _ = gae(outcome_token_rewards(inp), inp.values.float(), inp.mask, inp.gamma, inp.lam)
+    return adv
+
+
+@ADVANTAGES.register("none", "ones")
+def ones(inp: AdvantageInput) -> torch.Tensor:
+    """Coefficient 1 on every kept token (online RFT's SFT loss)."""
+    return inp.mask.float().clone()

@@ -1,0 +1,76 @@
+"""Named algorithms as compositions of registered parts (design.md, DeepSeekMath §4-5).
+
+``resolve(algorithm_cfg, sampling_cfg)`` fills every component left null by the preset of
+``algorithm.name`` and checks every name against its registry, so a typo fails before a run
+starts, with the valid names listed.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from algorithms.advantages import ADVANTAGES
+from algorithms.filters import FILTERS
+from algorithms.losses import AGGREGATIONS, KL_ESTIMATORS, KL_PLACEMENTS, POLICY_LOSSES
+from algorithms.registry import UnknownComponentError
+
+_GRPO = dict(advantage="grpo", policy_loss="ppo_clip", aggregation="seq-mean-token-mean", reward="outcome",
+             filter="none", kl_coef=0.04, kl_estimator="k3", kl_placement="loss", critic=False)
+
+ALGORITHMS: dict[str, dict] = {
+    # GRPO with outcome supervision (DeepSeekMath §4.1.2)
+    "grpo": dict(_GRPO),
+    # GRPO with process supervision (§4.1.3): step rewards, cumulative normalised advantages
+    "grpo_ps": dict(_GRPO, advantage="grpo_ps", reward="process"),
+    # Dr. GRPO (Liu et al., 2025): no std division, constant normaliser
+    "dr_grpo": dict(_GRPO, advantage="dr_grpo", aggregation="seq-mean-token-sum-norm"),
+    # RLOO (Ahmadian et al., 2024): leave-one-out baseline
+    "rloo": dict(_GRPO, advantage="rloo"),
+    # GRPO with token-mean aggregation (DAPO-style)
+    "grpo_token_mean": dict(_GRPO, aggregation="token-mean"),
+    # PPO with a learned critic (§4.1.1): GAE, per-token k1 KL penalty in the reward
+    "ppo": dict(advantage="gae", policy_loss="ppo_clip", aggregation="seq-mean-token-mean", reward="outcome",
+                filter="none", kl_coef=0.04, kl_estimator="k1", kl_placement="reward", critic=True),
+    # Online RFT (§5.2.1): SFT on the policy's own correct samples; no reference model
+    "rft": dict(advantage="ones", policy_loss="sft_nll", aggregation="seq-mean-token-mean", reward="outcome",
+                filter="correct_only", kl_coef=0.0, kl_estimator="k3", kl_placement="none", critic=False),
+}
+
+REWARDS = ("outcome", "process")
+COMPONENTS = ("advantage", "policy_loss", "aggregation", "reward", "filter", "kl_coef", "kl_estimator",
+              "kl_placement")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedAlgorithm:
+    name: str
+    advantage: str
+    policy_loss: str
+    aggregation: str
+    reward: str
+    filter: str
+    kl_coef: float
+    kl_estimator: str
+    kl_placement: str
+    critic: bool
+
+    @property
+    def uses_reference(self) -> bool:
+        return self.kl_placement != "none" and self.kl_coef > 0
+
+
+def resolve(acfg) -> ResolvedAlgorithm:
+    if acfg.name not in ALGORITHMS:
+        raise UnknownComponentError(f"unknown algorithm '{acfg.name}'; valid: {', '.join(sorted(ALGORITHMS))}")
+    preset = ALGORITHMS[acfg.name]
+    vals = {k: (getattr(acfg, k) if getattr(acfg, k) is not None else preset[k]) for k in COMPONENTS}
+    ADVANTAGES.get(vals["advantage"])
+    POLICY_LOSSES.get(vals["policy_loss"])
+    AGGREGATIONS.get(vals["aggregation"])
+    FILTERS.get(vals["filter"])
+    KL_ESTIMATORS.get(vals["kl_estimator"])
+    if vals["kl_placement"] not in KL_PLACEMENTS:
+        raise UnknownComponentError(f"unknown KL placement '{vals['kl_placement']}'; valid: {', '.join(KL_PLACEMENTS)}")
+    if vals["reward"] not in REWARDS:
+        raise UnknownComponentError(f"unknown reward '{vals['reward']}'; valid: {', '.join(REWARDS)}")
+    critic = preset["critic"] or vals["advantage"] == "gae"
+    return ResolvedAlgorithm(name=acfg.name, critic=critic, **vals)

@@ -1,0 +1,206 @@
+"""Sampler `hf`: G completions per prompt from an in-process transformers model.
+
+Why not ``model.generate``: on a small model the per-token cost is dominated by
+generate's machinery (logits processors, stopping criteria, cache bookkeeping), and a
+GRPO step is mostly generation. This loop does the same thing with less: each distinct
+prompt is prefilled once and its KV cache expanded G ways, only last-position logits are
+computed (``logits_to_keep=1``), and decoding stops as soon as every sequence has
+produced EOS. Left padding with explicit position ids, as in ``generate``.
+
+Per-token log-probabilities are those of the sampling distribution (logits / T); the
+learner computes its own with the same temperature.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+
+@dataclass
+class Rollouts:
+    prompts: list[str]
+    """One entry per sequence (each prompt repeated n times, prompt-major)."""
+    completions: list[str]
+    """Decoded completion text, up to (not including) EOS."""
+    finished: list[bool]
+    """True when the completion ended with EOS (False = truncated at max_new_tokens)."""
+    prompt_ids: torch.Tensor
+    """[B, P] left-padded prompt tokens."""
+    prompt_mask: torch.Tensor
+    """[B, P] 1 on real prompt tokens."""
+    completion_ids: torch.Tensor
+    """[B, T] generated tokens, pad after EOS."""
+    completion_mask: torch.Tensor
+    """[B, T] 1 on generated tokens up to and including EOS."""
+    logprobs: torch.Tensor
+    """[B, T] log-prob of each generated token under the sampling distribution."""
+    n: int
+    """Samples per prompt (group size)."""
+    token_offsets: list[list[int]] = field(default_factory=list)
+    """Per sequence: for each completion token, the character offset where its text ends."""
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.completions)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.completion_mask.sum().item())
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.completion_mask.sum(1)
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    sorted_logits, idx = torch.sort(logits, descending=True, dim=-1)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    cum = probs.cumsum(-1)
+    remove = cum - probs > top_p  # keep the smallest set whose mass reaches top_p
+    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
+
+
+def token_end_offsets(tokenizer, ids: list[int]) -> list[int]:
+    """Character offset (in the decoded completion) at which each token's text ends."""
+    if not ids:
+        return []
+    pieces = [tokenizer.decode([i], skip_special_tokens=True) for i in ids]
+    full = tokenizer.decode(ids, skip_special_tokens=True)
+    if sum(map(len, pieces)) == len(full):  # character tokenizers, most byte-level BPEs
+        out, acc = [], 0
+        for p in pieces:
+            acc += len(p)
+            out.append(acc)
+        return out
+    return [len(tokenizer.decode(ids[: k + 1], skip_special_tokens=True)) for k in range(len(ids))]
+
+
+def char_to_token_index(offsets: list[int], char_end: int) -> int:
+    """Index of the token whose text reaches character ``char_end`` (clamped to the last token)."""
+    for k, off in enumerate(offsets):
+        if off >= char_end:
+            return k
+    return max(len(offsets) - 1, 0)
+
+
+@torch.no_grad()
+def _sample_chunk(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
+                  top_p: float, greedy: bool, generator: Optional[torch.Generator], device):
+    from transformers import DynamicCache
+
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=True)
+    p_ids = enc["input_ids"].to(device)
+    p_mask = enc["attention_mask"].to(device)
+    pos = (p_mask.long().cumsum(-1) - 1).clamp_min(0)
+    cache = DynamicCache()
+    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=pos, past_key_values=cache,
+                use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    logits = out.logits[:, -1, :]
+    if n > 1:  # one prefill per distinct prompt, then G copies of its cache
+        cache.batch_repeat_interleave(n)
+        logits = logits.repeat_interleave(n, 0)
+        p_ids = p_ids.repeat_interleave(n, 0)
+        p_mask = p_mask.repeat_interleave(n, 0)
+        pos = pos.repeat_interleave(n, 0)
+    B = p_ids.shape[0]
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    tokens = torch.full((B, max_new_tokens), pad, dtype=torch.long, device=device)
+    lps = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
+    alive = torch.ones(B, dtype=torch.bool, device=device)
+    attn = p_mask
+    next_pos = pos[:, -1:] + 1
+    steps = 0
+    for t in range(max_new_tokens):
+        logits = logits.float()
+        if greedy:
+            tok = logits.argmax(-1)
+            lp = torch.log_softmax(logits, -1).gather(-1, tok[:, None])[:, 0]
+        else:
+            scaled = logits / temperature
+            logp_all = torch.log_softmax(scaled, -1)
+            if top_p < 1.0:
+                scaled = _top_p_filter(scaled, top_p)
+            probs = torch.softmax(scaled, -1)
+            tok = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            lp = logp_all.gather(-1, tok[:, None])[:, 0]
+        tok = torch.where(alive, tok, torch.full_like(tok, pad))
+        tokens[:, t] = tok
+        lps[:, t] = torch.where(alive, lp, torch.zeros_like(lp))
+        steps = t + 1
+        alive = alive & (tok != eos)
+        if not bool(alive.any()) or t == max_new_tokens - 1:
+            break
+        attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=device)], dim=1)
+        out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        logits = out.logits[:, -1, :]
+        next_pos = next_pos + 1
+    tokens, lps = tokens[:, :steps], lps[:, :steps]
+    is_eos = tokens == eos
+    # mask: generated tokens up to and including the first EOS
+    after_eos = (is_eos.long().cumsum(1) - is_eos.long()) > 0
+    c_mask = (~after_eos).long()
+    if pad != eos:
+        c_mask = c_mask * (tokens != pad).long() | is_eos.long() * (~after_eos).long()
+    finished = is_eos.any(1)
+    return p_ids, p_mask, tokens, c_mask, lps * c_mask, finished
+
+
+def _pad_cat(tensors: list[torch.Tensor], value, left: bool) -> torch.Tensor:
+    width = max(t.shape[1] for t in tensors)
+    out = []
+    for t in tensors:
+        padn = width - t.shape[1]
+        if padn:
+            fill = torch.full((t.shape[0], padn), value, dtype=t.dtype, device=t.device)
+            t = torch.cat([fill, t] if left else [t, fill], dim=1)
+        out.append(t)
+    return torch.cat(out, 0)
+
+
+@torch.no_grad()
+def sample(model, tokenizer, prompts: list[str], n: int = 1, max_new_tokens: int = 32, temperature: float = 1.0,
+           top_p: float = 1.0, greedy: bool = False, seed: int = 0, batch_size: Optional[int] = None,
+           offsets: bool = True) -> Rollouts:
+    """Sample ``n`` completions for every prompt (prompt-major order: index i*n + j).
+
+    ``batch_size`` bounds the number of sequences decoded at once (default: all)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(seed) & 0x7FFFFFFFFFFFFFFF)
+    per_chunk = max(1, (batch_size or (len(prompts) * n)) // n)
+    parts = []
+    try:
+        for s in range(0, len(prompts), per_chunk):
+            parts.append(_sample_chunk(model, tokenizer, prompts[s:s + per_chunk], n, max_new_tokens, temperature,
+                                       top_p, greedy, gen, device))
+    finally:
+        model.train(was_training)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    p_ids = _pad_cat([p[0] for p in parts], pad, left=True)
+    p_mask = _pad_cat([p[1] for p in parts], 0, left=True)
+    c_ids = _pad_cat([p[2] for p in parts], pad, left=False)
+    c_mask = _pad_cat([p[3] for p in parts], 0, left=False)
+    lps = _pad_cat([p[4] for p in parts], 0.0, left=False)
+    finished = torch.cat([p[5] for p in parts]).tolist()
+    lengths = c_mask.sum(1).tolist()
+    ids_list = c_ids.tolist()
+    texts, offs = [], []
+    eos = tokenizer.eos_token_id
+    for row, L in zip(ids_list, lengths):
+        ids = [i for i in row[:L] if i != eos]
+        texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+        offs.append(token_end_offsets(tokenizer, ids) if offsets else [])
+    return Rollouts(prompts=[p for p in prompts for _ in range(n)], completions=texts, finished=finished,
+                    prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
+                    logprobs=lps, n=n, token_offsets=offs)

@@ -1,0 +1,144 @@
+"""Supervised warm-up: the starting ('instruct') checkpoint for the tiny model.
+
+Trains the built-in tiny model from scratch on the task's worked solutions (loss on the
+completion only). The result is cached under ``warmup.cache_dir/<hash>`` where the hash
+covers exactly what determines the checkpoint (model shape, task knobs, warm-up
+settings), not the RL run's seed or algorithm: every run of a sweep starts from the same
+weights, and a second quickstart reuses them. A file lock keeps parallel sweep workers
+from training it twice.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from harness.config import Config, config_hash
+from harness.configbase import to_dict
+from harness.models import build_char_tokenizer, build_tiny_model, load_policy, save_policy
+
+WARMUP_SEED = 0
+
+
+def warmup_key(cfg: Config) -> str:
+    task = to_dict(cfg.task)
+    task.pop("eval_size", None)
+    warm = to_dict(cfg.warmup)
+    warm.pop("cache_dir", None)
+    model = to_dict(cfg.model)
+    return config_hash({"model": model, "task": task, "warmup": warm, "v": 1}, 12)
+
+
+def warmup_dir(cfg: Config) -> Path:
+    return Path(cfg.warmup.cache_dir) / warmup_key(cfg)
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def sft_batch(tokenizer, prompts: list[str], targets: list[str], device):
+    """Left-padded prompt+target+EOS with labels only on target tokens."""
+    eos = tokenizer.eos_token_id
+    seqs, labels = [], []
+    for p, t in zip(prompts, targets):
+        p_ids = tokenizer(p)["input_ids"]
+        t_ids = tokenizer(t, add_special_tokens=False)["input_ids"] + [eos]
+        seqs.append(p_ids + t_ids)
+        labels.append([-100] * len(p_ids) + t_ids)
+    L = max(map(len, seqs))
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (L - len(s)) + s for s in seqs], device=device)
+    lab = torch.tensor([[-100] * (L - len(s)) + s for s in labels], device=device)
+    mask = (torch.arange(L, device=device)[None, :] >= torch.tensor([L - len(s) for s in seqs], device=device)[:, None]).long()
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    return ids, mask, pos, lab
+
+
+def sft_loss(model, ids, mask, pos, labels):
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, :-1].float()
+    tgt = labels[:, 1:]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
+
+
+def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) -> dict:
+    from tqdm.auto import tqdm
+
+    tok = build_char_tokenizer()
+    model = build_tiny_model(cfg.model, tok, seed=WARMUP_SEED).to(device)
+    w = cfg.warmup
+    opt = torch.optim.AdamW(model.parameters(), lr=w.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    warm_steps = max(1, min(100, w.steps // 10))
+
+    def lr_at(s):
+        if s < warm_steps:
+            return w.lr * (s + 1) / warm_steps
+        frac = (s - warm_steps) / max(1, w.steps - warm_steps)
+        return w.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+    rng = random.Random(f"warmup-{WARMUP_SEED}")
+    torch.manual_seed(WARMUP_SEED)
+    model.train()
+    t0 = time.time()
+    bar = tqdm(range(w.steps), desc="warm-up (SFT)", disable=not progress, dynamic_ncols=True)
+    ema = None
+    for s in bar:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(s)
+        probs = task.sample_train(rng, w.examples_per_step)
+        batch = sft_batch(tok, [task.format_prompt(p) for p in probs], [p.solution for p in probs], device)
+        loss = sft_loss(model, *batch)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"warm-up loss is {loss.item()} at step {s}; lower warmup.lr")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+        if s % 20 == 0:
+            bar.set_postfix(loss=f"{ema:.3f}")
+    tmp = out.with_name(out.name + ".tmp")
+    save_policy(model, tok, tmp)
+    meta = {"key": out.name, "steps": w.steps, "final_loss": ema, "seconds": time.time() - t0,
+            "config": {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "warmup": to_dict(cfg.warmup)}}
+    (tmp / "warmup.json").write_text(json.dumps(meta, indent=2))
+    if out.exists():
+        import shutil
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return meta
+
+
+def starting_checkpoint(cfg: Config, task, device, progress: bool = True):
+    """(model, tokenizer, info) for the start of RL: the cached warm-up checkpoint for the
+    tiny model, or the configured local model."""
+    if cfg.model.name_or_path != "tiny":
+        model, tok = load_policy(cfg.model.name_or_path, cfg.model.gguf_file, cfg.model.dtype)
+        return model.to(device), tok, {"source": cfg.model.name_or_path}
+    if not cfg.warmup.enabled:
+        tok = build_char_tokenizer()
+        return build_tiny_model(cfg.model, tok, seed=WARMUP_SEED).to(device), tok, {"source": "tiny-untrained"}
+    out = warmup_dir(cfg)
+    with _locked(out.with_name(out.name + ".lock")):
+        if (out / "warmup.json").exists():
+            info = json.loads((out / "warmup.json").read_text())
+            info["cached"] = True
+        else:
+            info = train_warmup(cfg, task, out, device, progress)
+            info["cached"] = False
+    model, tok = load_policy(str(out))
+    info["source"] = str(out)
+    return model.to(device), tok, info
