@@ -53,7 +53,8 @@ def grpo_outcome(inp: AdvantageInput) -> torch.Tensor:
     r = group_view(inp.rewards.float(), inp.n)
     mean = r.mean(1, keepdim=True)
     std = r.std(1, unbiased=False, keepdim=True)
-    adv = (r - mean) / (std + inp.std_eps)
+    # all-equal group: zero advantage whatever std_eps is (0/0 would be NaN)
+    adv = torch.where(std > 0, (r - mean) / (std + inp.std_eps), torch.zeros_like(r))
     return _broadcast(adv.reshape(-1), inp.mask.float())
 
 
@@ -92,6 +93,8 @@ def grpo_process(inp: AdvantageInput) -> torch.Tensor:
         if allr.numel() == 0:
             continue
         mean, std = allr.mean(), allr.std(unbiased=False)
+        if std == 0:  # every step of every output scored the same: no signal, zero advantage
+            continue
         for i in seqs:
             L = int(inp.mask[i].sum().item())
             row = torch.zeros(T)

@@ -36,6 +36,8 @@ ALGORITHMS: dict[str, dict] = {
 }
 
 REWARDS = ("outcome", "process")
+# estimators whose baseline comes from the other samples of the same prompt
+GROUP_ESTIMATORS = ("grpo", "grpo_ps", "dr_grpo", "rloo")
 COMPONENTS = ("advantage", "policy_loss", "aggregation", "reward", "filter", "kl_coef", "kl_estimator",
               "kl_placement")
 

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import yaml
 
-from harness.configbase import ConfigError, check, field_docs, from_dict, set_dotted, to_dict
+from harness.configbase import ConfigError, check, check_choice, field_docs, from_dict, set_dotted, to_dict
 
 __all__ = [
     "Config", "ModelConfig", "TaskConfig", "WarmupConfig", "SamplingConfig", "TrainConfig",
@@ -55,8 +55,7 @@ class ModelConfig:
         check(self.num_heads >= 1, "model.num_heads", self.num_heads, "must be >= 1")
         check(self.intermediate_size >= 1, "model.intermediate_size", self.intermediate_size, "must be >= 1")
         check(self.max_length >= 8, "model.max_length", self.max_length, "must be >= 8")
-        check(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", self.dtype,
-              "must be one of float32, bfloat16, float16")
+        check_choice("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
 
 
 @dataclass(frozen=True)
@@ -130,7 +129,7 @@ class SamplingConfig:
     """Nucleus sampling mass for rollouts (1.0 = off)."""
 
     def validate(self):
-        check(self.backend in ("hf", "vllm"), "sampling.backend", self.backend, "must be 'hf' or 'vllm'")
+        check_choice("sampling.backend", self.backend, ("hf", "vllm"))
         check(self.samples_per_prompt >= 1, "sampling.samples_per_prompt", self.samples_per_prompt, "must be >= 1")
         check(self.max_new_tokens >= 1, "sampling.max_new_tokens", self.max_new_tokens, "must be >= 1")
         check(self.temperature > 0, "sampling.temperature", self.temperature, "must be > 0")
@@ -234,7 +233,7 @@ class BudgetConfig:
     """Evaluate at this many evenly spaced budget checkpoints (plus once before training)."""
 
     def validate(self):
-        check(self.unit in BUDGET_UNITS, "budget.unit", self.unit, f"must be one of {', '.join(BUDGET_UNITS)}")
+        check_choice("budget.unit", self.unit, BUDGET_UNITS)
         check(self.amount > 0, "budget.amount", self.amount, "must be > 0")
         check(self.eval_points >= 1, "budget.eval_points", self.eval_points, "must be >= 1")
 
@@ -305,6 +304,18 @@ class Config:
         check(bool(self.name) and "/" not in self.name, "name", self.name, "must be a non-empty name without '/'")
         check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
               self.device, "must be auto, cpu, cuda or cuda:N")
+        from algorithms.presets import GROUP_ESTIMATORS, resolve
+        from algorithms.registry import UnknownComponentError
+
+        try:
+            algo = resolve(self.algorithm)
+        except UnknownComponentError as e:
+            raise ConfigError(f"algorithm: {e}") from None
+        check(algo.advantage not in GROUP_ESTIMATORS or self.sampling.samples_per_prompt >= 2,
+              "sampling.samples_per_prompt", self.sampling.samples_per_prompt,
+              f"advantage '{algo.advantage}' normalises within a group of samples per prompt: G must be >= 2")
+        check(self.budget.unit != "steps" or float(self.budget.amount).is_integer(), "budget.amount",
+              self.budget.amount, "a budget in steps must be a whole number")
 
     def replace(self, **sections) -> "Config":
         return dataclasses.replace(self, **sections)

@@ -126,10 +126,7 @@ def from_dict(cls, data: dict, where: str = ""):
     obj = cls(**kwargs)
     validate = getattr(obj, "validate", None)
     if validate is not None:
-        try:
-            validate()
-        except ConfigError as e:
-            raise ConfigError(f"{where + ': ' if where else ''}{e}") from None
+        validate()  # its messages name the full dotted field
     return obj
 
 
@@ -164,6 +161,15 @@ def check(cond: bool, field: str, value: Any, why: str) -> None:
     """Raise a ConfigError naming ``field`` and ``value`` unless ``cond``."""
     if not cond:
         raise ConfigError(f"{field}={value!r} is invalid: {why}")
+
+
+def check_choice(field: str, value: Any, choices) -> None:
+    """Raise a ConfigError naming ``field``, ``value``, the valid choices and the nearest one."""
+    choices = list(choices)
+    if value not in choices:
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.5)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"{field}={value!r} is invalid: must be one of {', '.join(map(str, choices))}{hint}")
 
 
 def set_dotted(data: dict, dotted: str, value: Any) -> None:

@@ -1,0 +1,636 @@
+"""Sweep launchers: execute planned runs, one fresh process per run.
+
+Both launchers run the same worker entry point, :func:`run_worker`, which builds the
+run's :class:`~harness.config.Config`, calls the train entry point
+(``harness.trainer:train`` unless a test injects another ``module:function``) as
+``train(cfg, resume=True, progress=False)``, and records a failure in the run directory
+(``summary.json`` status ``failed`` + ``error``, ``error.txt`` traceback) when it raises.
+
+- :class:`LocalLauncher`: a pool of worker processes on this machine. Every run gets a
+  fresh interpreter (``python -m harness.launchers worker``, its own session, stdout and
+  stderr to ``<run_dir>/worker.log``), so its peak memory is its own and nothing leaks
+  between runs. ``cpus`` per run sets the torch/OpenMP threads; GPUs are handed out as
+  disjoint ``CUDA_VISIBLE_DEVICES`` slots (``gpus`` per run; a fraction packs several runs
+  onto one GPU; 0 hides the GPUs). A run with ``procs > 1`` is started under ``torchrun
+  --standalone --nproc_per_node=procs`` (multi-GPU learners; ZeRO stage and DeepSpeed
+  config reach :mod:`harness.distributed` through ``HARNESS_ZERO_STAGE`` /
+  ``HARNESS_DEEPSPEED_CONFIG``).
+- :class:`RayLauncher`: the same runs on a Ray cluster (``address``), one task per run
+  with ``num_cpus``/``num_gpus`` requests, ``max_calls=1`` (a fresh worker process per
+  run) and no retries. The task runs :func:`run_worker`, so results land in the same
+  folder layout; the cluster must see the same filesystem path (one node, or a shared
+  filesystem), and the driver's working directory is used as the task's.
+
+A worker that dies without recording anything (killed, out of memory, segfault) is
+recorded by the launcher, with the signal and the tail of ``worker.log``. On Ctrl-C (or
+SIGTERM) the launcher stops its workers and marks their runs ``interrupted``: the next
+launch hands them to the trainer, which resumes from the run's checkpoint.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from harness.run_io import METRICS, SUMMARY, read_json, read_jsonl, write_json_atomic
+
+__all__ = ["RunSpec", "LaunchOptions", "RunResult", "LocalLauncher", "RayLauncher", "run_worker",
+           "callable_path", "resolve_callable", "gpu_count", "gpu_slots", "default_workers",
+           "record_failure", "mark_interrupted", "WORKER_LOG", "ENV_ZERO_STAGE", "ENV_DEEPSPEED_CONFIG"]
+
+WORKER_LOG = "worker.log"
+ERROR_TXT = "error.txt"
+ENV_ZERO_STAGE = "HARNESS_ZERO_STAGE"
+ENV_DEEPSPEED_CONFIG = "HARNESS_DEEPSPEED_CONFIG"
+REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+DEEPSPEED_DIR = Path(REPO_ROOT) / "configs" / "deepspeed"
+
+
+@dataclass
+class RunSpec:
+    run_id: str
+    run_dir: str
+    config: dict
+    """The resolved config as a plain dict (``to_dict(cfg)``)."""
+    label: str = ""
+
+
+@dataclass
+class LaunchOptions:
+    train: str = "harness.trainer:train"
+    """``module:function`` each worker calls as ``fn(cfg, resume=True, progress=False)``."""
+    cpus: int = 1
+    """CPU cores per run (torch threads = cpus // procs per process)."""
+    gpus: Any = "auto"
+    """GPUs per run: 'auto' (1 if any GPU is visible, else 0), 0, a fraction, or a whole number."""
+    procs: int = 1
+    """Processes per run; > 1 starts the run under torchrun."""
+    zero_stage: Optional[int] = None
+    deepspeed_config: Optional[str] = None
+    env: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str
+    """finished | failed | interrupted | skipped"""
+    error: Optional[str] = None
+    returncode: Optional[int] = None
+    seconds: Optional[float] = None
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def callable_path(fn: str | Callable) -> str:
+    """``module:qualname`` of a top-level function (strings pass through)."""
+    if isinstance(fn, str):
+        if ":" not in fn:
+            raise ValueError(f"train entry point must be 'module:function', got {fn!r}")
+        return fn
+    mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not mod or mod == "__main__" or "<" in qual:
+        raise ValueError(f"train entry point {fn!r} must be a top-level function in an importable module "
+                         f"(worker processes import it by name)")
+    return f"{mod}:{qual}"
+
+
+def resolve_callable(path: str) -> Callable:
+    mod, _, name = path.partition(":")
+    obj: Any = importlib.import_module(mod)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _module_root(path: str) -> Optional[str]:
+    """Directory to put on sys.path so the module of ``module:function`` imports."""
+    mod = path.partition(":")[0]
+    top = mod.split(".")[0]
+    if top in ("harness", "algorithms", "evals"):
+        return None
+    try:
+        spec = importlib.util.find_spec(mod)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not os.path.exists(spec.origin):
+        return None
+    p = Path(spec.origin).resolve()
+    depth = len(mod.split(".")) if p.name != "__init__.py" else len(mod.split(".")) + 1
+    for _ in range(depth):
+        p = p.parent
+    return str(p)
+
+
+def _sys_path_for(train: str) -> list[str]:
+    paths = [REPO_ROOT]
+    root = _module_root(train)
+    if root and root not in paths:
+        paths.append(root)
+    return paths
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def gpu_count() -> int:
+    """GPUs visible to this process, without initialising CUDA here."""
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None:
+        return len([d for d in vis.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def _visible_ids() -> list[str]:
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None:
+        return [d.strip() for d in vis.split(",") if d.strip() and d.strip() != "-1"]
+    return [str(i) for i in range(gpu_count())]
+
+
+def resolve_gpus(gpus: Any, n_gpus: int) -> float:
+    if gpus == "auto" or gpus is None:
+        return 1.0 if n_gpus > 0 else 0.0
+    return float(gpus)
+
+
+def gpu_slots(device_ids: list[str], gpus_per_run: float) -> list[str]:
+    """``CUDA_VISIBLE_DEVICES`` values of the concurrent run slots."""
+    if gpus_per_run <= 0:
+        return []
+    if gpus_per_run < 1:
+        per = max(1, int(1 // gpus_per_run))
+        return [d for d in device_ids for _ in range(per)]
+    g = int(gpus_per_run)
+    return [",".join(device_ids[i:i + g]) for i in range(0, len(device_ids) - g + 1, g)]
+
+
+def default_workers(n_runs: int, cpus_per_run: int, n_slots: Optional[int] = None) -> int:
+    """min(#runs, CPU cores // cores per run, GPU slots when runs use GPUs); at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    n = min(n_runs, max(1, cores // max(1, cpus_per_run)))
+    if n_slots is not None:
+        n = min(n, n_slots)
+    return max(1, n)
+
+
+# --------------------------------------------------------------------------- run-dir records
+
+
+def _consumed(run_dir: Path) -> dict:
+    rows = read_jsonl(run_dir / METRICS)
+    last = rows[-1] if rows else {}
+    return {"samples": last.get("samples", 0), "tokens": last.get("tokens", 0), "steps": last.get("step", 0),
+            "seconds": last.get("seconds", 0.0)}
+
+
+def _base_summary(run_dir: Path, run_id: str, config: dict) -> dict:
+    s = read_json(run_dir / SUMMARY)
+    if isinstance(s, dict) and s:
+        return s
+    b = config.get("budget", {})
+    alg = config.get("algorithm", {})
+    return {"run_id": run_id, "name": config.get("name"),
+            "algorithm": alg.get("name") if isinstance(alg, dict) else alg, "seed": config.get("seed"),
+            "status": "running", "budget": {"unit": b.get("unit"), "amount": b.get("amount"),
+                                            "consumed": _consumed(run_dir)},
+            "initial_eval": {}, "final_eval": {}, "peak": {}, "params": {}, "wall_seconds": None,
+            "error": None, "config": config}
+
+
+def record_failure(run_dir: str | Path, run_id: str, config: dict, error: str, details: str = "") -> None:
+    """Mark a run failed: summary status/error, and error.txt unless the trainer wrote one."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    s = _base_summary(run_dir, run_id, config)
+    s["status"] = "failed"
+    if not (s.get("error") and (run_dir / ERROR_TXT).exists()):
+        s["error"] = error
+    write_json_atomic(run_dir / SUMMARY, s)
+    if not (run_dir / ERROR_TXT).exists():
+        (run_dir / ERROR_TXT).write_text(f"{error}\n\n{details}".rstrip() + "\n")
+
+
+def mark_interrupted(run_dir: str | Path, run_id: str, config: dict) -> str:
+    """After a stop: ``interrupted`` unless the run managed to finish (returns the status)."""
+    run_dir = Path(run_dir)
+    s = _base_summary(run_dir, run_id, config)
+    if s.get("status") == "finished":
+        return "finished"
+    s["status"] = "interrupted"
+    s["error"] = "interrupted by the sweep launcher; re-launch the sweep to resume from the checkpoint"
+    s.setdefault("budget", {})["consumed"] = _consumed(run_dir)
+    write_json_atomic(run_dir / SUMMARY, s)
+    return "interrupted"
+
+
+def _prepare_run_dir(run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    err = run_dir / ERROR_TXT
+    if err.exists():  # keep the previous attempt's traceback, out of the way of this one
+        os.replace(err, run_dir / "error.previous.txt")
+
+
+def _tail(path: Path, n: int = 40) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+
+
+def describe_returncode(rc: Optional[int]) -> str:
+    if rc is None:
+        return "the worker was lost"
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        why = {"SIGKILL": " (killed: out of memory, or by hand)", "SIGSEGV": " (segmentation fault)",
+               "SIGABRT": " (aborted)", "SIGBUS": " (bus error)"}.get(name, "")
+        return f"the worker process died from {name}{why}"
+    return f"the worker process exited with code {rc}"
+
+
+def conclude(spec: RunSpec, rc: Optional[int], seconds: float, crash: Optional[str] = None) -> RunResult:
+    """Turn a finished worker into a RunResult, recording a failure it did not record."""
+    run_dir = Path(spec.run_dir)
+    s = read_json(run_dir / SUMMARY) or {}
+    status = s.get("status")
+    if rc == 0 and status == "finished":
+        return RunResult(spec.run_id, "finished", returncode=rc, seconds=seconds)
+    if status == "failed" and s.get("error") and (run_dir / ERROR_TXT).exists():
+        return RunResult(spec.run_id, "failed", error=s.get("error"), returncode=rc, seconds=seconds)
+    if rc == 0:
+        error = f"the worker exited normally but summary.json says status={status!r}"
+    else:
+        error = crash or describe_returncode(rc)
+    details = f"--- last lines of {WORKER_LOG} ---\n{_tail(run_dir / WORKER_LOG)}"
+    record_failure(run_dir, spec.run_id, spec.config, error, details)
+    return RunResult(spec.run_id, "failed", error=error, returncode=rc, seconds=seconds)
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+def _payload(spec: RunSpec, opts: LaunchOptions) -> dict:
+    return {"run_id": spec.run_id, "run_dir": spec.run_dir, "config": spec.config, "train": opts.train,
+            "threads": max(1, opts.cpus // max(1, opts.procs)), "procs": opts.procs, "cwd": os.getcwd(),
+            "sys_path": _sys_path_for(opts.train), "env": _run_env(opts)}
+
+
+def _run_env(opts: LaunchOptions) -> dict:
+    env = dict(opts.env)
+    if opts.zero_stage:
+        env[ENV_ZERO_STAGE] = str(opts.zero_stage)
+        env.setdefault(ENV_DEEPSPEED_CONFIG, str(DEEPSPEED_DIR / f"zero{opts.zero_stage}.json"))
+    if opts.deepspeed_config:
+        env[ENV_DEEPSPEED_CONFIG] = opts.deepspeed_config
+    return env
+
+
+def _torchrun(payload: dict) -> int:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={payload['procs']}", "-m", "harness.launchers", "worker", json.dumps(payload)]
+    env = os.environ.copy()
+    env["PYTHONPATH"] = os.pathsep.join(payload.get("sys_path", []) + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["OMP_NUM_THREADS"] = str(payload["threads"])
+    rc = subprocess.call(cmd, env=env)
+    run_dir = Path(payload["run_dir"])
+    if rc != 0:
+        s = read_json(run_dir / SUMMARY) or {}
+        if not (s.get("status") == "failed" and (run_dir / ERROR_TXT).exists()):
+            record_failure(run_dir, payload["run_id"], payload["config"],
+                           f"torchrun with {payload['procs']} processes failed: {describe_returncode(rc)}",
+                           f"--- last lines of {WORKER_LOG} ---\n{_tail(run_dir / WORKER_LOG)}")
+    return rc
+
+
+def run_worker(payload: dict) -> int:
+    """Worker entry point (a fresh process, or one rank of a torchrun group): run one
+    training run and record a failure in its folder. Returns the process exit code."""
+    run_dir = Path(payload["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cwd = payload.get("cwd")
+    if cwd and os.path.isdir(cwd):
+        os.chdir(cwd)
+    for p in reversed(payload.get("sys_path") or []):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    for k, v in (payload.get("env") or {}).items():
+        os.environ[k] = str(v)
+    threads = int(payload.get("threads") or 1)
+    if int(payload.get("procs") or 1) > 1 and "LOCAL_RANK" not in os.environ:
+        return _torchrun(payload)
+    # torch reads these when it is first imported (by the trainer): threads per run = cpus
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        from harness.config import config_from_dict
+        fn = resolve_callable(payload["train"])
+        cfg = config_from_dict(payload["config"])
+        summary = fn(cfg, resume=True, progress=False)
+    except BaseException as e:  # noqa: BLE001 — everything a run raises is recorded
+        if isinstance(e, SystemExit) and e.code in (0, None):
+            summary = None
+        else:
+            tb = traceback.format_exc()
+            sys.stderr.write(tb)
+            sys.stderr.flush()
+            if rank == 0:
+                record_failure(run_dir, payload["run_id"], payload["config"], f"{type(e).__name__}: {e}", tb)
+            return 130 if isinstance(e, KeyboardInterrupt) else 1
+    if rank == 0 and not (run_dir / SUMMARY).exists() and isinstance(summary, dict):
+        write_json_atomic(run_dir / SUMMARY, dict(summary, status=summary.get("status", "finished")))
+    return 0
+
+
+# --------------------------------------------------------------------------- local
+
+
+def _pdeathsig():  # child: die with the launcher (Linux), so a killed sweep leaves no orphans
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+class _SigtermAsInterrupt:
+    """Inside: SIGTERM raises KeyboardInterrupt (main thread only), so a terminated
+    launcher cleans up like Ctrl-C."""
+
+    def __enter__(self):
+        self._old = None
+        try:
+            self._old = signal.signal(signal.SIGTERM, self._handler)
+        except ValueError:  # not the main thread
+            pass
+        return self
+
+    @staticmethod
+    def _handler(signum, frame):
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+        return False
+
+
+class _NullMonitor:
+    def update(self, run_id, state): ...
+    def tick(self): ...
+
+
+class LocalLauncher:
+    """Runs on this machine, each in a fresh process, at most ``workers`` at a time."""
+
+    def __init__(self, workers: Optional[int] = None, options: Optional[LaunchOptions] = None,
+                 poll_interval: float = 0.25, kill_grace: float = 5.0):
+        self.workers = workers
+        self.options = options or LaunchOptions()
+        self.poll_interval = poll_interval
+        self.kill_grace = kill_grace
+        self.results: dict[str, RunResult] = {}
+
+    def plan_resources(self, n_runs: int) -> tuple[int, Optional[list[str]]]:
+        ids = _visible_ids()
+        g = resolve_gpus(self.options.gpus, len(ids))
+        slots = None
+        if g > 0:
+            slots = gpu_slots(ids, g)
+            if not slots:
+                raise RuntimeError(f"each run needs {g:g} GPU(s) but only {len(ids)} are visible")
+        workers = self.workers or default_workers(n_runs, self.options.cpus, len(slots) if slots else None)
+        if slots is not None:
+            workers = min(workers, len(slots))
+        return workers, slots
+
+    def _env(self, payload: dict, slot: Optional[str]) -> dict:
+        env = os.environ.copy()
+        env.update(payload["env"])
+        env["PYTHONPATH"] = os.pathsep.join(payload["sys_path"] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        t = str(payload["threads"])
+        env.update(OMP_NUM_THREADS=t, MKL_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t, PYTHONUNBUFFERED="1")
+        if slot is not None:
+            env["CUDA_VISIBLE_DEVICES"] = slot
+        elif _visible_ids():
+            env["CUDA_VISIBLE_DEVICES"] = ""  # gpus: 0 -> this run must not grab one
+        return env
+
+    def run(self, specs: list[RunSpec], monitor=None) -> dict[str, RunResult]:
+        monitor = monitor or _NullMonitor()
+        workers, slots = self.plan_resources(len(specs))
+        free = list(slots) if slots is not None else None
+        queue = list(specs)
+        running: dict[str, tuple] = {}
+        self.results = {}
+        with _SigtermAsInterrupt():
+            try:
+                while queue or running:
+                    while queue and len(running) < workers:
+                        spec = queue.pop(0)
+                        slot = free.pop(0) if free is not None else None
+                        running[spec.run_id] = self._start(spec, slot) + (slot,)
+                        monitor.update(spec.run_id, "running")
+                    for rid in list(running):
+                        proc, spec, t0, logf, slot = running[rid]
+                        rc = proc.poll()
+                        if rc is None:
+                            continue
+                        logf.close()
+                        del running[rid]
+                        if free is not None:
+                            free.append(slot)
+                        res = conclude(spec, rc, time.time() - t0)
+                        self.results[rid] = res
+                        monitor.update(rid, res.status)
+                    monitor.tick()
+                    if running:
+                        time.sleep(self.poll_interval)
+            except KeyboardInterrupt:
+                self._stop(running, monitor)
+                raise
+        return self.results
+
+    def _start(self, spec: RunSpec, slot: Optional[str]):
+        run_dir = Path(spec.run_dir)
+        _prepare_run_dir(run_dir)
+        payload = _payload(spec, self.options)
+        logf = open(run_dir / WORKER_LOG, "a")
+        logf.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} launch {spec.run_id} "
+                   f"(CUDA_VISIBLE_DEVICES={slot if slot is not None else '-'}, threads={payload['threads']})\n")
+        logf.flush()
+        cmd = [sys.executable, "-m", "harness.launchers", "worker", json.dumps(payload)]
+        proc = subprocess.Popen(cmd, env=self._env(payload, slot), stdout=logf, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_pdeathsig)
+        return proc, spec, time.time(), logf
+
+    def _stop(self, running: dict, monitor) -> None:
+        for proc, *_ in running.values():
+            _killpg(proc.pid, signal.SIGTERM)
+        deadline = time.time() + self.kill_grace
+        for proc, *_ in running.values():
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pass
+        for proc, spec, t0, logf, slot in running.values():
+            if proc.poll() is None:
+                _killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            else:
+                _killpg(proc.pid, signal.SIGKILL)  # stragglers of the group (torchrun ranks)
+            logf.close()
+            status = mark_interrupted(spec.run_dir, spec.run_id, spec.config)
+            self.results[spec.run_id] = RunResult(spec.run_id, status, returncode=proc.returncode,
+                                                  seconds=time.time() - t0)
+            monitor.update(spec.run_id, status)
+        running.clear()
+
+
+def _killpg(pid: int, sig) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# --------------------------------------------------------------------------- ray
+
+
+def _ray_task(payload: dict) -> int:
+    """Body of one Ray task: the worker entry point with its output in worker.log."""
+    run_dir = Path(payload["run_dir"])
+    _prepare_run_dir(run_dir)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with open(run_dir / WORKER_LOG, "a") as logf:
+        logf.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} ray task {payload['run_id']} on "
+                   f"{os.uname().nodename} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '-')})\n")
+        logf.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(logf.fileno(), 1)
+        os.dup2(logf.fileno(), 2)
+        try:
+            return run_worker(payload)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+
+
+class RayLauncher:
+    """Runs as Ray tasks on an existing cluster (``address``; None = Ray's default:
+    RAY_ADDRESS / a running local cluster / a new local instance)."""
+
+    def __init__(self, address: Optional[str] = None, workers: Optional[int] = None,
+                 options: Optional[LaunchOptions] = None, poll_interval: float = 0.5):
+        self.address = address
+        self.workers = workers
+        self.options = options or LaunchOptions()
+        self.poll_interval = poll_interval
+        self.results: dict[str, RunResult] = {}
+
+    def run(self, specs: list[RunSpec], monitor=None) -> dict[str, RunResult]:
+        import ray
+
+        monitor = monitor or _NullMonitor()
+        paths = _sys_path_for(self.options.train)
+        job_config = ray.job_config.JobConfig(code_search_path=paths)
+        ray.init(address=self.address, job_config=job_config, log_to_driver=False, ignore_reinit_error=True,
+                 logging_level="ERROR")
+        try:
+            n_gpus = int(ray.cluster_resources().get("GPU", 0))
+            g = resolve_gpus(self.options.gpus, n_gpus)
+            remote = ray.remote(max_calls=1, max_retries=0)(_ray_task)
+            self.results = {}
+            pending = list(specs)
+            inflight: dict = {}
+            with _SigtermAsInterrupt():
+                try:
+                    while pending or inflight:
+                        while pending and (self.workers is None or len(inflight) < self.workers):
+                            spec = pending.pop(0)
+                            payload = _payload(spec, self.options)
+                            ref = remote.options(num_cpus=self.options.cpus, num_gpus=g,
+                                                 name=f"sweep:{spec.run_id}").remote(payload)
+                            inflight[ref] = (spec, time.time(), False)
+                            monitor.update(spec.run_id, "queued")
+                        ready, _ = ray.wait(list(inflight), num_returns=1, timeout=self.poll_interval)
+                        for ref in ready:
+                            spec, t0, _started = inflight.pop(ref)
+                            crash = None
+                            try:
+                                rc = ray.get(ref)
+                            except Exception as e:  # worker died, task error
+                                rc, crash = None, f"the Ray task failed: {type(e).__name__}: {str(e)[:2000]}"
+                            res = conclude(spec, rc, time.time() - t0, crash=crash)
+                            self.results[spec.run_id] = res
+                            monitor.update(spec.run_id, res.status)
+                        for ref, (spec, t0, started) in list(inflight.items()):
+                            if not started and _started_since(spec, t0):
+                                inflight[ref] = (spec, t0, True)
+                                monitor.update(spec.run_id, "running")
+                        monitor.tick()
+                except KeyboardInterrupt:
+                    for ref in inflight:
+                        try:
+                            ray.cancel(ref, force=True)
+                        except Exception:
+                            pass
+                    for ref, (spec, t0, started) in inflight.items():
+                        if started or _started_since(spec, t0):
+                            status = mark_interrupted(spec.run_dir, spec.run_id, spec.config)
+                            self.results[spec.run_id] = RunResult(spec.run_id, status, seconds=time.time() - t0)
+                            monitor.update(spec.run_id, status)
+                    raise
+        finally:
+            ray.shutdown()
+        return self.results
+
+
+def _started_since(spec: RunSpec, t0: float) -> bool:
+    try:
+        return (Path(spec.run_dir) / WORKER_LOG).stat().st_mtime >= t0 - 1
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------- CLI of the worker
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2 or argv[0] != "worker":
+        print("usage: python -m harness.launchers worker PAYLOAD_JSON  (started by `harness sweep`)",
+              file=sys.stderr)
+        return 2
+    return run_worker(json.loads(argv[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

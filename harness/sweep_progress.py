@@ -1,0 +1,260 @@
+"""Live progress table of a sweep: one row per run with its state, budget consumed / amount,
+last reward and last held-out accuracy, read from each run's ``metrics.jsonl`` (tailed
+incrementally) and ``summary.json``.
+
+On a terminal the table is redrawn in place (with ``rich`` when installed, else ANSI
+clear-and-reprint); otherwise (logs, CI) it is re-printed as plain text when a run changes
+state (at most every few seconds) and every ``interval`` seconds.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from harness.run_io import METRICS, SUMMARY, read_json
+
+__all__ = ["Progress", "RunProgress", "reward_of", "accuracy_of"]
+
+_REWARD_KEYS = ("rollout/reward_mean", "rollout/reward", "train/reward_mean", "train/reward")
+_COUNTER = {"samples": "samples", "tokens": "tokens", "steps": "step", "seconds": "seconds"}
+
+
+def reward_of(row: dict) -> Optional[float]:
+    """The mean rollout reward of a metrics row, if it has one."""
+    for k in _REWARD_KEYS:
+        if isinstance(row.get(k), (int, float)):
+            return row[k]
+    for k, v in row.items():
+        if (k.startswith("rollout/") or k.startswith("train/")) and "reward" in k and isinstance(v, (int, float)) \
+                and not any(s in k for s in ("std", "min", "max")):
+            return v
+    return None
+
+
+def accuracy_of(row: dict) -> Optional[float]:
+    """Held-out accuracy of a metrics/eval row (``eval/<task>/acc``, else pass@1)."""
+    for suffix in ("/acc", "/pass@1"):
+        for k, v in row.items():
+            if k.startswith("eval/") and k.endswith(suffix) and isinstance(v, (int, float)):
+                return v
+    return None
+
+
+class RunProgress:
+    def __init__(self, run_id: str, run_dir: str | Path, state: str):
+        self.run_id = run_id
+        self.run_dir = Path(run_dir)
+        self.state = state
+        self.offset = 0
+        self.consumed: dict = {}
+        self.reward: Optional[float] = None
+        self.acc: Optional[float] = None
+        self.started: Optional[float] = None
+        self.ended: Optional[float] = None
+        self._buf = ""
+
+    def poll(self) -> None:
+        """Read metrics rows appended since the last poll."""
+        path = self.run_dir / METRICS
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return
+        if size < self.offset:  # truncated on resume
+            self.offset, self._buf = 0, ""
+        if size == self.offset:
+            return
+        with open(path) as f:
+            f.seek(self.offset)
+            chunk = f.read()
+            self.offset = f.tell()
+        data = self._buf + chunk
+        lines = data.split("\n")
+        self._buf = lines.pop()  # an incomplete last line waits for the next poll
+        for line in lines:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            self._take(row)
+
+    def _take(self, row: dict) -> None:
+        for unit, key in _COUNTER.items():
+            if isinstance(row.get(key), (int, float)):
+                self.consumed[unit] = row[key]
+        r = reward_of(row)
+        if r is not None:
+            self.reward = r
+        a = accuracy_of(row)
+        if a is not None:
+            self.acc = a
+
+    def load_summary(self) -> None:
+        s = read_json(self.run_dir / SUMMARY)
+        if not isinstance(s, dict):
+            return
+        cons = (s.get("budget") or {}).get("consumed") or {}
+        for unit in _COUNTER:
+            if isinstance(cons.get(unit), (int, float)):
+                self.consumed[unit] = cons[unit]
+        if self.acc is None:
+            a = accuracy_of({f"{k}": v for k, v in (s.get("final_eval") or {}).items()})
+            if a is not None:
+                self.acc = a
+
+
+def _num(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def _dur(s: Optional[float]) -> str:
+    if s is None:
+        return "-"
+    s = int(s)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+class Progress:
+    """``with Progress(...) as p: p.update(run_id, state); p.tick()`` — the launchers call
+    ``update`` on state changes and ``tick`` every poll."""
+
+    HEADERS = ("run id", "state", "budget", "%", "reward", "acc", "time")
+
+    def __init__(self, runs: list[tuple[str, str | Path]], *, unit: str, amount: float,
+                 initial: Optional[dict] = None, mode: bool | str = True, stream=None,
+                 interval: Optional[float] = None):
+        self.stream = stream or sys.stdout
+        self.unit, self.amount = unit, amount
+        initial = initial or {}
+        self.runs = {rid: RunProgress(rid, d, initial.get(rid, "pending")) for rid, d in runs}
+        for rp in self.runs.values():
+            if rp.state == "finished":
+                rp.load_summary()
+        tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        if mode is False:
+            self.mode = "off"
+        elif mode in ("plain", "rich", "ansi"):
+            self.mode = mode
+        else:
+            self.mode = "plain"
+            if tty:
+                try:
+                    import rich  # noqa: F401
+                    self.mode = "rich"
+                except ImportError:
+                    self.mode = "ansi"
+        self.interval = interval if interval is not None else (1.0 if self.mode in ("rich", "ansi") else 30.0)
+        self._last = 0.0
+        self._dirty = False
+        self._live = None
+        self._lines_drawn = 0
+
+    # -- lifecycle ------------------------------------------------------------
+    def __enter__(self):
+        if self.mode == "rich":
+            from rich.console import Console
+            from rich.live import Live
+            self._live = Live(self.rich_table(), console=Console(file=self.stream), auto_refresh=False,
+                              transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.tick(force=True)
+        if self._live is not None:
+            self._live.__exit__(*exc)
+            self._live = None
+        return False
+
+    # -- events -----------------------------------------------------------------
+    def update(self, run_id: str, state: str) -> None:
+        rp = self.runs.get(run_id)
+        if rp is None or rp.state == state:
+            return
+        now = time.time()
+        if state == "running" and rp.started is None:
+            rp.started = now
+        if state in ("finished", "failed", "interrupted"):
+            rp.ended = now
+            rp.poll()
+            rp.load_summary()
+        rp.state = state
+        self._dirty = True
+        if self.mode == "off":
+            done = sum(r.state in ("finished", "failed") for r in self.runs.values())
+            print(f"[{done}/{len(self.runs)}] {run_id}: {state}", file=self.stream, flush=True)
+
+    def tick(self, force: bool = False) -> None:
+        if self.mode == "off":
+            return
+        now = time.time()
+        due = now - self._last >= self.interval
+        if self.mode == "plain" and self._dirty and now - self._last >= min(5.0, self.interval):
+            due = True
+        if not (force or due):
+            return
+        for rp in self.runs.values():
+            if rp.state in ("running", "queued"):
+                rp.poll()
+        self._last = now
+        self._dirty = False
+        if self.mode == "rich" and self._live is not None:
+            self._live.update(self.rich_table(), refresh=True)
+        elif self.mode == "ansi":
+            text = self.text()
+            if self._lines_drawn:
+                self.stream.write(f"\x1b[{self._lines_drawn}F\x1b[J")
+            self.stream.write(text + "\n")
+            self.stream.flush()
+            self._lines_drawn = text.count("\n") + 1
+        else:
+            self.stream.write(f"--- {time.strftime('%H:%M:%S')} ---\n{self.text()}\n")
+            self.stream.flush()
+
+    # -- rendering ----------------------------------------------------------------
+    def rows(self) -> list[list[str]]:
+        out = []
+        now = time.time()
+        for rp in self.runs.values():
+            c = rp.consumed.get(self.unit)
+            pct = f"{100 * c / self.amount:.0f}" if isinstance(c, (int, float)) and self.amount else "-"
+            el = None
+            if rp.started is not None:
+                el = (rp.ended or now) - rp.started
+            out.append([rp.run_id, rp.state, f"{_num(c)}/{_num(self.amount)} {self.unit}", pct, _num(rp.reward),
+                        _num(rp.acc), _dur(el)])
+        return out
+
+    def counts(self) -> str:
+        from collections import Counter
+        c = Counter(rp.state for rp in self.runs.values())
+        return ", ".join(f"{n} {s}" for s, n in sorted(c.items()))
+
+    def text(self) -> str:
+        rows = self.rows()
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(self.HEADERS)]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(self.HEADERS, widths)).rstrip()]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        lines.append(self.counts())
+        return "\n".join(lines)
+
+    def rich_table(self):
+        from rich.table import Table
+        t = Table(title=f"sweep: {self.counts()}", title_justify="left")
+        for h in self.HEADERS:
+            t.add_column(h, justify="right" if h in ("%", "reward", "acc", "time", "budget") else "left")
+        style = {"finished": "green", "failed": "red", "interrupted": "yellow", "running": "cyan"}
+        for r in self.rows():
+            st = style.get(r[1])
+            t.add_row(*[f"[{st}]{c}[/{st}]" if st and i == 1 else c for i, c in enumerate(r)])
+        return t

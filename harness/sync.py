@@ -1,0 +1,297 @@
+"""`harness sync` (replay run directories into MLflow / wandb) and `harness ui` (MLflow UI).
+
+``harness sync RESULTS_DIR --to mlflow [--uri URI]`` walks every run directory under
+RESULTS_DIR (a results root, one sweep, or one run) and replays its metrics.jsonl,
+summary.json, config and artifacts into MLflow: the run is found by its ``harness.run_id``
+tag (or created), and only the metric points not already there are logged, so running it
+twice, or after a live tracker that logged part of a run, adds no duplicates.
+Without ``--uri`` each run goes where its own config points (``tracking.mlflow_uri``, then
+``$MLFLOW_TRACKING_URI``, then ``sqlite:///<results root>/mlflow.db``).
+
+``harness sync RESULTS_DIR --to wandb`` writes an offline wandb run per run directory
+(``<run_dir>/wandb/offline-run-*``; upload with ``wandb sync``). A run already replayed
+from the same metrics.jsonl is skipped; an outdated replay is moved to
+``<run_dir>/wandb/superseded/``.
+
+``harness ui [RESULTS_DIR] [--port 5000]`` serves the MLflow UI for
+``RESULTS_DIR/mlflow.db`` on 127.0.0.1. The server runs in its own process group
+(setsid); Ctrl-C / SIGTERM / exit stops the whole group.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable, Optional
+
+from harness.results import RunData, find_run_dirs, load_run
+from harness.run_io import read_json
+
+TERMINAL = ("finished", "failed", "killed", "interrupted")
+
+
+# ---------------------------------------------------------------------------------------------
+# sync
+# ---------------------------------------------------------------------------------------------
+def _tracker_cfg(run: RunData) -> dict:
+    cfg = dict(run.config or {})
+    cfg.setdefault("name", run.sweep)
+    cfg.setdefault("seed", run.seed)
+    budget = dict(cfg.get("budget") or {})
+    budget.setdefault("unit", run.budget_unit)
+    cfg["budget"] = budget
+    algo = cfg.get("algorithm")
+    if not algo:
+        cfg["algorithm"] = {"name": run.algorithm}
+    return cfg
+
+
+def replay_mlflow(run: RunData, uri: Optional[str] = None) -> dict:
+    """Replay one run directory into MLflow; returns what was done."""
+    from harness.tracker_mlflow import MlflowTracker, row_metrics
+
+    tr = MlflowTracker(_tracker_cfg(run), run.run_dir, run.run_id, run.sweep, uri=uri)
+    tr.unit = run.budget_unit
+    tr.start(params={}, tags={})
+    points = [p for row in run.rows for p in row_metrics(row, None, tr.unit)]
+    summary_points = tr.summary_points(run.summary) if run.summary else []
+    if tr.resumed:
+        have = tr.existing_points({p[0] for p in points} | {p[0] for p in summary_points})
+        have_step = {(k, st) for k, st, _ in have}
+        points = [p for p in points if (p[0], p[3], p[1]) not in have]
+        summary_points = [p for p in summary_points if (p[0], p[3]) not in have_step]
+    # the same (key, step, value) twice in one replay (e.g. counters repeated on an eval row)
+    seen, unique = set(), []
+    for p in points:
+        if (p[0], p[3], p[1]) not in seen:
+            seen.add((p[0], p[3], p[1]))
+            unique.append(p)
+    tr.log_points(unique)
+    if run.status in TERMINAL:
+        tr.finish_with(run.summary, run.status, summary_points)
+    else:  # still running (or killed without a summary): metrics and artifacts, run stays open
+        tr.log_points(summary_points)
+        for f in tr.standard_artifacts():
+            tr.log_artifact(f)
+    return {"run_id": run.run_id, "mlflow_run_id": tr.mlflow_run_id, "uri": tr.uri,
+            "created": not tr.resumed, "points": len(unique) + len(summary_points), "status": run.status}
+
+
+def replay_wandb(run: RunData, project: Optional[str] = None, mode: Optional[str] = None) -> dict:
+    """Replay one run directory into an offline (default) wandb run; skipped if up to date."""
+    from harness.tracker_wandb import MARKER, WandbTracker, fingerprint, wandb_id
+
+    wdir = run.run_dir / "wandb"
+    fp = fingerprint(run.run_dir, run.status)
+    marker = read_json(wdir / MARKER, {}) or {}
+    wid = wandb_id(run.sweep, run.run_id)
+    if marker.get("fingerprint") == fp and marker.get("wandb_id") == wid and \
+            (not marker.get("run_path") or Path(marker["run_path"]).exists()):
+        return {"run_id": run.run_id, "skipped": True, "points": 0, "run_path": marker.get("run_path"),
+                "status": run.status}
+    old = sorted(wdir.glob(f"offline-run-*-{wid}")) if wdir.exists() else []
+    if old:
+        (wdir / "superseded").mkdir(parents=True, exist_ok=True)
+        for d in old:
+            shutil.move(str(d), str(wdir / "superseded" / d.name))
+    tr = WandbTracker(_tracker_cfg(run), run.run_dir, run.run_id, run.sweep, mode=mode, project=project)
+    tr.unit = run.budget_unit
+    tr.start(params={}, tags={})
+    for row in run.rows:
+        tr.log(row, None)
+    run_path = tr.offline_dir
+    tr.finish(run.summary, run.status)
+    return {"run_id": run.run_id, "skipped": False, "points": len(run.rows),
+            "run_path": str(run_path) if run_path else None, "status": run.status}
+
+
+def sync(results_dir: str | os.PathLike, to: str = "mlflow", uri: Optional[str] = None,
+         project: Optional[str] = None, mode: Optional[str] = None,
+         echo: Callable[[str], None] = print) -> list[dict]:
+    """Replay every run under ``results_dir``; one result dict per run (``error`` on failure)."""
+    if to not in ("mlflow", "wandb"):
+        raise ValueError(f"--to must be mlflow or wandb, got {to!r}")
+    dirs = find_run_dirs(results_dir)
+    if not dirs:
+        echo(f"no run directories under {results_dir}")
+    out = []
+    for d in dirs:
+        run = load_run(d)
+        try:
+            res = replay_mlflow(run, uri) if to == "mlflow" else replay_wandb(run, project, mode)
+        except Exception as e:  # one bad run does not stop the others
+            res = {"run_id": run.run_id, "error": f"{type(e).__name__}: {e}"}
+            echo(f"  {run.sweep}/{run.run_id}: FAILED {res['error']}")
+        else:
+            if res.get("skipped"):
+                what = "up to date"
+            elif to == "mlflow":
+                what = f"{'created' if res['created'] else 'updated'}, {res['points']} new points -> {res['uri']}"
+            else:
+                what = f"replayed {res['points']} rows -> {res['run_path']}"
+            echo(f"  {run.sweep}/{run.run_id} [{run.status}]: {what}")
+        out.append(res)
+    return out
+
+
+def _cmd_sync(args) -> int:
+    if args.uri and args.to != "mlflow":
+        print("harness sync: --uri applies to --to mlflow only", file=sys.stderr)
+        return 2
+    try:
+        import mlflow  # noqa: F401
+    except ImportError:
+        if args.to == "mlflow":
+            print("harness sync: mlflow is not installed (pip install 'grpo-harness[track]')", file=sys.stderr)
+            return 2
+    if args.to == "wandb":
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            print("harness sync: wandb is not installed (pip install 'grpo-harness[track]')", file=sys.stderr)
+            return 2
+    results = sync(args.results_dir, args.to, uri=args.uri, project=args.project, mode=args.mode)
+    failed = [r for r in results if "error" in r]
+    print(f"synced {len(results) - len(failed)}/{len(results)} runs to {args.to}")
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# ui
+# ---------------------------------------------------------------------------------------------
+def _child_setup() -> None:  # runs in the child between fork and exec (after setsid)
+    try:  # Linux: the server dies with its parent even if the parent is SIGKILLed
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def ui_store(results_dir: str | os.PathLike) -> Path:
+    """The results root whose mlflow.db the UI serves (a sweep dir falls back to its parent)."""
+    root = Path(results_dir).resolve()
+    if not (root / "mlflow.db").exists() and (root.parent / "mlflow.db").exists():
+        root = root.parent
+    return root
+
+
+def start_ui(results_dir: str | os.PathLike = "results", port: int = 5000, host: str = "127.0.0.1",
+             backend_uri: Optional[str] = None, log=None) -> subprocess.Popen:
+    """Start ``mlflow server`` in a new session (its own process group); return the Popen."""
+    from harness.tracker_mlflow import default_uri
+
+    root = ui_store(results_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri or default_uri(root),
+           "--host", host, "--port", str(port), "--workers", "1",
+           "--artifacts-destination", str(root / "mlartifacts")]
+    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true",
+               MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    return subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_child_setup,
+                            stdout=log, stderr=subprocess.STDOUT if log is not None else None)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def stop_group(proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    """SIGTERM the process group led by ``proc``; SIGKILL whatever is left after ``timeout``."""
+    pgid = proc.pid
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            pass
+        deadline = time.time() + (timeout if sig == signal.SIGTERM else 5.0)
+        while time.time() < deadline:
+            if proc.poll() is not None and not _group_alive(pgid):
+                return
+            time.sleep(0.1)
+    proc.poll()
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except Exception:
+            pass
+        time.sleep(0.3)
+    return False
+
+
+def _cmd_ui(args) -> int:
+    try:
+        import mlflow  # noqa: F401
+    except ImportError:
+        print("harness ui: mlflow is not installed (pip install 'grpo-harness[track]')", file=sys.stderr)
+        return 2
+    root = ui_store(args.results_dir)
+    url = f"http://{args.host}:{args.port}"
+    proc = start_ui(root, args.port, args.host)
+    print(f"MLflow UI for {root / 'mlflow.db'}: {url}  (server pid {proc.pid}, process group {proc.pid}; Ctrl-C stops it)",
+          flush=True)
+
+    def _term(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, _term)
+    try:
+        if wait_healthy(url, proc):
+            print(f"ready: {url}", flush=True)
+        elif proc.poll() is not None:
+            print(f"harness ui: mlflow server exited with code {proc.returncode} "
+                  f"(port {args.port} in use?)", file=sys.stderr)
+            return proc.returncode or 1
+        proc.wait()
+        return proc.returncode or 0
+    except KeyboardInterrupt:
+        print("stopping MLflow UI", flush=True)
+        return 0
+    finally:
+        stop_group(proc)
+        signal.signal(signal.SIGTERM, old)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sync", help="replay run directories into MLflow or wandb (idempotent)",
+        description=__doc__.split("\n\n")[1] + "\n\n" + __doc__.split("\n\n")[2],
+        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.add_argument("results_dir", help="results root, a sweep directory or a run directory")
+    p.add_argument("--to", choices=["mlflow", "wandb"], required=True, help="tracker to fill in")
+    p.add_argument("--uri", default=None,
+                   help="MLflow tracking URI (default: each run's tracking.mlflow_uri, else "
+                        "$MLFLOW_TRACKING_URI, else sqlite:///<results root>/mlflow.db)")
+    p.add_argument("--project", default=None, help="wandb project (default: the run's tracking.wandb_project)")
+    p.add_argument("--mode", default=None, choices=["offline", "online"],
+                   help="wandb mode (default: the run's tracking.wandb_mode, else $WANDB_MODE, else offline)")
+    p.set_defaults(func=_cmd_sync)
+
+    u = subparsers.add_parser(
+        "ui", help="serve the MLflow UI for a results directory on 127.0.0.1",
+        description="Start `mlflow server` on the SQLite store RESULTS_DIR/mlflow.db (its own process "
+                    "group; Ctrl-C stops all of it). Runs logged with tracking.mlflow=true or replayed "
+                    "with `harness sync --to mlflow` appear under one experiment per sweep.")
+    u.add_argument("results_dir", nargs="?", default="results", help="results root (default: results)")
+    u.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+    u.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1; other hosts need "
+                                                        "mlflow's --allowed-hosts, not set here)")
+    u.set_defaults(func=_cmd_ui)

@@ -1,0 +1,187 @@
+"""Weights & Biases mirror of a run (metrics.jsonl stays the source of truth).
+
+- Mode: ``cfg.tracking.wandb_mode`` if set, else ``$WANDB_MODE`` if set, else **offline**
+  (nothing leaves the machine; upload later with ``wandb sync <run_dir>/wandb/offline-run-*``).
+- Files under the run directory: ``<run_dir>/wandb/``.
+- project = ``cfg.tracking.wandb_project``, group = sweep, job_type = algorithm,
+  name = run_id, id = ``<sweep>-<run_id>`` (so the same cell in two sweeps stays two runs),
+  config = the resolved config (nested), tags = [algorithm, sweep, seed<N>].
+- History: every numeric entry of a metrics.jsonl row plus ``budget/consumed`` (budget
+  consumed in the budget unit), declared as the x-axis of every metric
+  (``define_metric("*", step_metric="budget/consumed")``). Counters are logged as
+  ``budget/steps|samples|tokens|seconds``.
+- Summary: ``final/<task>/<metric>``, ``initial/...``, ``peak/...``, ``wall_seconds``,
+  ``budget/consumed``, ``n_params/...`` and ``status``.
+- ``<run_dir>/wandb/harness_sync.json`` records which metrics.jsonl content the offline run
+  holds, so ``harness sync --to wandb`` does not replay a run twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+os.environ.setdefault("WANDB_ERROR_REPORTING", "false")  # no crash reports to sentry
+os.environ.setdefault("WANDB_DISABLE_CODE", "true")
+
+from harness.results import COUNTERS, is_number, summary_metrics  # noqa: E402
+from harness.trackers import Tracker  # noqa: E402
+from harness.tracker_mlflow import cfg_get, config_dict  # noqa: E402
+
+MARKER = "harness_sync.json"
+
+
+def wandb_mode(cfg: Any) -> str:
+    return str(cfg_get(cfg, "tracking.wandb_mode") or os.environ.get("WANDB_MODE") or "offline")
+
+
+def wandb_id(sweep: str, run_id: str) -> str:
+    rid = re.sub(r"[^A-Za-z0-9_-]", "-", f"{sweep}-{run_id}")
+    if len(rid) > 64:
+        rid = rid[:55] + "-" + hashlib.sha1(rid.encode()).hexdigest()[:8]
+    return rid
+
+
+def fingerprint(run_dir: str | os.PathLike, status: Optional[str] = None) -> str:
+    """What a replay of ``run_dir`` depends on: metrics.jsonl's bytes and the run status."""
+    h = hashlib.sha256()
+    try:
+        h.update(Path(run_dir, "metrics.jsonl").read_bytes())
+    except FileNotFoundError:
+        pass
+    h.update(f"|{status}".encode())
+    return h.hexdigest()
+
+
+def row_history(row: dict, step: Any, unit: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, v in row.items():
+        if k == "time" or not is_number(v):
+            continue
+        out[f"budget/{'steps' if k == 'step' else k}" if k in COUNTERS else k] = float(v)
+    if step is None:
+        step = row.get("step" if unit == "steps" else unit)
+    if is_number(step):
+        out["budget/consumed"] = float(step)
+    return out
+
+
+class WandbTracker(Tracker):
+    """Mirror of one run into wandb (offline by default). ``cfg`` is a Config or a dict."""
+
+    name = "wandb"
+
+    def __init__(self, cfg: Any, run_dir: str | os.PathLike, run_id: str, sweep: str,
+                 mode: Optional[str] = None, project: Optional[str] = None):
+        import wandb  # noqa: F401  (fail in open_trackers when the package is missing)
+
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.run_id = str(run_id)
+        self.sweep = str(sweep)
+        self.mode = mode or wandb_mode(cfg)
+        self.project = project or str(cfg_get(cfg, "tracking.wandb_project", "grpo-harness"))
+        self.unit = str(cfg_get(cfg, "budget.unit", "steps"))
+        self.algorithm = str(cfg_get(cfg, "algorithm.name", "") or self.run_id.split("-s")[0])
+        self.seed = cfg_get(cfg, "seed")
+        self.task = str(cfg_get(cfg, "task.name", "task"))
+        self.id = wandb_id(self.sweep, self.run_id)
+        self.run = None
+        self.previous: list[Path] = []  # offline runs of the same id from before a resume
+
+    @property
+    def offline_dir(self) -> Optional[Path]:
+        """The run's own directory (``<run_dir>/wandb/offline-run-...``)."""
+        if self.run is None:
+            return None
+        return Path(self.run.dir).parent
+
+    def start(self, params: dict, tags: dict) -> None:
+        import wandb
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.previous = sorted((self.run_dir / "wandb").glob(f"offline-run-*-{self.id}"))
+        config = dict(config_dict(self.cfg))
+        config["harness"] = {"run_id": self.run_id, "sweep": self.sweep,
+                             **{str(k): v for k, v in (tags or {}).items()}}
+        settings = wandb.Settings(silent=True, console="off", x_disable_stats=True,
+                                  disable_job_creation=True, init_timeout=60)
+        self.run = wandb.init(project=self.project, dir=str(self.run_dir), id=self.id, name=self.run_id,
+                              group=self.sweep, job_type=self.algorithm, config=config,
+                              tags=[t for t in (self.algorithm, self.sweep,
+                                                None if self.seed is None else f"seed{self.seed}") if t],
+                              mode=self.mode, resume="allow", reinit="create_new", settings=settings)
+        self.run.define_metric("budget/consumed")
+        self.run.define_metric("*", step_metric="budget/consumed")
+
+    def log(self, row: dict, step: float) -> None:
+        data = row_history(row, step, self.unit)
+        if data:
+            self.run.log(data)
+
+    def log_artifact(self, path: str | os.PathLike) -> None:
+        """Copy a file (or a directory's files) into the run's ``files/harness/`` at its path
+        relative to the run directory (uploaded at finish when online, by `wandb sync` when
+        offline)."""
+        p = Path(path)
+        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        dest_root = Path(self.run.dir)
+        for f in files:
+            if not f.is_file():
+                continue
+            try:
+                rel = f.resolve().relative_to(self.run_dir.resolve())
+            except ValueError:
+                rel = Path(f.name)
+            if rel.parts and rel.parts[0] == "wandb":
+                continue
+            dest = dest_root / "harness" / rel  # config.yaml etc. are reserved names in files/
+            st = f.stat()
+            if dest.exists() and (dest.stat().st_size, dest.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns):
+                continue  # already copied (the trainer and finish() both log the eval files)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dest)
+            self.run.save(str(dest), base_path=str(dest_root), policy="end")
+
+    def standard_artifacts(self) -> list[Path]:
+        d = self.run_dir
+        files = [d / "config.yaml", d / "summary.json", d / "error.txt"]
+        files += sorted((d / "eval").glob("*.jsonl")) + sorted((d / "plots").glob("*"))
+        return [f for f in files if f.is_file()]
+
+    def finish(self, summary: dict, status: str) -> None:
+        summary = summary or {}
+        s = summary_metrics(summary, self.unit, self.task)
+        s["status"] = str(status)
+        if summary.get("error"):
+            s["error"] = str(summary["error"])
+        self.run.summary.update(s)
+        for f in self.standard_artifacts():
+            self.log_artifact(f)
+        offline_dir = self.offline_dir
+        self.run.finish(exit_code=0 if status == "finished" else 1)
+        marker = self.run_dir / "wandb" / MARKER
+        if self.previous and self.mode == "offline":
+            # a resumed run: its history is split over several offline runs (each restarting
+            # wandb's step counter). No marker, so `harness sync --to wandb` writes one
+            # complete offline run from metrics.jsonl and sets the pieces aside.
+            marker.unlink(missing_ok=True)
+            warnings.warn(f"wandb: run {self.run_id} was resumed; its offline history is split over "
+                          f"{len(self.previous) + 1} runs in {self.run_dir / 'wandb'}. Run `harness sync "
+                          f"{self.run_dir} --to wandb` for one complete offline run before `wandb sync`.",
+                          RuntimeWarning, stacklevel=2)
+            return
+        self.write_marker(status, offline_dir)
+
+    def write_marker(self, status: str, offline_dir: Optional[Path]) -> None:
+        marker = self.run_dir / "wandb" / MARKER
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"fingerprint": fingerprint(self.run_dir, status), "wandb_id": self.id,
+                                      "mode": self.mode, "run_path": str(offline_dir) if offline_dir else None,
+                                      "time": time.time()}, indent=2))

@@ -1,0 +1,30 @@
+"""Shared fixtures. Tests read real data from ../shared/data (never from a hub)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("GRPO_HARNESS_DATA", ROOT.parent / "shared" / "data"))
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not DATA.exists():
+        pytest.skip(f"shared data not found at {DATA} (set GRPO_HARNESS_DATA)")
+    return DATA
+
+
+@pytest.fixture(scope="session")
+def warm_cache(tmp_path_factory) -> Path:
+    """One warm-up cache for the whole session (tests share the starting checkpoint)."""
+    return tmp_path_factory.mktemp("warmup_cache")

@@ -1,0 +1,158 @@
+"""Advantages, losses, KL estimators and aggregations against hand-computed numbers."""
+import math
+
+import pytest
+import torch
+
+from algorithms.advantages import ADVANTAGES, AdvantageInput, gae
+from algorithms.filters import FILTERS
+from algorithms.losses import (AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, AggContext, clipped_value_loss,
+                               kl_k1, kl_k2, kl_k3, ppo_clip)
+from algorithms.registry import UnknownComponentError
+
+
+def adv(name, rewards, n, T=3, **kw):
+    r = torch.tensor(rewards, dtype=torch.float32)
+    mask = torch.ones(len(rewards), T)
+    return ADVANTAGES.get(name)(AdvantageInput(rewards=r, mask=mask, n=n, **kw))
+
+
+def test_grpo_half_correct_group_population_std():
+    a = adv("grpo", [1, 1, 1, 1, 0, 0, 0, 0], n=8)
+    # mean 0.5, population std 0.5 -> +-0.5 / (0.5 + 1e-4)
+    expect = 0.5 / 0.5001
+    assert torch.allclose(a[:4], torch.full((4, 3), expect), atol=1e-6)
+    assert torch.allclose(a[4:], torch.full((4, 3), -expect), atol=1e-6)
+
+
+def test_grpo_three_reward_group():
+    a = adv("grpo", [1, 0, 0], n=3)[:, 0]
+    # mean 1/3; population std sqrt(2)/3 = 0.47140452
+    std = 0.47140452 + 1e-4
+    assert a.tolist() == pytest.approx([(2 / 3) / std, -(1 / 3) / std, -(1 / 3) / std], abs=1e-5)
+    assert a[0].item() == pytest.approx(1.4139143, abs=1e-5)
+
+
+def test_grpo_all_equal_group_is_zero_not_nan():
+    for rewards in ([1, 1, 1, 1], [0, 0, 0, 0]):
+        a = adv("grpo", rewards, n=4)
+        assert not torch.isnan(a).any()
+        assert torch.equal(a, torch.zeros(4, 3))
+
+
+def test_grpo_groups_are_independent_and_padding_is_zero():
+    r = torch.tensor([1.0, 0.0, 5.0, 5.0])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 1]], dtype=torch.float32)
+    a = ADVANTAGES.get("grpo")(AdvantageInput(rewards=r, mask=mask, n=2, std_eps=0.0))
+    assert a.tolist() == [[1.0, 1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+
+
+def test_rloo_and_dr_grpo_on_four_samples():
+    assert adv("rloo", [1, 0, 0, 1], n=4)[:, 0].tolist() == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
+    assert adv("dr_grpo", [1, 0, 0, 1], n=4)[:, 0].tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    # Dr. GRPO does not divide by the std: scaling rewards scales advantages
+    assert adv("dr_grpo", [2, 0, 0, 2], n=4)[:, 0].tolist() == pytest.approx([1, -1, -1, 1])
+
+
+def test_process_supervision_two_outputs():
+    # output 0: 2 steps, rewards [1, 0], ending at tokens 2 and 5 (6 tokens)
+    # output 1: 3 steps, rewards [1, 1, 1], ending at tokens 1, 3, 6 (7 tokens)
+    mask = torch.tensor([[1] * 6 + [0], [1] * 7], dtype=torch.float32)
+    steps = [[(1.0, 2), (0.0, 5)], [(1.0, 1), (1.0, 3), (1.0, 6)]]
+    a = ADVANTAGES.get("grpo_ps")(AdvantageInput(rewards=torch.zeros(2), mask=mask, n=2, step_rewards=steps,
+                                                 std_eps=0.0))
+    # all step rewards [1,0,1,1,1]: mean 0.8, population std 0.4 -> 1 -> 0.5, 0 -> -2
+    assert a[0].tolist() == pytest.approx([-1.5, -1.5, -1.5, -2, -2, -2, 0])
+    assert a[1].tolist() == pytest.approx([1.5, 1.5, 1.0, 1.0, 0.5, 0.5, 0.5])
+
+
+def test_gae_four_tokens():
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 1.0]])
+    values = torch.tensor([[0.5, 0.6, 0.7, 0.8]])
+    mask = torch.ones(1, 4)
+    a, ret = gae(rewards, values, mask, gamma=1.0, lam=0.95)
+    # deltas 0.1, 0.1, 0.1, 0.2; A3 = .2, A2 = .1+.95*.2 = .29, A1 = .1+.95*.29 = .3755, A0 = .456725
+    assert a[0].tolist() == pytest.approx([0.456725, 0.3755, 0.29, 0.2], abs=1e-6)
+    assert ret[0].tolist() == pytest.approx([0.956725, 0.9755, 0.99, 1.0], abs=1e-6)
+
+
+def test_gae_advantage_puts_outcome_on_last_real_token():
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    values = torch.tensor([[0.25, 0.5, 9.0]])  # the value on padding must be ignored
+    a = ADVANTAGES.get("gae")(AdvantageInput(rewards=torch.tensor([1.0]), mask=mask, n=1, values=values,
+                                             gamma=1.0, lam=1.0))
+    # lambda=1, gamma=1: A_t = R - V_t
+    assert a[0].tolist() == pytest.approx([0.75, 0.5, 0.0])
+
+
+def test_ppo_clip_cases():
+    lp = torch.tensor([1.0, 1.0, -1.0, -1.0, math.log(1.1)])
+    old = torch.zeros(5)
+    A = torch.tensor([1.0, -1.0, -1.0, 1.0, 2.0])
+    loss = ppo_clip(lp, old, A, 0.2)
+    e, ie = math.e, math.exp(-1)
+    # ratio e, A>0: clipped to 1.2 | ratio e, A<0: unclipped -e | ratio 1/e, A<0: clipped to 0.8
+    # ratio 1/e, A>0: unclipped | ratio 1.1 in range: -1.1*2
+    assert loss.tolist() == pytest.approx([-1.2, e, 0.8, -ie, -2.2], abs=1e-6)
+
+
+def test_ppo_clip_gradient_vanishes_when_clipped():
+    lp = torch.tensor([1.0, math.log(1.1)], requires_grad=True)
+    ppo_clip(lp, torch.zeros(2), torch.tensor([1.0, 1.0]), 0.2).sum().backward()
+    assert lp.grad[0].item() == 0.0
+    assert lp.grad[1].item() == pytest.approx(-1.1)  # d(-r A)/dlogp = -r A
+
+
+def test_ratio_trick_for_mu_equal_one():
+    lp = torch.tensor([-0.7, -1.3], requires_grad=True)
+    loss = ppo_clip(lp, lp.detach(), torch.tensor([2.0, -1.0]), 0.2)
+    assert loss.tolist() == pytest.approx([-2.0, 1.0])  # ratio is exactly 1
+    loss.sum().backward()
+    assert lp.grad.tolist() == pytest.approx([-2.0, 1.0])  # gradient of -A * logp
+
+
+def test_kl_estimators_by_hand():
+    lp, ref = torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)])
+    # k3: d = log(0.25/0.5) = -ln 2; e^d - d - 1 = 0.5 + ln2 - 1
+    assert kl_k3(lp, ref).item() == pytest.approx(0.5 + math.log(2) - 1, abs=1e-7)
+    assert kl_k1(lp, ref).item() == pytest.approx(math.log(2))
+    assert kl_k2(lp, ref).item() == pytest.approx(0.5 * math.log(2) ** 2)
+    assert kl_k3(lp, lp).item() == 0.0
+    assert KL_ESTIMATORS.get("k3") is kl_k3
+
+
+def test_aggregations_and_micro_batch_additivity():
+    x = torch.tensor([[1.0, 2.0, 3.0, 7.0], [4.0, 9.0, 9.0, 9.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]], dtype=torch.float32)
+    ctx = AggContext(num_seqs=2, num_tokens=4, const_len=4)
+    assert AGGREGATIONS.get("seq-mean-token-mean")(x, mask, ctx).item() == pytest.approx((2 + 4) / 2)
+    assert AGGREGATIONS.get("token-mean")(x, mask, ctx).item() == pytest.approx(10 / 4)
+    assert AGGREGATIONS.get("seq-mean-token-sum-norm")(x, mask, ctx).item() == pytest.approx(10 / 8)
+    for name in AGGREGATIONS.names():
+        f = AGGREGATIONS.get(name)
+        assert (f(x[:1], mask[:1], ctx) + f(x[1:], mask[1:], ctx)).item() == pytest.approx(f(x, mask, ctx).item())
+
+
+def test_clipped_value_loss_cases():
+    old, R = torch.tensor([0.5, 0.5, 0.2]), torch.tensor([1.0, 1.0, 0.0])
+    v = torch.tensor([0.9, 0.6, 0.1])
+    # 0.9 clipped to 0.7: max(.01, .09)/2 | 0.6 in range: .16/2 | 0.1 within [0, .4]: .01/2
+    assert clipped_value_loss(v, old, R, 0.2).tolist() == pytest.approx([0.045, 0.08, 0.005])
+    v2 = torch.tensor([-0.5])  # far below: clipped to 0.0 -> (0-0)^2 = 0, unclipped .25 -> max .25
+    assert clipped_value_loss(v2, torch.tensor([0.2]), torch.tensor([0.0]), 0.2).item() == pytest.approx(0.125)
+
+
+def test_rft_filter_dedupes_and_drops_all_wrong_groups():
+    keep = FILTERS.get("correct_only")(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]),
+                                       ["a", "a", "b", "c", "x", "y", "x", "z"], 4)
+    assert keep.tolist() == [True, False, False, True, False, False, False, False]
+    assert FILTERS.get("none")(torch.zeros(3), ["a", "b", "c"], 3).all()
+
+
+@pytest.mark.parametrize("reg,bad", [(ADVANTAGES, "gea"), (POLICY_LOSSES, "ppo-clip"), (KL_ESTIMATORS, "k4"),
+                                     (AGGREGATIONS, "mean"), (FILTERS, "correct")])
+def test_unknown_component_lists_valid_names(reg, bad):
+    with pytest.raises(UnknownComponentError) as e:
+        reg.get(bad)
+    msg = str(e.value)
+    assert bad in msg and all(n in msg for n in reg.names())

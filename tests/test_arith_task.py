@@ -1,0 +1,83 @@
+"""The arith task: generator determinism, split, worked solutions, outcome and step rewards."""
+import random
+
+import pytest
+
+from evals.arith import ArithTask, admissible, evaluate, is_heldout, solution_text
+from harness.config import TaskConfig
+
+
+@pytest.fixture
+def task():
+    return ArithTask(TaskConfig(min_ops=2, max_ops=3, max_operand=9, eval_size=50))
+
+
+def prob(task, expr):
+    return task.make_problem(expr)
+
+
+def test_precedence_and_worked_solution():
+    assert evaluate("3+4*2-5") == 6
+    assert evaluate("10-3+2") == 9  # left to right
+    assert evaluate("2*3*4-1") == 23
+    assert solution_text("3+4*2-5") == "4*2=8;3+8=11;11-5=6;#6"
+    assert solution_text("9-3-2") == "9-3=6;6-2=4;#4"
+
+
+def test_generator_is_deterministic_and_respects_knobs(task):
+    a = [p.id for p in task.sample_train(random.Random(7), 30)]
+    b = [p.id for p in task.sample_train(random.Random(7), 30)]
+    assert a == b
+    assert a != [p.id for p in task.sample_train(random.Random(8), 30)]
+    for p in task.sample_train(random.Random(0), 200):
+        ops = sum(ch in "+-*" for ch in p.question)
+        assert 2 <= ops <= 3
+        assert all(1 <= int(x) <= 9 for x in p.question.replace("*", "+").replace("-", "+").split("+"))
+        assert not is_heldout(p.question)
+    only_add = ArithTask(TaskConfig(operators="+", min_ops=1, max_ops=1))
+    assert all("+" in p.question and "*" not in p.question for p in only_add.sample_train(random.Random(0), 20))
+
+
+def test_heldout_split_is_deterministic_and_disjoint(task):
+    ev = task.eval_problems()
+    assert len(ev) == 50 and len({p.id for p in ev}) == 50
+    assert all(is_heldout(p.id) for p in ev)
+    assert [p.id for p in ArithTask(TaskConfig(eval_size=50)).eval_problems()] == [p.id for p in ev]
+
+
+def test_outcome_reward_correct_malformed_truncated(task):
+    p = prob(task, "3+4*2-5")
+    assert task.reward("4*2=8;3+8=11;11-5=6;#6", p) == 1.0
+    assert task.reward("#6", p) == 1.0  # outcome only looks at the final answer
+    assert task.reward("4*2=8;3+8=11;11-5=6;#6", p, finished=False) == 0.0  # truncated
+    for bad in ["", "#", "###", "4*2=8;3+8=11", "4*2=8;#6;junk", "#6#6", "#seven", "#6 6", "\x00", "#" + "9" * 500]:
+        assert task.reward(bad, p) == 0.0
+    assert task.reward(None, p) == 0.0  # never raises
+
+
+def test_step_rewards_with_one_wrong_step(task):
+    p = prob(task, "3+4*2-5")
+    right = task.step_rewards("4*2=8;3+8=11;11-5=6;#6", p)
+    assert [s.reward for s in right] == [1, 1, 1, 1]
+    # "4*2=8;" ends at char 6, "3+8=11;" at 13, "11-5=6;" at 20, "#6" at 22
+    assert [s.end for s in right] == [6, 13, 20, 22]
+    wrong = task.step_rewards("4*2=8;3+8=12;12-5=7;#7", p)
+    # step 2 wrong; step 3 is right given what was written (error carried); final answer wrong
+    assert [s.reward for s in wrong] == [1, 0, 1, 0]
+
+
+def test_step_rewards_reject_precedence_violations_and_junk(task):
+    p = prob(task, "3+4*2")
+    assert [s.reward for s in task.step_rewards("3+4=7;7*2=14;#14", p)] == [0, 0, 0]
+    p2 = prob(task, "10-3+2")
+    assert [s.reward for s in task.step_rewards("3+2=5;10-5=5;#5", p2)] == [0, 0, 0]
+    assert [s.reward for s in task.step_rewards("10-3=7;7+2=9;#9", p2)] == [1, 1, 1]
+    assert [s.reward for s in task.step_rewards("4*2=8;#11", p, finished=False)] == [1, 0]
+    assert task.step_rewards("", p)[0].reward == 0.0
+    assert all(s.reward == 0 for s in task.step_rewards(";;;", p))
+
+
+def test_admissible_rules():
+    assert admissible(["+", "*"], 1) and not admissible(["+", "*"], 0)
+    assert admissible(["-", "+"], 0) and not admissible(["-", "+"], 1)
+    assert admissible(["+", "-"], 1)

@@ -1,0 +1,87 @@
+"""Strict config: unknown keys, wrong types, bad values, round-trip, overrides."""
+import pytest
+
+from harness.config import Config, ConfigError, config_from_dict, load_config, run_id, save_config
+from harness.configbase import field_docs
+
+
+def err(overrides=None, data=None):
+    with pytest.raises(ConfigError) as e:
+        if data is not None:
+            config_from_dict(data)
+        else:
+            load_config(None, overrides)
+    return str(e.value)
+
+
+def test_unknown_key_names_key_and_nearest():
+    msg = err(["train.lrr=1e-4"])
+    assert "train.lrr" in msg and "'lr'" in msg
+    msg = err(data={"sampling": {"samples_per_promt": 4}})
+    assert "samples_per_promt" in msg and "samples_per_prompt" in msg
+    assert "traing" in err(data={"traing": {}})
+
+
+@pytest.mark.parametrize("override,field,value", [
+    ("train.lr=-1e-4", "train.lr", "-0.0001"),
+    ("sampling.samples_per_prompt=1", "sampling.samples_per_prompt", "1"),
+    ("sampling.temperature=0", "sampling.temperature", "0"),
+    ("budget.amount=0", "budget.amount", "0"),
+    ("train.inner_epochs=0", "train.inner_epochs", "0"),
+])
+def test_bad_values_name_field_and_value(override, field, value):
+    msg = err([override])
+    assert field in msg and value in msg
+
+
+def test_wrong_types_and_typos_in_choices():
+    assert "model.hidden_size" in err(["model.hidden_size=abc"])
+    assert "warmup.enabled" in err(["warmup.enabled=3"])
+    msg = err(["budget.unit=sample"])
+    assert "budget.unit" in msg and "'samples'" in msg
+    assert "unknown algorithm 'ppo2'" in err(["algorithm=ppo2"])
+
+
+def test_yaml_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: [unclosed")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(lst)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("train:\n  lr: 1e-4\n  micro_batch: 4\n")
+    with pytest.raises(ConfigError, match=r"train\.micro_batch.*micro_batch_size.*typo\.yaml"):
+        load_config(typo)
+
+
+def test_round_trip_and_overrides(tmp_path):
+    cfg = load_config(None, ["train.lr=3e-5", "algorithm=ppo", "sampling.samples_per_prompt=4"])
+    assert cfg.train.lr == 3e-5 and cfg.algorithm.name == "ppo" and cfg.sampling.samples_per_prompt == 4
+    save_config(cfg, tmp_path / "c.yaml")
+    assert load_config(tmp_path / "c.yaml") == cfg
+    assert load_config(tmp_path / "c.yaml", ["algorithm.name=grpo"]).algorithm.name == "grpo"
+
+
+def test_run_id_stable_and_sensitive():
+    a, b = Config(), Config()
+    assert run_id(a) == run_id(b)
+    assert run_id(a).startswith("grpo-s0-")
+    assert run_id(load_config(None, ["train.lr=2e-4"])) != run_id(a)
+    assert run_id(load_config(None, ["seed=1"])) != run_id(a)
+    assert run_id(load_config(None, ["name=other", "output_dir=/x"])) == run_id(a)
+
+
+def test_every_field_is_documented():
+    import dataclasses
+
+    from harness import config as C
+    for cls in (C.Config, C.ModelConfig, C.TaskConfig, C.WarmupConfig, C.SamplingConfig, C.TrainConfig,
+                C.AlgorithmConfig, C.BudgetConfig, C.EvalConfig, C.TrackingConfig):
+        docs = field_docs(cls)
+        missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
+        assert not missing, f"{cls.__name__} fields without a docstring: {missing}"

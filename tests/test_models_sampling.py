@@ -1,0 +1,66 @@
+"""Character tokenizer round-trip and the sampler's log-probs / masks / determinism."""
+import torch
+from transformers import AutoTokenizer
+
+from harness.config import ModelConfig
+from harness.learner import make_batch, token_logprobs
+from harness.models import build_char_tokenizer, build_tiny_model, load_policy, save_policy
+from harness.sampling import char_to_token_index, sample, token_end_offsets
+
+
+def test_char_tokenizer_round_trip(tmp_path):
+    tok = build_char_tokenizer()
+    text = "Q:3+4*2-5\nA:4*2=8;3+8=11;#6"
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.bos_token_id and len(ids) == len(text) + 1
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    tok.save_pretrained(tmp_path)
+    tok2 = AutoTokenizer.from_pretrained(tmp_path)
+    assert tok2(text)["input_ids"] == ids
+    assert (tok2.pad_token_id, tok2.bos_token_id, tok2.eos_token_id, tok2.unk_token_id) == (0, 1, 2, 3)
+    assert tok2.decode(tok2("héllo", add_special_tokens=False)["input_ids"]) == "h<unk>llo"
+    batch = tok2(["Q:1", "Q:123"], padding=True)
+    assert batch["input_ids"][0][:2] == [0, 0] and batch["attention_mask"][0] == [0, 0, 1, 1, 1, 1]
+
+
+def test_model_save_load_round_trip(tmp_path):
+    tok = build_char_tokenizer()
+    m = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tok)
+    save_policy(m, tok, tmp_path / "p")
+    m2, tok2 = load_policy(str(tmp_path / "p"))
+    x = torch.tensor([tok("Q:1+2")["input_ids"]])
+    with torch.no_grad():
+        assert torch.allclose(m(x).logits, m2(x).logits)
+
+
+def test_sampler_logprobs_match_full_forward_and_masks():
+    torch.manual_seed(0)
+    tok = build_char_tokenizer()
+    m = build_tiny_model(ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), tok)
+    prompts = ["Q:3+4\nA:", "Q:33*4-2\nA:"]
+    ro = sample(m, tok, prompts, n=3, max_new_tokens=12, seed=5)
+    assert ro.num_sequences == 6 and ro.prompts[:3] == [prompts[0]] * 3
+    lp = token_logprobs(m, make_batch(ro, "cpu")) * ro.completion_mask
+    assert torch.allclose(lp, ro.logprobs, atol=1e-5)
+    # mask covers tokens up to and including the first EOS; nothing after it
+    eos = tok.eos_token_id
+    for row, mask, fin in zip(ro.completion_ids.tolist(), ro.completion_mask.tolist(), ro.finished):
+        L = int(sum(mask))
+        assert mask == [1] * L + [0] * (len(mask) - L)
+        assert fin == (eos in row[:L]) and (not fin or row[L - 1] == eos)
+    again = sample(m, tok, prompts, n=3, max_new_tokens=12, seed=5)
+    assert again.completions == ro.completions
+    assert sample(m, tok, prompts, n=3, max_new_tokens=12, seed=6).completions != ro.completions
+    chunked = sample(m, tok, prompts, n=3, max_new_tokens=12, seed=5, batch_size=3)
+    assert len(chunked.completions) == 6
+
+
+def test_greedy_is_argmax_and_token_offsets():
+    tok = build_char_tokenizer()
+    m = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tok)
+    ro = sample(m, tok, ["Q:1\nA:"], n=2, max_new_tokens=5, greedy=True)
+    assert ro.completions[0] == ro.completions[1]
+    ids = tok("4*2=8;#8", add_special_tokens=False)["input_ids"]
+    offs = token_end_offsets(tok, ids)
+    assert offs == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert char_to_token_index(offs, 6) == 5 and char_to_token_index(offs, 99) == 7
