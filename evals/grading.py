@@ -1,0 +1,530 @@
+"""Answer extraction and grading for GSM8K / MATH-style tasks.
+
+Extraction (:func:`extract_answer`) looks, in this order of preference, for the *last*
+explicit final-answer marker in a completion -- ``#### N`` (GSM8K), ``\\boxed{...}`` /
+``\\fbox{...}`` (nested braces allowed), or "the (final) answer is X" -- taking whichever of
+them ends last in the text; only when there is none does it fall back to the last number.
+
+Normalisation (:func:`clean_answer`, :func:`normalize_answer`) removes presentation:
+``$`` and math delimiters, thousands commas (``1,000``, ``1{,}000``, ``1,\\!000``), ``%``,
+degree signs, ``\\text{}`` / ``\\mathrm{}`` wrappers, unit words after a number
+(``18 dollars``), a trailing ``.0``, ``\\left`` / ``\\right``, LaTeX spacing,
+``\\dfrac`` / ``\\tfrac`` -> ``\\frac``, a leading ``x =``, multiple-choice ``(A)`` -> ``A``.
+
+Equivalence (:func:`is_equiv`) has fast paths (equal normalised strings; two plain numbers
+compared exactly as fractions) and otherwise asks ``math_verify`` (parse + verify, sympy
+fallback) in a separate worker process under a per-answer time limit: a reply that is late
+kills the worker (it is restarted for the next request) and the answer is graded wrong.
+``math_verify``'s own signal-based timeouts are off (``parsing_timeout=None``,
+``timeout_seconds=None``), so grading works from any thread. Ordered pairs and intervals
+keep their order: ``(1,2)`` and ``(2,1)`` differ.
+
+Every public function is total: malformed input grades wrong, it never raises.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterable, Optional, Sequence
+
+__all__ = [
+    "DEFAULT_TIMEOUT", "Grade", "VerifierPool", "answer_key", "clean_answer", "extract_answer",
+    "extract_gsm8k_gold", "grade", "get_pool", "is_equiv", "last_boxed", "normalize_answer",
+    "parse_number", "strip_calculator_annotations",
+]
+
+DEFAULT_TIMEOUT = float(os.environ.get("GRPO_HARNESS_VERIFY_TIMEOUT", "5"))
+"""Seconds allowed to one equivalence check in the worker (env GRPO_HARNESS_VERIFY_TIMEOUT)."""
+
+_MAX_ANSWER_CHARS = 1000  # longer "answers" are garbage: graded wrong without a worker call
+
+# --------------------------------------------------------------------------------------
+# extraction
+# --------------------------------------------------------------------------------------
+_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_HASH_RE = re.compile(r"####\s*([^\n]*)")
+_ANSWER_IS_RE = re.compile(
+    r"(?:final\s+answer|the\s+answer|answer)\s*(?:is|=|:)\s*:?\s*(.+?)(?=\n|$)", re.IGNORECASE)
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*")
+
+
+def strip_calculator_annotations(text: str) -> str:
+    """Remove GSM8K calculator annotations ``<<48/2=24>>``."""
+    return re.sub(r"<<[^<>]*>>", "", text)
+
+
+def _match_brace(s: str, i: int) -> int:
+    """Index just past the brace group opening at ``s[i] == '{'``; -1 if unbalanced."""
+    depth = 0
+    j = i
+    while j < len(s):
+        c = s[j]
+        if c == "\\" and j + 1 < len(s):  # \{ and \} are literal braces
+            j += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    return -1
+
+
+def _boxed_spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, content) of every complete ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed N``."""
+    out = []
+    for m in _BOX_RE.finditer(text):
+        j = m.end()
+        if j < len(text) and text[j] == "{":
+            e = _match_brace(text, j)
+            if e > 0:
+                out.append((m.start(), e, text[j + 1:e - 1]))
+        elif m.group(0).endswith(" ") or (j < len(text) and text[j].isalnum()):
+            mm = re.match(r"[^\s$.,;]+", text[j:])  # "\boxed 5"
+            if mm:
+                out.append((m.start(), j + mm.end(), mm.group(0)))
+    return out
+
+
+def last_boxed(text: str) -> Optional[str]:
+    """Content of the last complete ``\\boxed{...}`` (nested braces allowed), else None."""
+    if not isinstance(text, str):
+        return None
+    spans = _boxed_spans(text)
+    return spans[-1][2] if spans else None
+
+
+def _answer_is_value(raw: str) -> Optional[str]:
+    s = raw.strip()
+    boxed = last_boxed(s)
+    if boxed is not None:
+        return boxed
+    m = re.search(r"\$([^$]+)\$", s)  # "the answer is $\frac{1}{2}$."
+    if m:
+        return m.group(1).strip()
+    m = re.match(r"\\\((.+?)\\\)", s) or re.match(r"\\\[(.+?)\\\]", s)
+    if m:
+        return m.group(1).strip()
+    s = re.split(r"\.\s|\.$|;|\s(?:because|since|as|so)\s", s, maxsplit=1)[0]  # end of the sentence
+    s = s.strip().strip("*").strip()
+    return s or None
+
+
+def extract_answer(text: str, *, fallback_last_number: bool = True) -> Optional[str]:
+    """The final answer of a completion (raw, before normalisation), or None.
+
+    The last of ``#### X``, ``\\boxed{X}`` and "the answer is X" wins (by where it ends);
+    without any of them, the last number in the text (if ``fallback_last_number``)."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    try:
+        cands: list[tuple[int, str]] = []
+        for m in _HASH_RE.finditer(text):
+            v = m.group(1).strip()
+            if v:
+                cands.append((m.end(), v))
+        for s, e, content in _boxed_spans(text):
+            cands.append((e, content))
+        for m in _ANSWER_IS_RE.finditer(text):
+            v = _answer_is_value(m.group(1))
+            if v:
+                cands.append((m.end(), v))
+        if cands:
+            cands.sort(key=lambda c: c[0])
+            ans = cands[-1][1].strip()
+            return ans if ans else None
+        if fallback_last_number:
+            nums = _NUMBER_RE.findall(strip_calculator_annotations(text))
+            nums = [n.rstrip(",") for n in nums if n.rstrip(",")]
+            if nums:
+                return nums[-1]
+    except Exception:
+        return None
+    return None
+
+
+def extract_gsm8k_gold(answer: str) -> str:
+    """Gold final answer of a GSM8K ``answer`` field (the text after ``####``), normalised."""
+    m = list(_HASH_RE.finditer(answer or ""))
+    if not m:
+        raise ValueError("GSM8K answer has no '#### <number>' line")
+    return normalize_answer(m[-1].group(1))
+
+
+# --------------------------------------------------------------------------------------
+# normalisation
+# --------------------------------------------------------------------------------------
+_UNITS_SPACED = (  # unit words that must be separated from the number by a space
+    "dollars?|cents?|euros?|pounds?|yuan|usd|units?|sq|square|cubic|meters?|metres?|centimeters?|millimeters?|"
+    "kilometers?|inch(?:es)?|in|feet|foot|yards?|miles?|hours?|minutes?|seconds?|days?|weeks?|months?|years?|"
+    "degrees?|grams?|kilograms?|liters?|litres?|gallons?|cups?|percent|points?|people|persons?|students?|"
+    "times|pieces?|items?|pages?|m|s|h|g|l")
+_UNITS_ATTACHED = "cm|mm|km|kg|ft|yd|mi|mph|kph|ml|lbs?|oz|hrs?|mins?|secs?|sq ?(?:ft|m|cm|in)"
+_NUM = r"[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:/\d+)?"
+_POW = r"(?:\^\{?[23]\}?|²|³)?"
+_TRAILING_UNITS_RE = re.compile(
+    r"^(" + _NUM + r")(?:\s+(?:" + _UNITS_SPACED + r")" + _POW + r"|\s*(?:" + _UNITS_ATTACHED + r")" + _POW + r")"
+    r"(?:\s+(?:" + _UNITS_SPACED + "|" + _UNITS_ATTACHED + r")" + _POW + r")*\.?$", re.IGNORECASE)
+_WORDS_AFTER_NUMBER_RE = re.compile(  # "18 apples", "5 more dollars" (not "5 and 6")
+    r"^(" + _NUM + r")\s+(?![^\n]*\b(?:and|or|to|through|by|plus|minus|times|over)\b)[a-zA-Z][a-zA-Z\s\-']*\.?$")
+_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?$")
+_TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname)\s*\{")
+_LHS_VAR_RE = re.compile(r"^\s*[a-zA-Z](?:_\{?[\w]+\}?)?\s*=\s*(?!=)(.+)$")
+_CHOICE_RE = re.compile(r"^\(([A-Ea-e])\)\.?$|^([A-E])\.?$")
+
+
+def _unwrap_command(s: str, cmd_re: re.Pattern) -> str:
+    """``\\text{abc}`` -> ``abc`` (brace-aware, every occurrence)."""
+    for _ in range(50):
+        m = cmd_re.search(s)
+        if not m:
+            break
+        e = _match_brace(s, m.end() - 1)
+        if e < 0:
+            s = s[:m.start()] + s[m.end():]
+            continue
+        s = s[:m.start()] + s[m.end():e - 1] + s[e:]
+    return s
+
+
+def clean_answer(ans: Optional[str]) -> str:
+    """Remove presentation from an extracted answer, keeping its LaTeX structure (spaces kept,
+    so ``\\pi r`` stays two symbols). This is what the equivalence checker sees."""
+    if not isinstance(ans, str):
+        return ""
+    s = ans.strip()
+    # a whole-answer \boxed{...}
+    for _ in range(5):
+        b = _boxed_spans(s)
+        if len(b) == 1 and b[0][0] == 0 and b[0][1] == len(s):
+            s = b[0][2].strip()
+        else:
+            break
+    s = s.replace("\\!", "").replace("{,}", ",").replace("\\,", " ").replace("\\;", " ").replace("\\:", " ")
+    s = s.replace("\\ ", " ").replace("~", " ").replace("\\quad", " ").replace("\\qquad", " ")
+    s = re.sub(r"\\left\b|\\right\b", "", s)
+    s = s.replace("\\displaystyle", "")
+    s = re.sub(r"\\[dt]frac\b", r"\\frac", s)
+    s = s.replace("\\$", "").replace("$", "")
+    s = s.replace("\\(", "").replace("\\)", "").replace("\\[", "").replace("\\]", "")
+    s = re.sub(r"\^\s*\{?\s*\\circ\s*\}?", "", s).replace("°", "").replace("\\circ", "")
+    s = s.replace("\\%", "").replace("%", "")
+    s = re.sub(r"\\text\s*\{\s*\}", "", s)
+    s = _unwrap_command(s, _TEXT_CMD_RE)
+    s = s.strip()
+    s = re.sub(r"[.\s]+$", "", s) if not re.search(r"\d\.$", s) else s[:-1]  # trailing full stop
+    s = s.strip()
+    m = _LHS_VAR_RE.match(s)
+    if m and "=" not in m.group(1):
+        s = m.group(1).strip()
+    m = _TRAILING_UNITS_RE.match(s) or _WORDS_AFTER_NUMBER_RE.match(s)
+    if m:
+        s = m.group(1)
+    if _THOUSANDS_RE.match(s):
+        s = s.replace(",", "")
+    if re.fullmatch(r"[-+]?\d+\.0*", s):  # 18.0 / 18. -> 18
+        s = s.split(".")[0]
+    elif re.fullmatch(r"[-+]?\d*\.\d*[1-9]0+", s):  # 2.50 -> 2.5
+        s = s.rstrip("0")
+    if s.startswith("+") and re.fullmatch(r"\+\d+(\.\d+)?", s):
+        s = s[1:]
+    m = _CHOICE_RE.match(s)
+    if m:
+        s = (m.group(1) or m.group(2)).upper()
+    return s.strip()
+
+
+def normalize_answer(ans: Optional[str]) -> str:
+    """:func:`clean_answer` without any whitespace: the string compared by the fast path."""
+    s = clean_answer(ans)
+    s = re.sub(r"\s+", "", s)
+    s = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", s)  # \frac12
+    s = re.sub(r"\\sqrt(\d+)", r"\\sqrt{\1}", s)  # \sqrt2
+    return s
+
+
+def parse_number(ans: Optional[str]) -> Optional[Fraction]:
+    """A plain number (integer, decimal, ``a/b``, ``\\frac{a}{b}``, optionally negative) as an
+    exact Fraction; None for anything else."""
+    s = normalize_answer(ans) if ans is not None else ""
+    if not s or len(s) > 60:
+        return None
+    neg = False
+    if s.startswith("-"):
+        neg, s = True, s[1:]
+    try:
+        if re.fullmatch(r"\d+(\.\d*)?|\.\d+", s):
+            v = Fraction(s)
+        else:
+            m = re.fullmatch(r"\\frac\{(-?\d+(?:\.\d+)?)\}\{(-?\d+(?:\.\d+)?)\}", s) or \
+                re.fullmatch(r"(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)", s)
+            if not m:
+                return None
+            den = Fraction(m.group(2))
+            if den == 0:
+                return None
+            v = Fraction(m.group(1)) / den
+    except (ValueError, ZeroDivisionError):
+        return None
+    return -v if neg else v
+
+
+def answer_key(ans: Optional[str]) -> Optional[str]:
+    """Canonical form used to group equal answers (majority voting): plain numbers map to
+    their exact value (``0.5``, ``1/2``, ``\\frac{1}{2}`` share a key), anything else to its
+    normalised string. None for a missing/empty answer."""
+    if ans is None:
+        return None
+    try:
+        v = parse_number(ans)
+        if v is not None:
+            return f"{v.numerator}/{v.denominator}" if v.denominator != 1 else str(v.numerator)
+        s = normalize_answer(ans)
+        return s or None
+    except Exception:
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# equivalence
+# --------------------------------------------------------------------------------------
+_POOL_LOCK = threading.Lock()
+_WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_verify_worker.py")
+
+
+class _Spawner:
+    """Starts worker processes from one long-lived thread: the workers ask the kernel to kill
+    them when the thread that started them ends (PR_SET_PDEATHSIG), which must therefore not
+    be a short-lived pool thread."""
+
+    def __init__(self):
+        import queue
+        self.q: "queue.Queue" = queue.Queue()
+        threading.Thread(target=self._run, daemon=True, name="grader-spawner").start()
+
+    def _run(self):
+        while True:
+            fn, box, ev = self.q.get()
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # noqa: BLE001
+                box.append((False, e))
+            ev.set()
+
+    def call(self, fn):
+        box: list = []
+        ev = threading.Event()
+        self.q.put((fn, box, ev))
+        ev.wait()
+        ok, val = box[0]
+        if not ok:
+            raise val
+        return val
+
+
+_SPAWNER: Optional[_Spawner] = None
+
+
+def _spawn(fn):
+    global _SPAWNER
+    with _POOL_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = _Spawner()
+    return _SPAWNER.call(fn)
+
+
+class _Worker:
+    """One persistent verifier subprocess speaking JSON lines."""
+
+    def __init__(self, cmd: Sequence[str], startup_timeout: float):
+        self.cmd = list(cmd)
+        self.startup_timeout = startup_timeout
+        self.proc: Optional[subprocess.Popen] = None
+        self.buf = b""
+        self.lock = threading.Lock()
+
+    def _start(self):
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        self.proc = _spawn(lambda: subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                    stderr=subprocess.DEVNULL, env=env, close_fds=True))
+        self.buf = b""
+        line = self._readline(self.startup_timeout)
+        if line is None:
+            self.kill()
+            raise RuntimeError(f"grader worker did not start: {' '.join(self.cmd)}")
+
+    def _readline(self, timeout: float) -> Optional[bytes]:
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            r, _, _ = select.select([fd], [], [], left)
+            if not r:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:  # the worker died
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+    def kill(self):
+        p, self.proc = self.proc, None
+        if p is not None:
+            try:
+                p.kill()
+                p.wait(timeout=5)
+            except Exception:
+                pass
+            for f in (p.stdin, p.stdout):
+                try:
+                    f.close()
+                except Exception:
+                    pass
+
+    def ask(self, pred: str, gold: str, timeout: float) -> tuple[bool, str]:
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
+            try:
+                self.proc.stdin.write((json.dumps({"pred": pred, "gold": gold}) + "\n").encode())
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                self.kill()
+                return False, "worker died"
+            line = self._readline(timeout)
+            if line is None:
+                self.kill()  # late or dead: the next request starts a fresh worker
+                return False, "timeout"
+            try:
+                r = json.loads(line)
+                return bool(r.get("ok")), str(r.get("how", ""))
+            except Exception:
+                self.kill()
+                return False, "bad reply"
+
+
+class VerifierPool:
+    """A few persistent verifier processes; thread-safe. ``verify`` never raises and never
+    waits longer than ``timeout`` for one answer (plus the worker's start-up on first use)."""
+
+    def __init__(self, workers: int = 1, cmd: Optional[Sequence[str]] = None, startup_timeout: float = 120.0):
+        self.cmd = list(cmd) if cmd else [sys.executable, _WORKER_SCRIPT]
+        self._workers = [_Worker(self.cmd, startup_timeout) for _ in range(max(1, workers))]
+        self._next = 0
+        self._lock = threading.Lock()
+        self.stats = {"calls": 0, "timeouts": 0, "errors": 0}
+
+    def verify(self, pred: str, gold: str, timeout: float = DEFAULT_TIMEOUT) -> bool:
+        return self.verify_ex(pred, gold, timeout)[0]
+
+    def verify_ex(self, pred: str, gold: str, timeout: float = DEFAULT_TIMEOUT) -> tuple[bool, str]:
+        with self._lock:
+            free = [w for w in self._workers if not w.lock.locked()]
+            w = free[0] if free else self._workers[self._next % len(self._workers)]
+            self._next += 1
+            self.stats["calls"] += 1
+        try:
+            ok, how = w.ask(pred, gold, timeout)
+        except Exception as e:  # could not start a worker at all
+            ok, how = False, f"error: {e}"
+        if how == "timeout":
+            self.stats["timeouts"] += 1
+        elif how.startswith("error") or how in ("worker died", "bad reply"):
+            self.stats["errors"] += 1
+        return ok, how
+
+    def verify_many(self, pairs: Iterable[tuple[str, str]], timeout: float = DEFAULT_TIMEOUT) -> list[bool]:
+        pairs = list(pairs)
+        if len(self._workers) == 1 or len(pairs) < 2:
+            return [self.verify(p, g, timeout) for p, g in pairs]
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(len(self._workers)) as ex:
+            return list(ex.map(lambda pg: self.verify(pg[0], pg[1], timeout), pairs))
+
+    def close(self):
+        for w in self._workers:
+            with w.lock:
+                w.kill()
+
+
+_POOL: Optional[VerifierPool] = None
+
+
+def get_pool() -> VerifierPool:
+    """The process-wide verifier pool (one worker; env GRPO_HARNESS_VERIFY_WORKERS for more)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = VerifierPool(workers=int(os.environ.get("GRPO_HARNESS_VERIFY_WORKERS", "1") or 1))
+            atexit.register(_POOL.close)
+        return _POOL
+
+
+_EQUIV_CACHE: dict[tuple[str, str], bool] = {}
+_EQUIV_CACHE_MAX = 50000
+
+
+def is_equiv(pred: Optional[str], gold: Optional[str], *, timeout: float = DEFAULT_TIMEOUT,
+             pool: Optional[VerifierPool] = None, use_verifier: bool = True) -> bool:
+    """Are two extracted answers mathematically equal? Never raises; a check that takes
+    longer than ``timeout`` seconds is False."""
+    try:
+        if not isinstance(pred, str) or not isinstance(gold, str):
+            return False
+        if len(pred) > _MAX_ANSWER_CHARS or len(gold) > _MAX_ANSWER_CHARS:
+            return False
+        np_, ng = normalize_answer(pred), normalize_answer(gold)
+        if not np_ or not ng:
+            return False
+        if np_ == ng:
+            return True
+        a, b = parse_number(pred), parse_number(gold)
+        if a is not None and b is not None:
+            return a == b or abs(a - b) <= Fraction(1, 10**9) * max(1, abs(b))
+        if not use_verifier:
+            return False
+        key = (np_, ng)
+        if key in _EQUIV_CACHE:
+            return _EQUIV_CACHE[key]
+        ok, how = (pool or get_pool()).verify_ex(clean_answer(pred), clean_answer(gold), timeout)
+        if how != "timeout" and not how.startswith("error"):
+            if len(_EQUIV_CACHE) > _EQUIV_CACHE_MAX:
+                _EQUIV_CACHE.clear()
+            _EQUIV_CACHE[key] = ok
+        return ok
+    except Exception:
+        return False
+
+
+@dataclass(frozen=True)
+class Grade:
+    answer: Optional[str]
+    """The extracted answer (raw), None when nothing was found."""
+    correct: bool
+
+
+def grade(completion: Optional[str], gold: str, *, timeout: float = DEFAULT_TIMEOUT,
+          fallback_last_number: bool = True, pool: Optional[VerifierPool] = None) -> Grade:
+    """Extract the final answer of ``completion`` and compare it with ``gold``. Never raises."""
+    try:
+        ans = extract_answer(completion, fallback_last_number=fallback_last_number)
+    except Exception:
+        ans = None
+    if ans is None:
+        return Grade(None, False)
+    return Grade(ans, is_equiv(ans, gold, timeout=timeout, pool=pool))
