@@ -15,7 +15,7 @@
 - At finish: run-level metrics for the runs table (``final/<task>/acc``,
   ``final/<task>/maj_at_K``, ``final/<task>/pass_at_K``, ``initial/...``, ``peak/rss_mb``,
   ``peak/rss_above_base_mb``, ``peak/cuda_mb``, ``wall_seconds``, ``budget/consumed``),
-  artifacts (config.yaml, summary.json, eval/*.jsonl, plots/*, error.txt) and the status.
+  artifacts (config.yaml, summary.json, eval/*.jsonl, plots/*, error.txt, worker.log) and the status.
 
 Failures never stop a run: TrackerSet drops a mirror that raises. HTTP retries and
 timeouts are kept short (env defaults below, overridable) so a dead server costs seconds.
@@ -194,6 +194,9 @@ class MlflowTracker(Tracker):
         self.experiment_id: Optional[str] = None
         self.resumed = False
         self._last_step = 0
+        self.flush_seconds = 2.0  # live logging: batch rows, flush at least this often
+        self._buffer: list = []
+        self._last_flush = 0.0
         self._logged: dict[str, tuple] = {}  # artifact path -> (mtime, size) already uploaded
 
     # ---- connection -------------------------------------------------------------------------
@@ -281,14 +284,36 @@ class MlflowTracker(Tracker):
 
         metrics = [Metric(k, v, ts, st) for k, v, ts, st in points]
         for chunk in _chunks(metrics, 1000):
-            self.client.log_batch(self.mlflow_run_id, metrics=chunk)
+            self._retry_locked(lambda: self.client.log_batch(self.mlflow_run_id, metrics=chunk))
         if points:
             self._last_step = max(self._last_step, max(p[3] for p in points))
 
+    def _retry_locked(self, fn, attempts: int = 4):
+        """Parallel runs of a sweep share one SQLite file: retry briefly on 'database is locked'."""
+        for i in range(attempts):
+            try:
+                return fn()
+            except Exception as e:
+                if i == attempts - 1 or "locked" not in str(e).lower() or not self.uri.startswith("sqlite"):
+                    raise
+                time.sleep(0.2 * (i + 1))
+
     def log(self, row: dict, step: float) -> None:
-        self.log_points(row_metrics(row, step, self.unit))
+        """Buffered: a batch goes out every ``flush_seconds``, at every evaluation row (the
+        trainer checkpoints right after one, so nothing before a resume point is lost), and
+        at finish. A kill loses at most the unflushed tail, which `harness sync` fills in."""
+        self._buffer.extend(row_metrics(row, step, self.unit))
+        if time.time() - self._last_flush >= self.flush_seconds or len(self._buffer) >= 1000 \
+                or any(k.startswith("eval/") for k in row):
+            self.flush()
+
+    def flush(self) -> None:
+        buf, self._buffer = self._buffer, []
+        self._last_flush = time.time()
+        self.log_points(buf)
 
     def log_artifact(self, path: str | os.PathLike) -> None:
+        self.flush()
         p = Path(path)
         if p.is_file():  # the trainer logs config/summary/eval files, finish() logs them too: upload once
             st = p.stat()
@@ -311,7 +336,7 @@ class MlflowTracker(Tracker):
 
     def standard_artifacts(self) -> list[Path]:
         d = self.run_dir
-        files = [d / "config.yaml", d / "error.txt"]
+        files = [d / "config.yaml", d / "error.txt", d / "worker.log"]
         files += sorted((d / "eval").glob("*.jsonl")) + sorted((d / "plots").glob("*"))
         return [f for f in files if f.is_file()]
 
@@ -322,6 +347,7 @@ class MlflowTracker(Tracker):
         return [(k, v, ts, st) for k, v in summary_metrics(summary or {}, self.unit, self.task).items()]
 
     def finish(self, summary: dict, status: str) -> None:
+        self.flush()
         self.finish_with(summary, status, self.summary_points(summary or {}))
 
     def finish_with(self, summary: dict, status: str, points: list) -> None:
@@ -329,6 +355,7 @@ class MlflowTracker(Tracker):
         from mlflow.entities import RunTag
 
         summary = summary or {}
+        self.flush()
         self.log_points(points)
         if summary:
             self.client.log_dict(self.mlflow_run_id, summary, "summary.json")

@@ -151,7 +151,7 @@ class WandbTracker(Tracker):
 
     def standard_artifacts(self) -> list[Path]:
         d = self.run_dir
-        files = [d / "config.yaml", d / "summary.json", d / "error.txt"]
+        files = [d / "config.yaml", d / "summary.json", d / "error.txt", d / "worker.log"]
         files += sorted((d / "eval").glob("*.jsonl")) + sorted((d / "plots").glob("*"))
         return [f for f in files if f.is_file()]
 

@@ -1,0 +1,147 @@
+"""Realistic fake results directories (docs/CONTRACTS.md layout) for the tracking and report
+tests, written without training anything. Imported by tests/test_tracking_*.py and
+tests/test_report*.py (not collected: the name does not start with ``test_``)."""
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from harness.config import config_from_dict, run_id
+from harness.configbase import to_dict
+
+KS = (1, 2, 4, 8)
+STEPS = 8
+SAMPLES_PER_STEP = 128          # 8 prompts x 16 samples
+EVAL_STEPS = (2, 4, 6, 8)
+T0 = 1_790_000_000.0
+
+# (algorithm, seed, eval.n, status). ppo evaluates greedily only (no pass@k / maj@k);
+# rft has a single seed (no interval); ppo seed 2 failed part-way.
+DEFAULT_SPEC = [
+    ("grpo", 0, 8, "finished"), ("grpo", 1, 8, "finished"), ("grpo", 2, 8, "finished"),
+    ("ppo", 0, 0, "finished"), ("ppo", 1, 0, "finished"), ("ppo", 2, 0, "failed"),
+    ("rft", 0, 8, "finished"),
+]
+_LIFT = {"grpo": 0.30, "ppo": 0.22, "rft": 0.15}
+_MEM = {"grpo": 310.0, "ppo": 520.0, "rft": 280.0}
+
+
+def _rng(*key) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def _k_metrics(acc: float, rng) -> dict[str, float]:
+    out = {}
+    for k in KS:
+        out[f"pass@{k}"] = round(min(1.0, 1 - (1 - acc) ** k + rng.uniform(0, 0.01)), 4)
+        out[f"maj@{k}"] = round(min(1.0, acc + 0.02 * np.log2(k) + rng.uniform(0, 0.01)), 4)
+    return out
+
+
+def _eval(acc_arith: float, acc_gsm: float, n: int, rng) -> dict[str, float]:
+    """Keys as evals.runner.evaluate returns them (the trainer logs them as a row and stores
+    them as summary initial_eval / final_eval)."""
+    e = {"eval/arith/acc": round(acc_arith, 4), "eval/arith/answered": 0.97, "eval/arith/truncated": 0.01,
+         "eval/arith/num_problems": 200, "eval/arith/seconds": round(float(rng.uniform(1, 2)), 3),
+         "eval/gsm8k/acc": round(acc_gsm, 4)}
+    if n:
+        e["eval/arith/mean_acc"] = round(acc_arith - 0.01, 4)
+        e.update({f"eval/arith/{m}": v for m, v in _k_metrics(acc_arith, rng).items()})
+    return e
+
+
+def make_run(root: Path, sweep: str, algo: str, seed: int, n: int, status: str = "finished",
+             unit: str = "samples", overrides: dict | None = None) -> Path:
+    """One run directory; ``overrides`` are extra config sections merged in (e.g.
+    ``{"train": {"lr": 1e-5}}`` or ``{"tracking": {"mlflow_uri": ...}}``)."""
+    amount = {"samples": STEPS * SAMPLES_PER_STEP, "steps": STEPS}[unit]
+    data = {"name": sweep, "seed": seed, "output_dir": str(root), "algorithm": algo,
+            "budget": {"unit": unit, "amount": amount, "eval_points": len(EVAL_STEPS)},
+            "eval": {"n": n}, "train": {"prompts_per_step": 8}, "sampling": {"samples_per_prompt": 16}}
+    for section, values in (overrides or {}).items():
+        data[section] = {**data.get(section, {}), **values} if isinstance(values, dict) else values
+    cfg = config_from_dict(data)
+    rid = run_id(cfg)
+    d = Path(root) / sweep / rid
+    (d / "eval").mkdir(parents=True, exist_ok=True)
+    (d / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    rng = _rng(algo, seed)
+    start_rng = _rng("start", seed)            # the starting checkpoint depends on the seed only
+    a0, g0 = 0.40 + start_rng.uniform(-0.03, 0.03), 0.10 + start_rng.uniform(-0.02, 0.02)
+    initial = _eval(a0, g0, n, _rng("start-k", seed))
+    last_step = STEPS if status == "finished" else 3
+    rows, t, secs, toks = [], T0 + 1000 * seed + 100 * list(_LIFT).index(algo), 0.0, 0
+
+    def counters(step):
+        return {"step": step, "samples": step * SAMPLES_PER_STEP, "tokens": toks, "seconds": round(secs, 3),
+                "time": round(t, 3)}
+
+    rows.append({**counters(0), **initial})
+    final = None
+    peak_rss = peak_above = 0.0
+    for step in range(1, last_step + 1):
+        frac = step / STEPS
+        dt = 0.8 + rng.uniform(0, 0.2) + (0.3 if algo == "ppo" else 0.0)
+        secs += dt
+        t += dt
+        toks += int(SAMPLES_PER_STEP * rng.uniform(18, 24))
+        reward = 0.35 + _LIFT[algo] * frac + rng.uniform(-0.03, 0.03)
+        train = {"train/loss": round(float(rng.normal(0, 0.05)), 5), "train/kl": round(0.001 * step, 5),
+                 "train/grad_norm": round(float(rng.uniform(0.2, 1.0)), 4), "train/clip_frac": 0.01,
+                 "rollout/reward_mean": round(reward, 4), "rollout/reward_std": 0.4,
+                 "rollout/len_mean": round(float(rng.uniform(15, 25)), 2)}
+        if algo == "ppo":
+            train["train/value_loss"] = round(float(rng.uniform(0.01, 0.1)), 4)
+        rows.append({**counters(step), **train})
+        if step % 4 == 0 or step == last_step:
+            peak_above = max(peak_above, _MEM[algo] + 10 * seed + step)
+            peak_rss = 900.0 + peak_above
+            rows.append({**counters(step), "perf/peak_rss_mb": peak_rss, "perf/peak_rss_above_base_mb": peak_above,
+                         "perf/rollout_seconds": round(0.6 * secs, 3), "perf/update_seconds": round(0.3 * secs, 3),
+                         "perf/gen_tokens_per_s": round(toks / max(secs, 1e-9), 1)})
+        if step in EVAL_STEPS:
+            acc = a0 + _LIFT[algo] * frac + rng.uniform(-0.02, 0.02)
+            gsm = g0 + 0.3 * _LIFT[algo] * frac + rng.uniform(-0.01, 0.01)
+            e = _eval(acc, gsm, n if step == STEPS else 0, rng)
+            t += 2.0  # evaluation time: wall-clock, not budget
+            rows.append({**counters(step), **e})
+            if step == STEPS:
+                final = e
+    with open(d / "metrics.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    for step, e in ((0, initial), (STEPS, final)):
+        if e is None:
+            continue
+        with open(d / "eval" / f"arith_{step}.jsonl", "w") as f:
+            for i in range(5):
+                f.write(json.dumps({"id": f"arith-{i}", "question": f"{i}+{i}*2", "answer": str(3 * i),
+                                    "greedy": str(3 * i), "greedy_correct": i % 2 == 0,
+                                    "completions": [str(3 * i)] * 2, "correct": [True, i % 3 == 0]}) + "\n")
+    consumed = {"samples": last_step * SAMPLES_PER_STEP, "tokens": toks, "steps": last_step, "seconds": round(secs, 3)}
+    summary = {
+        "run_id": rid, "name": sweep, "algorithm": algo, "seed": seed, "status": status,
+        "budget": {"unit": unit, "amount": amount, "consumed": consumed},
+        "initial_eval": initial, "final_eval": final or {},
+        "peak": {"rss_mb": peak_rss, "rss_above_base_mb": peak_above, "cuda_mb": None},
+        "params": {"policy": 812_416, "reference": 812_416 if algo != "rft" else 0,
+                   "critic": 812_545 if algo == "ppo" else 0},
+        "wall_seconds": round(t - rows[0]["time"] + 3.0, 3),
+        "error": None if status == "finished" else "RuntimeError: fake out-of-memory at step 3",
+        "config": to_dict(cfg),
+    }
+    (d / "summary.json").write_text(json.dumps(summary, indent=2))
+    if status == "failed":
+        (d / "error.txt").write_text("Traceback (most recent call last):\n  ...\n"
+                                     "RuntimeError: fake out-of-memory at step 3\n")
+    return d
+
+
+def make_sweep(root: Path, sweep: str = "demo", spec=DEFAULT_SPEC, unit: str = "samples") -> Path:
+    for algo, seed, n, status in spec:
+        make_run(Path(root), sweep, algo, seed, n, status, unit=unit)
+    return Path(root) / sweep
