@@ -89,26 +89,15 @@ def score(task, problems_rep, rollouts, need_steps: bool):
 
 def evaluate(model, tok, task, cfg: Config, step: int, out_dir: Path, final: bool, perf: PerfTracker) -> dict:
     """Greedy accuracy (and pass@k / maj@k when eval.n > 0) on the held-out problems."""
-    try:
-        from evals.runner import evaluate as run_eval
-    except ImportError:  # TEMPORARY until evals.runner lands
-        run_eval = _greedy_eval
+    from evals.runner import evaluate as run_eval
 
     ec = cfg.eval
     n = ec.n if (final or not ec.final_only_samples) else 0
     max_new = ec.max_new_tokens or cfg.sampling.max_new_tokens
     with perf.phase("eval"):
         return run_eval(model, tok, task, task.eval_problems(), greedy=ec.greedy, n=n, temperature=ec.temperature,
-                        max_new_tokens=max_new, seed=stage_seed(cfg.seed, 10**6 + step),
+                        max_new_tokens=max_new, seed=stage_seed(cfg.seed, 10**6 + step), batch_size=256,
                         out_path=out_dir / "eval" / f"{task.name}_{step}.jsonl")
-
-
-def _greedy_eval(model, tok, task, problems, greedy=True, n=0, temperature=1.0, max_new_tokens=32, seed=0,
-                 out_path=None):
-    ro = sample(model, tok, [task.format_prompt(p) for p in problems], n=1, max_new_tokens=max_new_tokens,
-                greedy=True, offsets=False)
-    acc = float(np.mean([task.is_correct(c, p, f) for c, p, f in zip(ro.completions, problems, ro.finished)]))
-    return {f"eval/{task.name}/acc": acc}
 
 
 def _rng_state() -> dict:
