@@ -1,0 +1,101 @@
+"""Shared helpers of the benchmark scripts (timing statistics, memory, subprocess workers)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def thread_env(threads: int) -> dict:
+    """Environment for a worker process pinned to ``threads`` intra-op threads."""
+    env = dict(os.environ)
+    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[k] = str(threads)
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("HF_DATASETS_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("WANDB_DISABLED", "true")
+    env.setdefault("WANDB_MODE", "disabled")
+    env.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def run_worker(script: str, args: list[str], threads: int, timeout: float, label: str) -> dict:
+    """Run ``python script --worker ... --out F`` in a fresh process; return the JSON it wrote."""
+    with tempfile.TemporaryDirectory(prefix="bench-") as td:
+        out = Path(td) / "result.json"
+        cmd = [sys.executable, script, *args, "--worker-out", str(out)]
+        proc = subprocess.run(cmd, cwd=str(ROOT), env=thread_env(threads), capture_output=True, text=True,
+                              timeout=timeout)
+        if proc.returncode != 0 or not out.exists():
+            tail = (proc.stdout[-2000:] + "\n" + proc.stderr[-4000:]).strip()
+            return {"error": f"{label}: worker exited with {proc.returncode}\n{tail}"}
+        return json.loads(out.read_text())
+
+
+def median(xs) -> float:
+    xs = [x for x in xs if x is not None]
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def loadavg() -> tuple[float, float, float]:
+    try:
+        return tuple(round(x, 2) for x in os.getloadavg())
+    except OSError:
+        return (float("nan"),) * 3
+
+
+def vm_hwm_mb() -> Optional[float]:
+    """Lifetime peak RSS (VmHWM) of this process, when nothing reset it."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def step_problems(task, seed: int, step: int, n: int):
+    """The prompts of step ``step`` (same for every contender)."""
+    return task.sample_train(random.Random(seed * 1_000_003 + step * 7919 + 17), n)
+
+
+def outcome_rewards(task, problems_rep, rollouts):
+    """[B] float rewards: ``task.reward`` of each completion (as the trainer's scorer)."""
+    import torch
+    return torch.tensor([task.reward(c, p, f) for c, p, f in
+                         zip(rollouts.completions, problems_rep, rollouts.finished)], dtype=torch.float32)
+
+
+def stage_seed(seed: int, step: int) -> int:
+    """Sampling seed of step ``step`` (same formula as harness.trainer.stage_seed)."""
+    return (seed * 1_000_003 + step * 7919 + 17) % (2**31 - 1)
+
+
+def fmt(x, spec=".3f") -> str:
+    if x is None or (isinstance(x, float) and x != x):
+        return "-"
+    return format(x, spec)
+
+
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    print(line)
+    print("-" * len(line))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))

@@ -1,0 +1,292 @@
+"""GRPO, PPO and online RFT side by side: seconds per step and peak memory on one policy size.
+
+Method
+------
+* Every algorithm runs in its own fresh worker process (``--worker NAME``) pinned to
+  ``--threads`` torch threads, and uses the real pieces of the trainer: the config from
+  ``harness.config.load_config(None, ["algorithm=NAME", ...])``, the components from
+  ``algorithms.presets.resolve``, ``harness.sampling.sample`` for rollouts and
+  ``harness.learner.Learner`` for the update. As in ``harness.trainer``, the reference model
+  (a frozen copy of the policy) exists only when ``algo.uses_reference`` and the critic
+  (``harness.learner.ValueModel(policy)``, same size as the policy) only when ``algo.critic``.
+* The benchmark model is larger than the default tiny model (default: hidden 384, 10 layers,
+  6 heads, SwiGLU 1152, about 19M parameters; change it with ``--model KEY=VALUE``) so that
+  the model's share of memory dominates; on the 0.87M default model the libraries alone
+  (~350-460 MiB of RSS) would hide it. Random init, same seed in every worker.
+* Memory: PerfTracker's baseline (RSS right after the imports, before any model exists),
+  the peak RSS over all phases (model construction included) and the peak above that
+  baseline, which is the figure compared between algorithms. Parameter memory is also
+  printed: policy, reference, critic, gradients and optimizer states (AdamW keeps two fp32
+  tensors per parameter, allocated at the first optimizer step).
+* Rewards: a random-init model never solves an arith problem, and online RFT learns only
+  from correct samples (it would skip its update and never allocate optimizer state), so by
+  default (``--reward synthetic``) the first ceil(G/4) completions of every group are scored
+  1 and the rest 0. Every algorithm then runs its full update path. ``--reward task`` uses the
+  task's reward instead.
+* Timing: ``--warmup`` untimed steps, then ``--steps`` timed steps; seconds per step is the
+  median over timed steps (and over rounds with ``--rounds``; algorithm order rotates each
+  round). The machine may be shared, so the load average is printed.
+
+Run:  python bench/algorithms.py [--prompts 8 --group 8 --steps 3 --json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# run as `python bench/x.py`, sys.path[0] is bench/, where algorithms.py would shadow the package
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench._common import fmt, loadavg, median, print_table, run_worker, step_problems  # noqa: E402
+
+ALGOS = ("grpo", "ppo", "rft")
+TARGET = 0.6  # GRPO's peak above baseline <= 0.6 x PPO's
+DEFAULT_MODEL = ["hidden_size=384", "num_layers=10", "num_heads=6", "intermediate_size=1152", "max_length=128"]
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--algorithms", default=",".join(ALGOS), help="comma-separated algorithm names")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds (one process per algorithm each)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps per process")
+    ap.add_argument("--steps", type=int, default=2, help="timed steps per process")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    ap.add_argument("--group", type=int, default=8, help="G: completions per prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--micro-batch", type=int, default=64)
+    ap.add_argument("--model", action="append", default=None, metavar="KEY=VALUE",
+                    help=f"ModelConfig field of the benchmark model (default: {' '.join(DEFAULT_MODEL)})")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra config override for every algorithm, e.g. --set train.inner_epochs=2")
+    ap.add_argument("--reward", choices=("synthetic", "task"), default="synthetic")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--json", metavar="OUT", help="also write the figures to this JSON file")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def model_overrides(a) -> list[str]:
+    kv = DEFAULT_MODEL if a.model is None else a.model
+    base = {k.split("=", 1)[0]: k for k in DEFAULT_MODEL}
+    for item in kv:
+        base[item.split("=", 1)[0]] = item
+    return [f"model.{v}" for v in base.values()]
+
+
+def overrides(a, name: str) -> list[str]:
+    return [f"algorithm={name}", f"sampling.samples_per_prompt={a.group}",
+            f"sampling.max_new_tokens={a.max_new_tokens}", f"train.prompts_per_step={a.prompts}",
+            f"train.micro_batch_size={a.micro_batch}", f"train.threads={a.threads}", f"seed={a.seed}",
+            "device=cpu", *model_overrides(a), *a.set]
+
+
+def _mb(nbytes: int) -> float:
+    return nbytes / 2**20
+
+
+def _tensor_bytes(obj) -> int:
+    import torch
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+def worker(a) -> dict:
+    import copy
+
+    import torch
+    import transformers  # noqa: F401  (library share goes into the baseline)
+    from transformers import LlamaForCausalLM  # noqa: F401
+
+    from algorithms.presets import resolve
+    from evals.tasks import get_task
+    from harness.config import load_config
+    from harness.learner import Learner, ValueModel
+    from harness.models import build_char_tokenizer, build_tiny_model, num_params, param_bytes
+    from harness.perf import PerfTracker
+    from harness.sampling import sample
+    from bench._common import outcome_rewards, stage_seed
+
+    torch.set_num_threads(a.threads)
+    perf = PerfTracker(torch.device("cpu"))  # baseline: after imports, before any model
+    cfg = load_config(None, overrides(a, a.worker))
+    algo = resolve(cfg.algorithm)
+    task = get_task(cfg.task)
+    G = cfg.sampling.samples_per_prompt
+    torch.manual_seed(cfg.seed)
+    with perf.phase("load"):
+        tok = build_char_tokenizer()
+        policy = build_tiny_model(cfg.model, tok, seed=cfg.seed)
+        reference = copy.deepcopy(policy).eval().requires_grad_(False) if algo.uses_reference else None
+        critic = ValueModel(policy) if algo.critic else None
+    learner = Learner(policy, algo, cfg, torch.device("cpu"), perf, reference=reference, critic=critic)
+    perf.pop_seconds()
+    n_pos = max(1, math.ceil(G / 4))
+    steps = []
+    for k in range(a.warmup + a.steps):
+        problems = step_problems(task, cfg.seed, k, cfg.train.prompts_per_step)
+        t0 = time.perf_counter()
+        with perf.phase("generate"):
+            ro = sample(policy, tok, [task.format_prompt(p) for p in problems], n=G,
+                        max_new_tokens=cfg.sampling.max_new_tokens, temperature=cfg.sampling.temperature,
+                        seed=stage_seed(cfg.seed, k), offsets=False)
+        reps = [p for p in problems for _ in range(G)]
+        with perf.phase("score"):
+            rewards, step_rewards = outcome_rewards(task, reps, ro), []
+            if a.reward == "synthetic":
+                rewards = torch.tensor([1.0 if i % G < n_pos else 0.0 for i in range(len(reps))])
+        torch.manual_seed(stage_seed(cfg.seed, k))
+        m = learner.step(ro, rewards, step_rewards, k)
+        dt = time.perf_counter() - t0
+        steps.append({"seconds": dt, "phases": perf.pop_seconds(), "tokens": ro.num_tokens,
+                      "sequences": ro.num_sequences, "kept_fraction": m.get("train/kept_fraction"),
+                      "skipped": bool(m.get("train/skipped", 0.0))})
+    s = perf.summary()
+    grads = sum(_tensor_bytes(p.grad) for mdl in (policy, critic) if mdl is not None for p in mdl.parameters())
+    return {
+        "algorithm": a.worker, "resolved": {k: getattr(algo, k) for k in ("advantage", "policy_loss", "kl_placement",
+                                                                         "kl_coef", "filter", "critic")},
+        "uses_reference": algo.uses_reference, "steps": steps[a.warmup:], "warmup_steps": steps[:a.warmup],
+        "baseline_rss_mb": s["perf/baseline_rss_mb"], "peak_rss_mb": s["perf/peak_rss_mb"],
+        "peak_above_base_mb": s["perf/peak_rss_above_base_mb"],
+        "phase_peak_above_base_mb": {k.split("/")[-1]: v for k, v in s.items()
+                                     if k.startswith("perf/peak_rss_above_base_mb/")},
+        "params": {"policy": num_params(policy), "reference": num_params(reference) if reference is not None else 0,
+                   "critic": num_params(critic) if critic is not None else 0},
+        "param_mb": {"policy": _mb(param_bytes(policy)),
+                     "reference": _mb(param_bytes(reference)) if reference is not None else 0.0,
+                     "critic": _mb(param_bytes(critic)) if critic is not None else 0.0,
+                     "grads": _mb(grads),
+                     "optimizer": _mb(_tensor_bytes(learner.opt.state_dict()["state"])
+                                      + (_tensor_bytes(learner.critic_opt.state_dict()["state"])
+                                         if learner.critic_opt is not None else 0))},
+        "threads": torch.get_num_threads(),
+    }
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a.worker:
+        res = worker(a)
+        res["loadavg_end"] = loadavg()
+        Path(a.worker_out).write_text(json.dumps(res))
+        return 0
+
+    from harness.config import load_config
+    from harness.models import build_char_tokenizer, build_tiny_model, num_params
+
+    names = [n.strip() for n in a.algorithms.split(",") if n.strip()]
+    mcfg = load_config(None, model_overrides(a)).model
+    n_params = num_params(build_tiny_model(mcfg, build_char_tokenizer(), seed=a.seed))
+    la0 = loadavg()
+    print(f"# Algorithms benchmark: {', '.join(names)} | model {n_params / 1e6:.2f}M params (hidden {mcfg.hidden_size}, "
+          f"layers {mcfg.num_layers}, heads {mcfg.num_heads}, inter {mcfg.intermediate_size}), random init, fp32 CPU")
+    print(f"# {a.prompts} prompts x G={a.group} = {a.prompts * a.group} completions/step, {a.max_new_tokens} new "
+          f"tokens, micro-batch {a.micro_batch}, threads={a.threads}, reward={a.reward}, extra: {a.set or '-'}")
+    print(f"# {a.rounds} round(s) x ({a.warmup} warm-up + {a.steps} timed steps), one fresh process per algorithm | "
+          f"loadavg at start {la0} on {os.cpu_count()} CPUs", flush=True)
+    common = ["--threads", str(a.threads), "--prompts", str(a.prompts), "--group", str(a.group),
+              "--max-new-tokens", str(a.max_new_tokens), "--micro-batch", str(a.micro_batch),
+              "--reward", a.reward, "--seed", str(a.seed), "--warmup", str(a.warmup), "--steps", str(a.steps)]
+    for kv in (a.model if a.model is not None else []):
+        common += ["--model", kv]
+    for kv in a.set:
+        common += ["--set", kv]
+    results: dict[str, list[dict]] = {n: [] for n in names}
+    errors, loads = [], [la0]
+    for r in range(a.rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for n in order:
+            t0 = time.time()
+            res = run_worker(__file__, ["--worker", n, *common], a.threads, a.timeout, n)
+            la = loadavg()
+            loads.append(la)
+            if "error" in res:
+                errors.append(res["error"])
+                print(f"  round {r + 1} {n}: FAILED ({res['error'].splitlines()[0]})", flush=True)
+                continue
+            results[n].append(res)
+            print(f"  round {r + 1} {n:5s}: median {median([s['seconds'] for s in res['steps']]):.3f} s/step, "
+                  f"peak RSS {res['peak_rss_mb']:.0f} MiB ({res['peak_above_base_mb']:.0f} above base "
+                  f"{res['baseline_rss_mb']:.0f}), process wall {time.time() - t0:.0f} s, loadavg {la}", flush=True)
+
+    summ = {}
+    for n, rs in results.items():
+        if not rs:
+            continue
+        steps = [s for r in rs for s in r["steps"]]
+        phases = sorted({p for s in steps for p in s["phases"]})
+        summ[n] = {
+            "median_step_seconds": median([s["seconds"] for s in steps]),
+            "phase_median_seconds": {p: median([s["phases"].get(p, 0.0) for s in steps]) for p in phases},
+            "median_peak_rss_mb": median([r["peak_rss_mb"] for r in rs]),
+            "median_peak_above_base_mb": median([r["peak_above_base_mb"] for r in rs]),
+            "median_baseline_rss_mb": median([r["baseline_rss_mb"] for r in rs]),
+            "param_mb": rs[0]["param_mb"], "params": rs[0]["params"], "resolved": rs[0]["resolved"],
+            "skipped_steps": sum(s["skipped"] for s in steps),
+            "kept_fraction": median([s["kept_fraction"] for s in steps]),
+        }
+    print()
+    if summ:
+        print_table(
+            ["algorithm", "s/step", "generate", "ref", "critic", "policy f+b+opt", "peak RSS MiB", "base",
+             "above base", "kept"],
+            [[n, fmt(s["median_step_seconds"]), fmt(s["phase_median_seconds"].get("generate")),
+              fmt(s["phase_median_seconds"].get("reference")),
+              fmt(sum(v for p, v in s["phase_median_seconds"].items() if p.startswith("critic"))),
+              fmt(sum(s["phase_median_seconds"].get(p, 0.0) for p in ("old_logprobs", "policy_forward", "backward",
+                                                                       "optimizer"))),
+              fmt(s["median_peak_rss_mb"], ".0f"), fmt(s["median_baseline_rss_mb"], ".0f"),
+              fmt(s["median_peak_above_base_mb"], ".0f"), fmt(s["kept_fraction"], ".2f")]
+             for n, s in summ.items()])
+        print("\nparameter memory (MiB, fp32):")
+        print_table(["algorithm", "policy", "reference", "critic", "grads", "optimizer states", "sum",
+                     "params (policy/ref/critic)"],
+                    [[n, *(fmt(s["param_mb"][k], ".1f") for k in ("policy", "reference", "critic", "grads",
+                                                                  "optimizer")),
+                      fmt(sum(s["param_mb"].values()), ".1f"),
+                      "/".join(f"{s['params'][k] / 1e6:.2f}M" for k in ("policy", "reference", "critic"))]
+                     for n, s in summ.items()])
+        for n, s in summ.items():
+            ph = ", ".join(f"{p} {v:.3f}" for p, v in sorted(s["phase_median_seconds"].items(), key=lambda kv: -kv[1])
+                           if v > 0)
+            print(f"  {n} phases (median s): {ph}")
+    out = {"settings": {k: v for k, v in vars(a).items() if k not in ("worker", "worker_out")},
+           "model_params": n_params, "model_overrides": model_overrides(a), "loadavg": loads, "summary": summ,
+           "raw": results, "errors": errors}
+    if "grpo" in summ and "ppo" in summ:
+        ratio = summ["grpo"]["median_peak_above_base_mb"] / summ["ppo"]["median_peak_above_base_mb"]
+        out["grpo_over_ppo_peak_above_base"] = ratio
+        out["target"] = TARGET
+        print(f"\nGRPO/PPO peak above baseline: {ratio:.3f}   target: GRPO's peak above baseline <= {TARGET}x PPO's "
+              f"-> {'met' if ratio <= TARGET else 'not met'}")
+        print(f"GRPO/PPO peak RSS (absolute): {summ['grpo']['median_peak_rss_mb'] / summ['ppo']['median_peak_rss_mb']:.3f}"
+              f"; GRPO/PPO s/step: {summ['grpo']['median_step_seconds'] / summ['ppo']['median_step_seconds']:.3f}")
+    print(f"loadavg at end {loadavg()} (all samples: {loads})")
+    for e in errors:
+        print("\nERROR:", e)
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(out, indent=1, default=str))
+        print(f"wrote {a.json}")
+    return 0 if not errors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

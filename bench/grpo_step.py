@@ -1,0 +1,409 @@
+"""Seconds per GRPO step: grpo-harness vs TRL's ``GRPOTrainer`` on the same model and settings.
+
+Method
+------
+1. The parent process builds the default-config policy (``harness.config.ModelConfig()``: a
+   0.87M-parameter Llama with the character tokenizer, random init, seed 0) and saves it with
+   ``harness.models.save_policy`` to a temporary directory. Both contenders load *that*
+   directory, so they start from identical weights.
+2. Each measurement is a fresh worker process (``--worker ours|trl``) pinned to ``--threads``
+   torch threads (also OMP/MKL env vars). A worker runs ``--warmup`` steps, then ``--steps``
+   timed steps, and writes per-step figures as JSON. Contenders alternate within a round and
+   the order flips every round (ours,trl / trl,ours / ...), so slow drifts of the shared
+   machine's load hit both alike. Reported figures are medians over all timed steps of all
+   rounds; the ratio is also given per round (paired) and as the median of those.
+3. Equal settings: G = 8 completions for each of 16 prompts (128 sequences) per step, 24 new
+   tokens, temperature 1, beta = 0.04 (k3 KL in the loss, reference = frozen copy),
+   eps = 0.2, one optimizer step per generation batch (TRL: num_iterations=1,
+   per_device_train_batch_size=64 x gradient_accumulation_steps=2 = steps_per_generation=2,
+   like our micro_batch_size=64), AdamW (torch, betas 0.9/0.99, no weight decay), constant
+   lr, grad-norm clip 1.0, no gradient checkpointing, fp32 on CPU, sequence-mean-token-mean
+   aggregation (TRL ``loss_type="grpo"``), group-std advantage scaling. Prompts: the arith
+   task's training problems (same problems in the same order for both); reward = ``task.reward``.
+   TRL is given ``min_new_tokens = max_new_tokens``; our sampler has no such knob, but it
+   decodes until every sequence has hit EOS, and a random-init model almost never does that
+   for all 128 sequences, so both run all 24 decode steps (the token counts are printed).
+4. Phases. Ours: the trainer's PerfTracker phases (generate, score, reference,
+   policy_forward, backward, optimizer); the step is timed around sampling + scoring +
+   ``Learner.step``, exactly as ``harness.trainer`` does. TRL: the step is the time between
+   consecutive ``on_step_end`` callbacks; generate = ``GRPOTrainer._generate`` (tokenize +
+   ``model.generate`` + decode), reference = ``_get_per_token_logps_and_entropies`` on the
+   reference model, score+other = the rest of ``_generate_and_score_completions``,
+   policy_forward = ``compute_loss``, backward = ``accelerator.backward``, optimizer = from the
+   last backward to ``on_optimizer_step`` (grad clip + AdamW step, as in ours), other = rest.
+5. Memory: peak RSS of the worker (ours: PerfTracker peak over phases, load included; TRL:
+   VmHWM) and the same above the worker's RSS right after its imports.
+
+Run:  python bench/grpo_step.py [--rounds 3 --warmup 2 --steps 8 --threads 2 --json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# run as `python bench/x.py`, sys.path[0] is bench/, where algorithms.py would shadow the package
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench._common import fmt, loadavg, median, print_table, run_worker, step_problems, vm_hwm_mb  # noqa: E402
+
+TARGET_RATIO = 0.5
+PHASES_OURS = ("generate", "score", "reference", "policy_forward", "backward", "optimizer")
+PHASES_TRL = ("generate", "score+other", "reference", "policy_forward", "backward", "optimizer", "other")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (one process per contender each)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps at the start of every process")
+    ap.add_argument("--steps", type=int, default=8, help="timed steps per process")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads in every worker")
+    ap.add_argument("--prompts", type=int, default=16, help="prompts per step")
+    ap.add_argument("--group", type=int, default=8, help="G: completions per prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--micro-batch", type=int, default=64, help="sequences per forward/backward (both)")
+    ap.add_argument("--beta", type=float, default=0.04)
+    ap.add_argument("--eps", type=float, default=0.2)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", action="append", default=[], metavar="KEY=VALUE",
+                    help="ModelConfig override for the benchmark model, e.g. --model hidden_size=256")
+    ap.add_argument("--only", choices=("ours", "trl"), help="run one contender only")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per worker process")
+    ap.add_argument("--json", metavar="OUT", help="also write the figures to this JSON file")
+    # internal
+    ap.add_argument("--worker", choices=("ours", "trl"), help=argparse.SUPPRESS)
+    ap.add_argument("--model-dir", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------------------------
+# workers
+# ----------------------------------------------------------------------------------------------
+def _overrides(a) -> list[str]:
+    return ["algorithm=grpo", f"algorithm.kl_coef={a.beta}", f"algorithm.clip_eps={a.eps}",
+            f"sampling.samples_per_prompt={a.group}", f"sampling.max_new_tokens={a.max_new_tokens}",
+            f"sampling.temperature={a.temperature}", f"train.prompts_per_step={a.prompts}",
+            f"train.micro_batch_size={a.micro_batch}", f"train.lr={a.lr}", f"train.threads={a.threads}",
+            f"seed={a.seed}", "device=cpu"]
+
+
+def worker_ours(a) -> dict:
+    import copy
+
+    import torch
+
+    from algorithms.presets import resolve
+    from evals.tasks import get_task
+    from harness.config import load_config
+    from harness.learner import Learner
+    from harness.models import load_policy, num_params
+    from harness.perf import PerfTracker
+    from harness.sampling import sample
+    from bench._common import outcome_rewards, stage_seed
+
+    import transformers  # noqa: F401  (imported before the baseline, as in the TRL worker)
+    from transformers import LlamaForCausalLM  # noqa: F401
+
+    torch.set_num_threads(a.threads)
+    perf = PerfTracker(torch.device("cpu"))  # baseline RSS: right after the imports
+    cfg = load_config(None, _overrides(a))
+    algo = resolve(cfg.algorithm)
+    task = get_task(cfg.task)
+    torch.manual_seed(cfg.seed)
+    with perf.phase("load"):
+        policy, tok = load_policy(a.model_dir)
+        reference = copy.deepcopy(policy).eval().requires_grad_(False) if algo.uses_reference else None
+    learner = Learner(policy, algo, cfg, torch.device("cpu"), perf, reference=reference)
+    perf.pop_seconds()
+    steps = []
+    for k in range(a.warmup + a.steps):
+        problems = step_problems(task, a.seed, k, a.prompts)
+        t0 = time.perf_counter()
+        with perf.phase("generate"):
+            ro = sample(policy, tok, [task.format_prompt(p) for p in problems], n=a.group,
+                        max_new_tokens=a.max_new_tokens, temperature=a.temperature,
+                        seed=stage_seed(cfg.seed, k), offsets=False)
+        reps = [p for p in problems for _ in range(a.group)]
+        with perf.phase("score"):
+            rewards, step_rewards = outcome_rewards(task, reps, ro), []
+        torch.manual_seed(stage_seed(cfg.seed, k))
+        learner.step(ro, rewards, step_rewards, k)
+        dt = time.perf_counter() - t0
+        secs = perf.pop_seconds()
+        steps.append({"seconds": dt, "phases": secs, "tokens": ro.num_tokens,
+                      "decode_steps": int(ro.completion_ids.shape[1]), "sequences": ro.num_sequences,
+                      "reward_mean": rewards.mean().item()})
+    s = perf.summary()
+    return {"contender": "ours", "steps": steps[a.warmup:], "warmup_steps": steps[:a.warmup],
+            "baseline_rss_mb": s["perf/baseline_rss_mb"], "peak_rss_mb": s["perf/peak_rss_mb"],
+            "params": num_params(policy), "threads": torch.get_num_threads()}
+
+
+def worker_trl(a) -> dict:
+    import torch
+
+    torch.set_num_threads(a.threads)
+    import datasets  # noqa: F401
+    import trl
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from evals.tasks import get_task
+    from harness.config import TaskConfig
+    from harness.perf import rss_mb
+
+    datasets.disable_progress_bars()
+    baseline = rss_mb()
+    task = get_task(TaskConfig())
+    n_steps = a.warmup + a.steps
+    problems = [p for k in range(n_steps) for p in step_problems(task, a.seed, k, a.prompts)]
+    ds = datasets.Dataset.from_dict({"prompt": [task.format_prompt(p) for p in problems],
+                                     "pid": list(range(len(problems)))})
+    tok = AutoTokenizer.from_pretrained(a.model_dir, local_files_only=True)
+    tok.padding_side = "left"
+    eos = tok.eos_token_id
+    gen_tokens: list[int] = []
+
+    def arith_reward(prompts, completions, completion_ids, pid, **kw):
+        gen_tokens.append(sum(len(c) for c in completion_ids))
+        return [task.reward(c, problems[i], bool(ids) and ids[-1] == eos)
+                for c, i, ids in zip(completions, pid, completion_ids)]
+
+    B = a.prompts * a.group
+    accum = max(1, B // a.micro_batch)
+    wanted = dict(
+        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), report_to="none", save_strategy="no",
+        logging_strategy="no", logging_steps=10**9, disable_tqdm=True, use_cpu=True, bf16=False, fp16=False,
+        use_vllm=False, gradient_checkpointing=False, max_steps=n_steps, learning_rate=a.lr,
+        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.99,
+        optim="adamw_torch", max_grad_norm=1.0, per_device_train_batch_size=B // accum,
+        gradient_accumulation_steps=accum, steps_per_generation=accum, num_iterations=1,
+        num_generations=a.group, max_completion_length=a.max_new_tokens, temperature=a.temperature,
+        top_p=1.0, top_k=0, beta=a.beta, epsilon=a.eps, loss_type="grpo", scale_rewards="group",
+        mask_truncated_completions=False, shuffle_dataset=False, seed=a.seed, dataloader_num_workers=0,
+        dataloader_pin_memory=False, remove_unused_columns=False, log_completions=False,
+        generation_kwargs={"min_new_tokens": a.max_new_tokens}, disable_dropout=True,
+    )
+    import inspect
+    params = inspect.signature(GRPOConfig).parameters
+    dropped = sorted(k for k in wanted if k not in params)
+    args = GRPOConfig(**{k: v for k, v in wanted.items() if k in params})
+
+    T: dict[str, float] = defaultdict(float)
+    marks = {"last_backward_end": None}
+
+    trainer = GRPOTrainer(model=a.model_dir, reward_funcs=arith_reward, args=args, train_dataset=ds,
+                          processing_class=tok)
+
+    def timed(obj, name, key, when=None, after=None):
+        orig = getattr(obj, name)
+
+        def wrapper(*args_, **kw):
+            t0 = time.perf_counter()
+            try:
+                return orig(*args_, **kw)
+            finally:
+                t1 = time.perf_counter()
+                if when is None or when(args_, kw):
+                    T[key] += t1 - t0
+                if after is not None:
+                    after(t1)
+        setattr(obj, name, wrapper)
+
+    ref = getattr(trainer, "ref_model", None)
+    timed(trainer, "_generate", "generate")
+    timed(trainer, "_generate_and_score_completions", "_gen_and_score")
+    timed(trainer, "_get_per_token_logps_and_entropies", "reference",
+          when=lambda args_, kw: ref is not None and (args_[0] if args_ else kw.get("model")) is ref)
+    timed(trainer, "compute_loss", "policy_forward")
+    shapes: list = []
+    orig_cl = trainer.compute_loss
+
+    def compute_loss_probe(model_, inputs, *args_, **kw):
+        if not shapes:
+            shapes.append([list(inputs["prompt_ids"].shape), list(inputs["completion_ids"].shape)])
+        return orig_cl(model_, inputs, *args_, **kw)
+    trainer.compute_loss = compute_loss_probe
+    timed(trainer.accelerator, "backward", "backward", after=lambda t: marks.__setitem__("last_backward_end", t))
+
+    steps: list[dict] = []
+    state = {"t": None}
+
+    class StepTimer(TrainerCallback):
+        def on_train_begin(self, args_, st, control, **kw):
+            state["t"] = time.perf_counter()
+
+        def on_optimizer_step(self, args_, st, control, **kw):
+            if marks["last_backward_end"] is not None:
+                T["optimizer"] += time.perf_counter() - marks["last_backward_end"]
+
+        def on_step_end(self, args_, st, control, **kw):
+            now = time.perf_counter()
+            total = now - state["t"]
+            ph = dict(T)
+            gs = ph.pop("_gen_and_score", 0.0)
+            ph["score+other"] = max(gs - ph.get("generate", 0.0) - ph.get("reference", 0.0), 0.0)
+            ph["other"] = max(total - gs - ph.get("policy_forward", 0.0) - ph.get("backward", 0.0)
+                              - ph.get("optimizer", 0.0), 0.0)
+            steps.append({"seconds": total, "phases": ph,
+                          "tokens": gen_tokens[-1] if gen_tokens else None,
+                          "decode_steps": a.max_new_tokens, "sequences": B})
+            T.clear()
+            marks["last_backward_end"] = None
+            state["t"] = time.perf_counter()
+
+    trainer.add_callback(StepTimer())
+    trainer.train()
+    model = trainer.model
+    return {"contender": "trl", "trl_version": trl.__version__, "steps": steps[a.warmup:],
+            "warmup_steps": steps[:a.warmup], "baseline_rss_mb": baseline, "peak_rss_mb": vm_hwm_mb(),
+            "params": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
+            "dropped_config_fields": dropped, "has_reference": ref is not None,
+            "accumulation": accum, "per_device_batch": B // accum, "loss_input_shapes": shapes,
+            "gradient_checkpointing": bool(getattr(model, "is_gradient_checkpointing", False)),
+            "attn_implementation": getattr(model.config, "_attn_implementation", None), "dtype": str(model.dtype)}
+
+
+# ----------------------------------------------------------------------------------------------
+# parent
+# ----------------------------------------------------------------------------------------------
+def summarize(results: list[dict], phases) -> dict:
+    steps = [s for r in results for s in r["steps"]]
+    gen = [s["phases"].get("generate") for s in steps]
+    toks = [s["tokens"] / s["phases"]["generate"] for s in steps
+            if s.get("tokens") and s["phases"].get("generate")]
+    return {
+        "median_step_seconds": median([s["seconds"] for s in steps]),
+        "phase_median_seconds": {p: median([s["phases"].get(p, 0.0) for s in steps]) for p in phases},
+        "median_gen_tokens_per_s": median(toks),
+        "median_tokens_per_step": median([s.get("tokens") for s in steps]),
+        "median_peak_rss_mb": median([r["peak_rss_mb"] for r in results]),
+        "median_peak_above_base_mb": median([r["peak_rss_mb"] - r["baseline_rss_mb"] for r in results]),
+        "median_baseline_rss_mb": median([r["baseline_rss_mb"] for r in results]),
+        "round_median_step_seconds": [median([s["seconds"] for s in r["steps"]]) for r in results],
+        "timed_steps": len(steps),
+        "median_generate_seconds": median(gen),
+    }
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a.worker:
+        res = (worker_ours if a.worker == "ours" else worker_trl)(a)
+        res["loadavg_end"] = loadavg()
+        Path(a.worker_out).write_text(json.dumps(res))
+        return 0
+
+    import torch
+
+    from harness.config import ModelConfig, load_config
+    from harness.models import build_char_tokenizer, build_tiny_model, num_params, save_policy
+
+    mcfg = load_config(None, [f"model.{kv}" for kv in a.model]).model if a.model else ModelConfig()
+    tok = build_char_tokenizer()
+    model = build_tiny_model(mcfg, tok, seed=a.seed)
+    n_params = num_params(model)
+    la0 = loadavg()
+    print(f"# GRPO step benchmark: ours (grpo-harness) vs TRL GRPOTrainer | model {n_params / 1e6:.2f}M params "
+          f"(hidden {mcfg.hidden_size}, layers {mcfg.num_layers}, heads {mcfg.num_heads}, "
+          f"inter {mcfg.intermediate_size}), random init")
+    print(f"# G={a.group} x {a.prompts} prompts = {a.group * a.prompts} completions/step, {a.max_new_tokens} new "
+          f"tokens, beta={a.beta}, eps={a.eps}, lr={a.lr}, T={a.temperature}, micro-batch {a.micro_batch}, "
+          f"threads={a.threads}, torch {torch.__version__}")
+    print(f"# {a.rounds} rounds x ({a.warmup} warm-up + {a.steps} timed steps) per contender, alternating, "
+          f"fresh process each | loadavg at start {la0} on {os.cpu_count()} CPUs", flush=True)
+
+    contenders = [a.only] if a.only else ["ours", "trl"]
+    results: dict[str, list[dict]] = {c: [] for c in contenders}
+    errors: list[str] = []
+    loads = [la0]
+    with tempfile.TemporaryDirectory(prefix="grpo-bench-model-") as mdir:
+        save_policy(model, tok, mdir)
+        del model
+        common = ["--model-dir", mdir, "--threads", str(a.threads), "--prompts", str(a.prompts),
+                  "--group", str(a.group), "--max-new-tokens", str(a.max_new_tokens),
+                  "--micro-batch", str(a.micro_batch), "--beta", str(a.beta), "--eps", str(a.eps),
+                  "--lr", str(a.lr), "--temperature", str(a.temperature), "--seed", str(a.seed),
+                  "--warmup", str(a.warmup), "--steps", str(a.steps)]
+        for r in range(a.rounds):
+            order = contenders if r % 2 == 0 else contenders[::-1]
+            for c in order:
+                t0 = time.time()
+                res = run_worker(__file__, ["--worker", c, *common], a.threads, a.timeout, c)
+                la = loadavg()
+                loads.append(la)
+                if "error" in res:
+                    errors.append(res["error"])
+                    print(f"  round {r + 1} {c}: FAILED ({res['error'].splitlines()[0]})", flush=True)
+                    continue
+                res["round"] = r
+                results[c].append(res)
+                st = [s["seconds"] for s in res["steps"]]
+                print(f"  round {r + 1} {c:4s}: median {median(st):.3f} s/step over {len(st)} steps, "
+                      f"peak RSS {res['peak_rss_mb']:.0f} MiB, process wall {time.time() - t0:.0f} s, "
+                      f"loadavg {la}", flush=True)
+
+    summ = {c: summarize(v, PHASES_OURS if c == "ours" else PHASES_TRL) for c, v in results.items() if v}
+    print()
+    headers = ["contender", "s/step", "generate", "reference", "policy_fwd", "backward", "optimizer",
+               "score/other", "gen tok/s", "tok/step", "peak RSS MiB", "above base"]
+    rows = []
+    for c, s in summ.items():
+        ph = s["phase_median_seconds"]
+        other = ph.get("score", 0.0) if c == "ours" else ph.get("score+other", 0.0) + ph.get("other", 0.0)
+        rows.append([c if c == "ours" else f"trl {results['trl'][0].get('trl_version', '')}",
+                     fmt(s["median_step_seconds"]), fmt(ph.get("generate")), fmt(ph.get("reference")),
+                     fmt(ph.get("policy_forward")), fmt(ph.get("backward")), fmt(ph.get("optimizer")), fmt(other),
+                     fmt(s["median_gen_tokens_per_s"], ".0f"), fmt(s["median_tokens_per_step"], ".0f"),
+                     fmt(s["median_peak_rss_mb"], ".0f"), fmt(s["median_peak_above_base_mb"], ".0f")])
+    if rows:
+        print_table(headers, rows)
+        print("(medians over all timed steps of all rounds; phase columns are per-phase medians, so they need not "
+              "add up to s/step)")
+    for c, s in summ.items():
+        tot = sum(s["phase_median_seconds"].values()) or 1.0
+        share = ", ".join(f"{p} {100 * v / tot:.0f}%" for p, v in sorted(s["phase_median_seconds"].items(),
+                                                                         key=lambda kv: -kv[1]) if v > 0)
+        print(f"  {c} phase shares: {share}")
+    out = {"settings": {k: v for k, v in vars(a).items() if k not in ("worker", "model_dir", "worker_out")},
+           "model_params": n_params, "model_config": dataclasses.asdict(mcfg),
+           "loadavg": loads, "summary": summ, "raw": results, "errors": errors}
+    if "ours" in summ and "trl" in summ:
+        ratio = summ["ours"]["median_step_seconds"] / summ["trl"]["median_step_seconds"]
+        paired = [o / t for o, t in zip(summ["ours"]["round_median_step_seconds"],
+                                        summ["trl"]["round_median_step_seconds"])]
+        out["ratio_ours_over_trl"] = ratio
+        out["ratio_per_round"] = paired
+        out["target_ratio"] = TARGET_RATIO
+        print(f"\nratio ours/TRL seconds per step: {ratio:.3f} (per round: {', '.join(f'{x:.3f}' for x in paired)}; "
+              f"median {median(paired):.3f})   target: at most {TARGET_RATIO}x TRL's s/step -> "
+              f"{'met' if ratio <= TARGET_RATIO else 'not met'}")
+        gr = summ["ours"]["median_gen_tokens_per_s"] / summ["trl"]["median_gen_tokens_per_s"]
+        print(f"generation throughput ours/TRL: {gr:.2f}x")
+        if results["trl"] and results["trl"][0].get("dropped_config_fields"):
+            print(f"(TRL GRPOConfig lacks: {results['trl'][0]['dropped_config_fields']})")
+    print(f"loadavg at end {loadavg()} (all samples: {loads})")
+    for e in errors:
+        print("\nERROR:", e)
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(out, indent=1, default=str))
+        print(f"wrote {a.json}")
+    return 0 if not errors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
