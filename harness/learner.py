@@ -101,6 +101,20 @@ class Learner:
         self.temperature = cfg.sampling.temperature
         self.updates = 0
 
+    def init_optimizer_from(self, path: str) -> None:
+        """Adopt a checkpoint's Adam second moments (and step counts); zero the first moments."""
+        state = torch.load(path, weights_only=False)
+        params = list(self.policy.parameters())
+        saved = state.get("state", {})
+        if len(saved) != len(params):
+            raise ValueError(f"optimizer state in {path} has {len(saved)} entries for {len(params)} parameters")
+        for i, p in enumerate(params):
+            st = saved[i]
+            if st["exp_avg_sq"].shape != p.shape:
+                raise ValueError(f"optimizer state in {path} does not match parameter {i} ({tuple(p.shape)})")
+            self.opt.state[p] = {"step": st["step"].clone() if torch.is_tensor(st["step"]) else torch.tensor(float(st["step"])),
+                                 "exp_avg": torch.zeros_like(p), "exp_avg_sq": st["exp_avg_sq"].to(p.device).clone()}
+
     # ------------------------------------------------------------------
     def _lr_scale(self, step: int) -> float:
         w = self.cfg.train.lr_warmup_steps

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from algorithms.presets import resolve
+from evals.prm import make_prm
 from evals.tasks import get_task
 from harness.config import Config, run_id, save_config
 from harness.configbase import to_dict
@@ -77,13 +78,15 @@ def flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def score(task, problems_rep, rollouts, need_steps: bool):
+def score(task, problems_rep, rollouts, prm=None):
+    """Outcome rewards [B]; with a process reward model, also each sequence's
+    (step reward, token index where the step ends) list."""
     rewards = torch.tensor([task.reward(c, p, f) for c, p, f in
                             zip(rollouts.completions, problems_rep, rollouts.finished)], dtype=torch.float32)
     steps = []
-    if need_steps:
+    if prm is not None:
         for c, p, f, offs in zip(rollouts.completions, problems_rep, rollouts.finished, rollouts.token_offsets):
-            steps.append([(s.reward, char_to_token_index(offs, s.end)) for s in task.step_rewards(c, p, f)])
+            steps.append([(s.reward, char_to_token_index(offs, s.end)) for s in prm.step_rewards(c, p, f)])
     return rewards, steps
 
 
@@ -162,8 +165,7 @@ def _train(cfg: Config, out: Path, summary: dict, writer: MetricsWriter, tracker
     perf = PerfTracker(device)
     algo = resolve(cfg.algorithm)
     task = get_task(cfg.task)
-    if algo.reward == "process" and not task.has_process_rewards:
-        raise ValueError(f"algorithm '{cfg.algorithm.name}' needs process rewards, which task '{task.name}' lacks")
+    prm = make_prm(cfg.algorithm.prm, task, str(device)) if algo.reward == "process" else None
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     torch.manual_seed(cfg.seed)
@@ -173,6 +175,8 @@ def _train(cfg: Config, out: Path, summary: dict, writer: MetricsWriter, tracker
         reference = copy.deepcopy(policy).eval().requires_grad_(False) if algo.uses_reference else None
         critic = ValueModel(policy).to(device) if algo.critic else None
     learner = Learner(policy, algo, cfg, device, perf, reference=reference, critic=critic)
+    if cfg.train.reuse_warmup_optimizer and start_info.get("optimizer_state"):
+        learner.init_optimizer_from(start_info["optimizer_state"])
     params = {"policy": num_params(policy), "reference": num_params(reference) if reference is not None else 0,
               "critic": num_params(critic) if critic is not None else 0}
     summary.update(params=params, start=start_info,
@@ -208,7 +212,7 @@ def _train(cfg: Config, out: Path, summary: dict, writer: MetricsWriter, tracker
     unit, amount = cfg.budget.unit, cfg.budget.amount
     bar = tqdm(total=amount, initial=min(consumed(counters, unit), amount), desc=f"{cfg.algorithm.name} [{unit}]",
                disable=not progress, dynamic_ncols=True)
-    need_steps = algo.reward == "process"
+    need_steps = prm is not None
     last_eval: dict = {}
     step_times = []
     while not budget_reached(cfg, counters):
@@ -224,9 +228,7 @@ def _train(cfg: Config, out: Path, summary: dict, writer: MetricsWriter, tracker
                         top_p=cfg.sampling.top_p, seed=stage_seed(cfg.seed, k), offsets=need_steps)
         reps = [p for p in problems for _ in range(G)]
         with perf.phase("score"):
-            rewards, step_rewards = score(task, reps, ro, need_steps)
-        if algo.reward == "process":
-            pass
+            rewards, step_rewards = score(task, reps, ro, prm)
         torch.manual_seed(stage_seed(cfg.seed, k))
         tm = learner.step(ro, rewards, step_rewards, k)
         if cfg.algorithm.ref_reset_every and (k + 1) % cfg.algorithm.ref_reset_every == 0:

@@ -24,6 +24,7 @@ from harness.configbase import to_dict
 from harness.models import build_char_tokenizer, build_tiny_model, load_policy, save_policy
 
 WARMUP_SEED = 0
+OPTIMIZER_FILE = "optimizer.pt"
 
 
 def warmup_key(cfg: Config) -> str:
@@ -32,7 +33,7 @@ def warmup_key(cfg: Config) -> str:
     warm = to_dict(cfg.warmup)
     warm.pop("cache_dir", None)
     model = to_dict(cfg.model)
-    return config_hash({"model": model, "task": task, "warmup": warm, "v": 1}, 12)
+    return config_hash({"model": model, "task": task, "warmup": warm, "v": 2}, 12)
 
 
 def warmup_dir(cfg: Config) -> Path:
@@ -112,6 +113,7 @@ def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) ->
             bar.set_postfix(loss=f"{ema:.3f}")
     tmp = out.with_name(out.name + ".tmp")
     save_policy(model, tok, tmp)
+    torch.save(opt.state_dict(), tmp / OPTIMIZER_FILE)
     meta = {"key": out.name, "steps": w.steps, "final_loss": ema, "seconds": time.time() - t0,
             "config": {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "warmup": to_dict(cfg.warmup)}}
     (tmp / "warmup.json").write_text(json.dumps(meta, indent=2))
@@ -141,4 +143,6 @@ def starting_checkpoint(cfg: Config, task, device, progress: bool = True):
             info["cached"] = False
     model, tok = load_policy(str(out))
     info["source"] = str(out)
+    if (out / OPTIMIZER_FILE).exists():
+        info["optimizer_state"] = str(out / OPTIMIZER_FILE)
     return model.to(device), tok, info
