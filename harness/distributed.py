@@ -47,6 +47,13 @@ Conventions and caveats:
   shard with :meth:`shard` ``(pad=True)``. Sampling, where lengths differ, goes through
   :meth:`gathered`: full parameters on every rank, ZeRO-3 hooks removed, so each rank
   generates independently (memory: one full copy of the weights per rank).
+- A second prepared model (PPO's critic) gets its own engine; accelerate then warns that
+  "a wrapped DeepSpeed engine reference is currently tied" to the Accelerator. Harmless
+  here: :meth:`backward` and :meth:`step` talk to each engine directly, never through
+  ``accelerator.backward``.
+- ZeRO-3 and Hugging Face ``from_pretrained``: create the :class:`Distributed` *before*
+  loading a large model, so transformers sees ZeRO-3 enabled and loads it already
+  partitioned (``deepspeed.zero.Init``) instead of a full copy per rank.
 - CPU: DeepSpeed runs on CPU with ``DS_ACCELERATOR=cpu`` over gloo (the first run compiles a
   shared-memory op into ``~/.cache/torch_extensions``, ~90 s). accelerate treats DeepSpeed
   as a GPU feature: ``Accelerator(cpu=True)`` silently drops the DeepSpeed plugin (plain

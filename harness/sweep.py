@@ -172,15 +172,6 @@ def _near(word: str, options, n: int = 3) -> str:
     return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
 
-def _config_fields(cls=Config) -> dict:
-    return {f.name: f for f in dataclasses.fields(cls)}
-
-
-def _section_types() -> dict:
-    import typing
-    return typing.get_type_hints(Config)
-
-
 def check_key(dotted: str, where: str) -> None:
     """Raise a SweepError unless ``dotted`` names a config field (``algorithm`` and
     sections themselves included)."""
@@ -561,7 +552,7 @@ def expand_sweep(spec: dict, *, base_dir: str | os.PathLike = ".", source: str =
                 varying.append(k)
     # grid keys first, in grid order, then the rest
     order = [k for g in keys for k in varying
-             if k == g or k.startswith(g + ".") or (g == "algorithm" and k == "algorithm.name")]
+             if (k == "algorithm.name" if g == "algorithm" else (k == g or k.startswith(g + ".")))]
     order = list(dict.fromkeys(order))
     order += [k for k in varying if k not in order]
     eff_budget = dict(to_dict(runs[0].config.budget)) if runs else budget
@@ -683,6 +674,7 @@ def format_results(sw: Sweep, results: dict) -> str:
         s = summaries[r.run_id]
         res = results.get(r.run_id)
         status = res.status if res else s.get("status", r.state)
+        status = "finished" if status == "skipped" else status
         cons = summary_value(s, f"budget.consumed.{unit}")
         if cons is None:
             from harness.launchers import _consumed
@@ -762,10 +754,12 @@ def run_sweep(sw: Sweep, *, train: str | Callable = DEFAULT_TRAIN, launcher: Opt
                 results[r.run_id] = L.RunResult(r.run_id, "skipped")
         _write_sweep_json(sw, results, "running")
         if not todo:
-            print("nothing to run: every selected run is finished", file=stream)
-            _write_sweep_json(sw, results, "finished")
+            left = [r for r in sw.runs if r.state != "finished"]
+            print("nothing to run: every selected run is finished" if not left else
+                  f"nothing to run: {len(left)} run(s) not finished but not selected", file=stream)
+            _write_sweep_json(sw, results, "finished" if not left else "incomplete")
             print(format_results(sw, results), file=stream)
-            return 0
+            return 0 if not left else 1
         specs = [L.RunSpec(run_id=r.run_id, run_dir=str(r.run_dir), config=r.config_dict, label=_cell(r.cell))
                  for r in todo]
         opts = L.LaunchOptions(train=L.callable_path(train), cpus=ls.cpus, gpus=ls.gpus, procs=ls.procs,
@@ -813,13 +807,21 @@ def run_sweep(sw: Sweep, *, train: str | Callable = DEFAULT_TRAIN, launcher: Opt
 
 def _cmd(args) -> int:
     sw = load_sweep(args.file, output_dir=args.output_dir, overrides=args.set)
-    print(format_plan(sw, workers=args.workers))
+    if args.launcher:
+        sw.launcher.type = args.launcher
+    if args.address:
+        sw.launcher.address = args.address
+    if args.workers is not None:
+        if args.workers < 1:
+            raise SweepError(f"--workers {args.workers}: must be >= 1")
+        sw.launcher.workers = args.workers
+    print(format_plan(sw))
     if args.dry_run:
         return 0
     print("", flush=True)
     progress: bool | str = False if args.no_progress else True
-    return run_sweep(sw, train=args.train_fn, launcher=args.launcher, workers=args.workers, address=args.address,
-                     only=args.only, skip_failed=args.skip_failed, progress=progress, refresh=args.refresh)
+    return run_sweep(sw, train=args.train_fn, only=args.only, skip_failed=args.skip_failed, progress=progress,
+                     refresh=args.refresh)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
