@@ -213,9 +213,9 @@ def clean_answer(ans: Optional[str]) -> str:
             break
     s = s.replace("\\!", "").replace("{,}", ",").replace("\\,", " ").replace("\\;", " ").replace("\\:", " ")
     s = s.replace("\\ ", " ").replace("~", " ").replace("\\quad", " ").replace("\\qquad", " ")
-    s = re.sub(r"\\left\b|\\right\b", "", s)
+    s = re.sub(r"\\(?:left|right)(?![a-zA-Z])", "", s)
     s = s.replace("\\displaystyle", "")
-    s = re.sub(r"\\[dt]frac\b", r"\\frac", s)
+    s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
     s = s.replace("\\$", "").replace("$", "")
     s = s.replace("\\(", "").replace("\\)", "").replace("\\[", "").replace("\\]", "")
     s = re.sub(r"\^\s*\{?\s*\\circ\s*\}?", "", s).replace("°", "").replace("\\circ", "")
@@ -474,6 +474,16 @@ def get_pool() -> VerifierPool:
             atexit.register(_POOL.close)
         return _POOL
 
+
+def _reset_after_fork():
+    """A forked child must not talk to its parent's workers (nor wait on a spawner thread
+    that did not survive the fork): it starts its own on first use."""
+    global _POOL, _SPAWNER, _POOL_LOCK
+    _POOL, _SPAWNER, _POOL_LOCK = None, None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 _EQUIV_CACHE: dict[tuple[str, str], bool] = {}
 _EQUIV_CACHE_MAX = 50000
