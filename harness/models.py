@@ -70,19 +70,33 @@ def load_policy(path: str, gguf_file: Optional[str] = None, dtype: str = "float3
     if gguf_file is None and p.suffix == ".gguf":
         gguf_file, p = p.name, p.parent
     if not p.exists():
-        raise FileNotFoundError(f"model path not found: {path} (a local directory or .gguf file is expected; "
-                                f"nothing is downloaded at run time)")
+        if _looks_like_hub_id(path):  # a hub name: only what the local HF cache already holds
+            p = Path(path)
+        else:
+            raise FileNotFoundError(f"model path not found: {path} (a local directory or .gguf file is expected; "
+                                    f"nothing is downloaded at run time)")
     if gguf_file is not None and not (p / gguf_file).exists():
         raise FileNotFoundError(f"GGUF file not found: {p / gguf_file}")
     kw = dict(local_files_only=True)
     if gguf_file:
         kw["gguf_file"] = gguf_file
-    tokenizer = AutoTokenizer.from_pretrained(str(p), **kw)
-    model = AutoModelForCausalLM.from_pretrained(str(p), dtype=_dtype(dtype), **kw)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(p), **kw)
+        model = AutoModelForCausalLM.from_pretrained(str(p), dtype=_dtype(dtype), **kw)
+    except OSError as e:
+        if not p.exists():
+            raise FileNotFoundError(f"model '{path}' is neither a local directory nor in the local Hugging Face "
+                                    f"cache; download it beforehand (nothing is downloaded at run time): {e}") from None
+        raise
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model, tokenizer
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
 
 
 def save_policy(model, tokenizer, path: str | os.PathLike) -> None:

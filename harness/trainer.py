@@ -115,6 +115,9 @@ def _set_rng_state(s: dict) -> None:
 
 def train(cfg: Config, *, resume: bool = True, progress: bool = True) -> dict:
     """Run (or resume, or skip if finished) one training run; returns its summary."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise RuntimeError("this trainer runs one process per run; multi-rank runs (WORLD_SIZE > 1, "
+                           "launcher.procs > 1) need harness.distributed in the learner, which is not wired yet")
     out = run_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     prev = read_json(out / SUMMARY)
