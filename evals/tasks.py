@@ -47,6 +47,9 @@ class Task:
         raise NotImplementedError
 
     # -- prompting --------------------------------------------------------
+    def bind_tokenizer(self, tokenizer) -> None:
+        """Called once with the policy's tokenizer (dataset tasks use its chat template)."""
+
     def format_prompt(self, problem: Problem) -> str:
         return problem.question
 
@@ -56,6 +59,10 @@ class Task:
 
     def is_correct(self, completion: str, problem: Problem, finished: bool = True) -> bool:
         raise NotImplementedError
+
+    def final_answer(self, completion: str, finished: bool = True) -> Optional[str]:
+        """The answer that counts for voting (maj@k); None for a truncated completion."""
+        return self.extract_answer(completion) if finished else None
 
     def reward(self, completion: str, problem: Problem, finished: bool = True) -> float:
         """Outcome reward: 1.0 if the final answer is right, else 0.0."""

@@ -175,6 +175,7 @@ def _train(cfg: Config, out: Path, summary: dict, writer: MetricsWriter, tracker
 
     with perf.phase("load"):
         policy, tok, start_info = starting_checkpoint(cfg, task, device, progress)
+        task.bind_tokenizer(tok)
         reference = copy.deepcopy(policy).eval().requires_grad_(False) if algo.uses_reference else None
         critic = ValueModel(policy).to(device) if algo.critic else None
     learner = Learner(policy, algo, cfg, device, perf, reference=reference, critic=critic)

@@ -79,6 +79,7 @@ def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) ->
     from tqdm.auto import tqdm
 
     tok = build_char_tokenizer()
+    task.bind_tokenizer(tok)
     model = build_tiny_model(cfg.model, tok, seed=WARMUP_SEED).to(device)
     w = cfg.warmup
     opt = torch.optim.AdamW(model.parameters(), lr=w.lr, betas=(0.9, 0.98), weight_decay=0.01)
