@@ -71,6 +71,16 @@ def canonical_steps(nums: list[int], ops: list[str]) -> list[tuple[int, str, int
     return steps
 
 
+def left_to_right_steps(nums: list[int], ops: list[str]) -> list[tuple[int, str, int, int]]:
+    """The misconception: every operation in written order, ignoring precedence."""
+    steps, acc = [], nums[0]
+    for op, b in zip(ops, nums[1:]):
+        c = _apply(acc, op, b)
+        steps.append((acc, op, b, c))
+        acc = c
+    return steps
+
+
 def parse_expr(expr: str) -> tuple[list[int], list[str]]:
     tokens = re.findall(r"\d+|[+\-*]", expr)
     return [int(t) for t in tokens[0::2]], tokens[1::2]
@@ -81,9 +91,9 @@ def evaluate(expr: str) -> int:
     return canonical_steps(nums, ops)[-1][3] if ops else nums[0]
 
 
-def solution_text(expr: str) -> str:
+def solution_text(expr: str, left_to_right: bool = False) -> str:
     nums, ops = parse_expr(expr)
-    steps = canonical_steps(nums, ops)
+    steps = (left_to_right_steps if left_to_right else canonical_steps)(nums, ops)
     return ";".join(f"{a}{op}{b}={c}" for a, op, b, c in steps) + f";#{steps[-1][3]}"
 
 
@@ -111,10 +121,15 @@ class ArithTask(Task):
 
     def sample_train(self, rng: random.Random, n: int) -> list[Problem]:
         out = []
+        q = self.cfg.demo_error_rate
         while len(out) < n:
             e = self.random_expr(rng)
             if not is_heldout(e):
-                out.append(self.make_problem(e))
+                p = self.make_problem(e)
+                if q > 0 and rng.random() < q:  # imperfect demonstration (warm-up target only)
+                    p = Problem(p.id, p.question, p.answer, solution_text(e, left_to_right=True),
+                                {**p.meta, "demo_error": True})
+                out.append(p)
         return out
 
     def eval_problems(self) -> list[Problem]:

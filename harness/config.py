@@ -73,6 +73,10 @@ class TaskConfig:
     """arith: largest operand."""
     operators: str = "+-*"
     """arith: operator mix; '*' binds tighter than '+' and '-', which associate left to right."""
+    demo_error_rate: float = 0.0
+    """arith: fraction of the warm-up's worked solutions that evaluate strictly left to right,
+    ignoring precedence (a common misconception), as imperfect SFT data has. Only the
+    supervised targets change; rewards and evaluation always use the true value."""
     eval_size: int = 200
     """Held-out problems used for evaluation (arith: drawn from the held-out split)."""
     seed: int = 1234
@@ -92,6 +96,7 @@ class TaskConfig:
               "must be a non-empty subset of '+-*'")
         check(self.eval_size >= 1, "task.eval_size", self.eval_size, "must be >= 1")
         check(self.few_shot >= 0, "task.few_shot", self.few_shot, "must be >= 0")
+        check(0.0 <= self.demo_error_rate <= 1.0, "task.demo_error_rate", self.demo_error_rate, "must be in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,10 @@ class WarmupConfig:
     examples_per_step: int = 64
     """Worked solutions per warm-up step."""
     lr: float = 3e-3
-    """Peak learning rate (AdamW, linear warm-up then cosine decay)."""
+    """Peak learning rate (AdamW, linear warm-up then cosine decay to final_lr_fraction)."""
+    final_lr_fraction: float = 0.05
+    """Learning rate at the end of the warm-up, as a fraction of lr (1.0 = constant: the
+    checkpoint is not annealed, as when SFT stops early)."""
     cache_dir: str = "results/_cache/warmup"
     """Where warm-up checkpoints are cached (keyed by a hash of model+task+warmup)."""
 
@@ -112,6 +120,7 @@ class WarmupConfig:
         check(self.steps >= 0, "warmup.steps", self.steps, "must be >= 0")
         check(self.examples_per_step >= 1, "warmup.examples_per_step", self.examples_per_step, "must be >= 1")
         check(self.lr > 0, "warmup.lr", self.lr, "must be > 0")
+        check(0 <= self.final_lr_fraction <= 1, "warmup.final_lr_fraction", self.final_lr_fraction, "must be in [0, 1]")
 
 
 @dataclass(frozen=True)

@@ -83,13 +83,14 @@ def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) ->
     model = build_tiny_model(cfg.model, tok, seed=WARMUP_SEED).to(device)
     w = cfg.warmup
     opt = torch.optim.AdamW(model.parameters(), lr=w.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    warm_steps = max(1, min(100, w.steps // 10))
+    warm_steps = max(1, min(50, w.steps // 10))
 
     def lr_at(s):
         if s < warm_steps:
             return w.lr * (s + 1) / warm_steps
         frac = (s - warm_steps) / max(1, w.steps - warm_steps)
-        return w.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
+        f = w.final_lr_fraction
+        return w.lr * (f + (1 - f) * 0.5 * (1 + math.cos(math.pi * frac)))
 
     rng = random.Random(f"warmup-{WARMUP_SEED}")
     torch.manual_seed(WARMUP_SEED)

@@ -81,3 +81,18 @@ def test_admissible_rules():
     assert admissible(["+", "*"], 1) and not admissible(["+", "*"], 0)
     assert admissible(["-", "+"], 0) and not admissible(["-", "+"], 1)
     assert admissible(["+", "-"], 1)
+
+
+def test_demo_errors_change_only_the_supervised_target():
+    from evals.arith import left_to_right_steps, parse_expr
+    assert solution_text("3+4*2-5", left_to_right=True) == "3+4=7;7*2=14;14-5=9;#9"
+    noisy = ArithTask(TaskConfig(demo_error_rate=1.0))
+    for p in noisy.sample_train(random.Random(1), 50):
+        assert p.answer == str(evaluate(p.question))  # the reward's gold is always the true value
+        assert p.solution.endswith(f"#{left_to_right_steps(*parse_expr(p.question))[-1][3]}")
+        assert noisy.reward(solution_text(p.question), p) == 1.0
+    half = ArithTask(TaskConfig(demo_error_rate=0.5)).sample_train(random.Random(2), 400)
+    frac = sum(p.meta.get("demo_error", False) for p in half) / 400
+    assert 0.42 < frac < 0.58
+    clean = ArithTask(TaskConfig()).sample_train(random.Random(2), 50)
+    assert all(p.solution == solution_text(p.question) for p in clean)

@@ -1,4 +1,5 @@
 """Character tokenizer round-trip and the sampler's log-probs / masks / determinism."""
+import pytest
 import torch
 from transformers import AutoTokenizer
 
@@ -64,3 +65,27 @@ def test_greedy_is_argmax_and_token_offsets():
     offs = token_end_offsets(tok, ids)
     assert offs == [1, 2, 3, 4, 5, 6, 7, 8]
     assert char_to_token_index(offs, 6) == 5 and char_to_token_index(offs, 99) == 7
+
+
+def test_learner_adopts_warmup_second_moments(tmp_path):
+    from algorithms.presets import resolve
+    from harness.config import load_config
+    from harness.learner import Learner
+    from harness.perf import PerfTracker
+
+    tok = build_char_tokenizer()
+    m = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tok)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    m(torch.tensor([tok("Q:1+2")["input_ids"]])).logits.sum().backward()
+    opt.step()
+    torch.save(opt.state_dict(), tmp_path / "opt.pt")
+    cfg = load_config(None, ["algorithm=rft"])
+    learner = Learner(m, resolve(cfg.algorithm), cfg, "cpu", PerfTracker())
+    learner.init_optimizer_from(str(tmp_path / "opt.pt"))
+    for i, p in enumerate(m.parameters()):
+        st = learner.opt.state[p]
+        assert torch.equal(st["exp_avg_sq"], opt.state_dict()["state"][i]["exp_avg_sq"])
+        assert not st["exp_avg"].any() and float(st["step"]) == 1.0
+    bad = build_tiny_model(ModelConfig(hidden_size=64, num_layers=1, num_heads=2, intermediate_size=64), tok)
+    with pytest.raises(ValueError, match="does not match"):
+        Learner(bad, resolve(cfg.algorithm), cfg, "cpu", PerfTracker()).init_optimizer_from(str(tmp_path / "opt.pt"))
