@@ -153,6 +153,9 @@ class TrainConfig:
     """Policy learning rate (AdamW, constant after lr_warmup_steps)."""
     lr_warmup_steps: int = 0
     """Linear learning-rate warm-up at the start of RL."""
+    lr_schedule: str = "constant"
+    """constant, or cosine: decay to 0 over the budget (progress = budget consumed / amount,
+    in the budget's unit), which keeps late noisy updates from undoing early gains."""
     weight_decay: float = 0.0
     """AdamW weight decay for the policy."""
     inner_epochs: int = 1
@@ -173,6 +176,7 @@ class TrainConfig:
         check(self.prompts_per_step >= 1, "train.prompts_per_step", self.prompts_per_step, "must be >= 1")
         check(self.lr > 0, "train.lr", self.lr, "must be > 0")
         check(self.lr_warmup_steps >= 0, "train.lr_warmup_steps", self.lr_warmup_steps, "must be >= 0")
+        check_choice("train.lr_schedule", self.lr_schedule, ("constant", "cosine"))
         check(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, "must be >= 0")
         check(self.inner_epochs >= 1, "train.inner_epochs", self.inner_epochs, "must be >= 1")
         check(self.micro_batch_size >= 1, "train.micro_batch_size", self.micro_batch_size, "must be >= 1")

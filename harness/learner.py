@@ -15,6 +15,7 @@ Memory and time discipline:
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -100,6 +101,7 @@ class Learner:
         self.filter = FILTERS.get(algo.filter)
         self.temperature = cfg.sampling.temperature
         self.updates = 0
+        self.progress = 0.0  # fraction of the budget consumed before this step (set by the trainer)
 
     def init_optimizer_from(self, path: str) -> None:
         """Adopt a checkpoint's Adam second moments (and step counts); zero the first moments."""
@@ -117,8 +119,11 @@ class Learner:
 
     # ------------------------------------------------------------------
     def _lr_scale(self, step: int) -> float:
-        w = self.cfg.train.lr_warmup_steps
-        return min(1.0, (step + 1) / w) if w else 1.0
+        tc = self.cfg.train
+        scale = min(1.0, (step + 1) / tc.lr_warmup_steps) if tc.lr_warmup_steps else 1.0
+        if tc.lr_schedule == "cosine":
+            scale *= 0.5 * (1.0 + math.cos(math.pi * min(1.0, max(0.0, self.progress))))
+        return scale
 
     @torch.no_grad()
     def _forward_nograd(self, model, b: Batch, fn) -> torch.Tensor:

@@ -234,6 +234,7 @@ def _train(cfg: Config, out: Path, summary: dict, writer: MetricsWriter, tracker
         with perf.phase("score"):
             rewards, step_rewards = score(task, reps, ro, prm)
         torch.manual_seed(stage_seed(cfg.seed, k))
+        learner.progress = consumed(counters, unit) / amount
         tm = learner.step(ro, rewards, step_rewards, k)
         if cfg.algorithm.ref_reset_every and (k + 1) % cfg.algorithm.ref_reset_every == 0:
             learner.reset_reference()
