@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.config import describe, load_config
 
-QUICKSTART = Path(__file__).resolve().parent / "configs" / "quickstart.yaml"
+QUICKSTART = Path(__file__).resolve().parent / "configs" / "quickstart.yaml"  # the quickstart's base config
 
 _SET_HELP = "override a config field, e.g. --set train.lr=1e-4 --set algorithm=ppo (repeatable)"
 
@@ -42,19 +42,56 @@ def cmd_train(args) -> int:
     return 0
 
 
-def cmd_quickstart(args) -> int:
-    from harness.trainer import run_dir, train
+def _quickstart_sweep() -> Path:
+    for base in (Path(__file__).resolve().parents[1], Path.cwd()):
+        f = base / "sweeps" / "quickstart.yaml"
+        if f.exists():
+            return f
+    raise FileNotFoundError("sweeps/quickstart.yaml not found next to the package or in the current directory "
+                            "(install with `pip install -e .` from a checkout, or run from the repository root)")
 
-    cfg = load_config(QUICKSTART, args.set)
-    print("quickstart: supervised warm-up of a tiny Llama on multi-step arithmetic, then GRPO.\n"
-          f"results: {run_dir(cfg)}")
-    summary = train(cfg, resume=not args.restart, progress=not args.no_progress)
-    print_run(summary)
-    key = f"eval/{cfg.task.name}/acc"
-    a0, a1 = summary["initial_eval"].get(key), summary["final_eval"].get(key)
-    if a0 is not None and a1 is not None:
-        print(f"\nheld-out greedy accuracy: {100 * a0:.1f}% -> {100 * a1:.1f}% ({100 * (a1 - a0):+.1f} points)")
-    return 0
+
+def cmd_quickstart(args) -> int:
+    """Warm-up once (all cores), then the quickstart sweep (GRPO vs PPO vs online RFT at a
+    matched budget), then the report."""
+    import os
+    import time
+
+    import torch
+
+    from evals.tasks import get_task
+    from harness.models import resolve_device
+    from harness.report import build_report, format_table
+    from harness.sweep import format_plan, load_sweep, run_sweep
+    from harness.warmup import starting_checkpoint
+
+    t0 = time.time()
+    sw = load_sweep(args.sweep or _quickstart_sweep(), overrides=args.set, output_dir=args.output_dir)
+    runs = [r for r in sw.runs if not args.only or r.config.algorithm.name in args.only]
+    if not runs:
+        raise SystemExit(f"--only {args.only}: no run of the quickstart sweep matches")
+    print("quickstart: a 0.87M-parameter Llama with a character tokenizer learns multi-step arithmetic "
+          "(supervised warm-up, cached), then GRPO, PPO and online RFT train from it at the same budget.\n")
+    print(format_plan(sw))
+    cfg = runs[0].config
+    task = get_task(cfg.task)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    _, _, info = starting_checkpoint(cfg, task, resolve_device(cfg.device), progress=not args.no_progress)
+    print(f"warm-up checkpoint: {info['source']} ({'cached' if info.get('cached') else 'trained now'})")
+    only = [r.run_id for r in runs] if args.only else None
+    rc = run_sweep(sw, only=only, progress=not args.no_progress)
+    res = build_report(sw.sweep_dir)
+    print("\n" + format_table(res["table"]))
+    print(f"\nreport: {res['html']}\n        {res['markdown']}\n        {res['csv']}")
+    for r in runs:
+        summ = json.loads((r.run_dir / "summary.json").read_text()) if (r.run_dir / "summary.json").exists() else {}
+        key = f"eval/{cfg.task.name}/acc"
+        a0, a1 = (summ.get("initial_eval") or {}).get(key), (summ.get("final_eval") or {}).get(key)
+        if a0 is not None and a1 is not None:
+            print(f"{r.config.algorithm.name:>5}: held-out greedy accuracy {100 * a0:.1f}% -> {100 * a1:.1f}% "
+                  f"({100 * (a1 - a0):+.1f} points)")
+    print(f"\ntotal wall-clock: {time.time() - t0:.0f} s")
+    return rc
 
 
 def cmd_warmup(args) -> int:
@@ -94,12 +131,16 @@ def register(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_train)
 
-    q = sub.add_parser("quickstart", help="warm-up + GRPO on the tiny arithmetic task (CPU, minutes)",
-                       description="Supervised warm-up of the built-in tiny model (cached), then GRPO; "
-                                   "prints held-out greedy accuracy before and after.")
-    q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
-    q.add_argument("--restart", action="store_true", help="retrain instead of reusing a finished run")
-    q.add_argument("--no-progress", action="store_true", help="no progress bars")
+    q = sub.add_parser("quickstart", help="warm-up, then GRPO vs PPO vs online RFT on tiny arithmetic (CPU, minutes)",
+                       description="Supervised warm-up of the built-in tiny model (cached), then the runs of "
+                                   "sweeps/quickstart.yaml at a matched budget, then the report; prints held-out "
+                                   "greedy accuracy before and after each algorithm. Re-running skips finished runs.")
+    q.add_argument("--only", nargs="+", metavar="ALGORITHM", help="run only these algorithms, e.g. --only grpo")
+    q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field of every run, e.g. --set budget.amount=2048")
+    q.add_argument("--sweep", help="another sweep file instead of sweeps/quickstart.yaml")
+    q.add_argument("--output-dir", help="results root (default: results)")
+    q.add_argument("--no-progress", action="store_true", help="no progress bars or live table")
     q.set_defaults(func=cmd_quickstart)
 
     w = sub.add_parser("warmup", help="build (or reuse) the cached supervised warm-up checkpoint")

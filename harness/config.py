@@ -166,6 +166,8 @@ class TrainConfig:
     """Gradient-norm clipping (0 = off)."""
     threads: int = 0
     """torch CPU threads (0 = library default)."""
+    save_final_model: bool = True
+    """Save the final policy (and tokenizer) to <run_dir>/final_model for `harness eval`."""
     reuse_warmup_optimizer: bool = True
     """Start the policy's Adam from the warm-up's second-moment estimates (first moments
     zeroed) when the starting checkpoint ships them. With a fresh Adam the first updates are

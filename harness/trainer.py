@@ -35,7 +35,7 @@ from evals.tasks import get_task
 from harness.config import Config, run_id, save_config
 from harness.configbase import to_dict
 from harness.learner import Learner, ValueModel
-from harness.models import num_params, param_bytes, resolve_device
+from harness.models import num_params, param_bytes, resolve_device, save_policy
 from harness.perf import PerfTracker
 from harness.run_io import CONFIG, METRICS, SUMMARY, MetricsWriter, read_json, write_json_atomic
 from harness.sampling import char_to_token_index, sample
@@ -288,6 +288,9 @@ def _train(cfg: Config, out: Path, summary: dict, writer: MetricsWriter, tracker
                        "cuda_mb": perf_summary.get("perf/peak_cuda_mb")}
     summary["perf"] = perf_summary
     summary["wall_seconds"] = time.time() - summary["started"]
+    if cfg.train.save_final_model:
+        save_policy(policy, tok, out / "final_model")
+        summary["final_model"] = str(out / "final_model")
     if ckpt.exists():  # a finished run needs no resume state; its summary is the record
         ckpt.unlink()
     return summary
