@@ -141,6 +141,16 @@ def to_dict(obj) -> Any:
     return obj
 
 
+def flatten(d: Any, prefix: str = "") -> dict:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (dotted keys, as ``--set`` and trackers use)."""
+    if isinstance(d, dict):
+        out = {}
+        for k, v in d.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
 def field_docs(cls) -> dict[str, str]:
     """The docstring written under each field of ``cls`` (CleanRL style)."""
     try:

@@ -83,7 +83,7 @@ from typing import Any, Callable, Optional
 import yaml
 
 from harness.config import BUDGET_UNITS, Config, config_from_dict, load_yaml, parse_overrides, run_id
-from harness.configbase import ConfigError, set_dotted, to_dict
+from harness.configbase import ConfigError, flatten, set_dotted, to_dict
 
 __all__ = [
     "SweepError", "Sweep", "PlannedRun", "LauncherSpec", "TOP_LEVEL_KEYS", "LAUNCHER_KEYS",
@@ -235,15 +235,6 @@ def _check_nested(d: dict, prefix: str, where: str) -> None:
         check_key(full, where)
         if isinstance(v, dict):
             _check_nested(v, full, where)
-
-
-def flatten(d: Any, prefix: str = "") -> dict:
-    if isinstance(d, dict):
-        out = {}
-        for k, v in d.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: d}
 
 
 def _algorithm_name(data: dict) -> str:
