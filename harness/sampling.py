@@ -143,11 +143,10 @@ def _sample_chunk(model, tokenizer, prompts: list[str], n: int, max_new_tokens: 
         next_pos = next_pos + 1
     tokens, lps = tokens[:, :steps], lps[:, :steps]
     is_eos = tokens == eos
-    # mask: generated tokens up to and including the first EOS
+    # mask: every generated token up to and including the first EOS (a sampled <pad> before
+    # EOS is a real token the sampler attended to; only what follows EOS is padding)
     after_eos = (is_eos.long().cumsum(1) - is_eos.long()) > 0
     c_mask = (~after_eos).long()
-    if pad != eos:
-        c_mask = c_mask * (tokens != pad).long() | is_eos.long() * (~after_eos).long()
     finished = is_eos.any(1)
     return p_ids, p_mask, tokens, c_mask, lps * c_mask, finished
 

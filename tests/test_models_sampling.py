@@ -89,3 +89,28 @@ def test_learner_adopts_warmup_second_moments(tmp_path):
     bad = build_tiny_model(ModelConfig(hidden_size=64, num_layers=1, num_heads=2, intermediate_size=64), tok)
     with pytest.raises(ValueError, match="does not match"):
         Learner(bad, resolve(cfg.algorithm), cfg, "cpu", PerfTracker()).init_optimizer_from(str(tmp_path / "opt.pt"))
+
+
+def test_sampled_pad_token_before_eos_stays_in_the_mask():
+    """A policy may emit <pad> (id 0) mid-completion; it is a real token, so it stays masked in."""
+    from types import SimpleNamespace
+
+    tok = build_char_tokenizer()
+    script = [tok.convert_tokens_to_ids("7"), tok.pad_token_id, tok.convert_tokens_to_ids("#"), tok.eos_token_id]
+
+    class Scripted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+            self.t = 0
+
+        def forward(self, input_ids, past_key_values=None, **kw):
+            logits = torch.full((input_ids.shape[0], 1, len(tok)), -30.0)
+            logits[:, 0, script[min(self.t, len(script) - 1)]] = 30.0
+            self.t += 1
+            return SimpleNamespace(logits=logits, past_key_values=past_key_values)
+
+    ro = sample(Scripted(), tok, ["Q:1\nA:"], n=1, max_new_tokens=6, greedy=True, offsets=False)
+    assert ro.completion_ids[0].tolist() == script
+    assert ro.completion_mask[0].tolist() == [1, 1, 1, 1]
+    assert ro.finished == [True] and ro.completions == ["7#"]
