@@ -310,7 +310,7 @@ class Distributed:
             from deepspeed.runtime.zero.stage3 import unwrap_model_for_generation
         except ImportError:  # older DeepSpeed: same recipe by hand
             unwrap_model_for_generation = _unwrap_for_generation
-        with unwrap_model_for_generation(model):
+        with unwrap_model_for_generation(model), _without_start_of_forward_hook(model):
             yield model.module
 
     def state_dict(self, model) -> Optional[dict]:
@@ -376,6 +376,27 @@ class Distributed:
         box = [obj]
         tdist.broadcast_object_list(box, src=src)
         return box[0]
+
+
+@contextlib.contextmanager
+def _without_start_of_forward_hook(engine):
+    """``unwrap_model_for_generation`` removes ZeRO-3's per-module hooks but not the
+    engine's start-of-forward hook (``fwd_pre_hook``), and that one runs a collective
+    (``assert_ints_same_as_other_ranks`` in ``reset_step``) on every forward until the
+    engine has recorded a complete parameter trace, or after a trace was invalidated: ranks
+    running different numbers of forwards inside :meth:`Distributed.gathered` (sampling, the
+    main rank evaluating alone) would deadlock. It is taken out for the duration and put
+    back first in line."""
+    off = getattr(engine.optimizer, "parameter_offload", engine.optimizer)
+    handle = getattr(off, "fwd_pre_hook", None)
+    hooks = getattr(engine.module, "_forward_pre_hooks", None)
+    fn = hooks.pop(handle.id, None) if handle is not None and hooks is not None else None
+    try:
+        yield
+    finally:
+        if fn is not None:
+            hooks[handle.id] = fn
+            hooks.move_to_end(handle.id, last=False)
 
 
 @contextlib.contextmanager

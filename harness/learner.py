@@ -11,12 +11,29 @@ Memory and time discipline:
   ratio is ``exp(logp - logp.detach())`` (value 1, gradient of logp) and no extra
   forward runs;
 - the reference model only exists when a KL term is on; the critic only for PPO.
+
+Several processes (``dist``: a :class:`harness.distributed.Distributed` that is
+distributed): the policy and its optimizer, and PPO's critic and its optimizer, go
+through ``dist.prepare``, the reference through ``dist.prepare_reference``; backward and
+the optimizer step through ``dist.accumulate`` / ``dist.backward`` / ``dist.step`` (which
+clips and returns the gradient norm). Each rank learns from its own shard of the stage's
+groups (``valid`` marks the rows that are not padding) and normalises its loss with its
+*local* counts; gradients are then averaged over ranks. So the update is the global one
+for ``seq-mean-*`` aggregations when every rank keeps as many sequences (equal shards, no
+filter), and an approximation otherwise (``token-mean`` with ranks of different token
+counts, RFT's filter keeping different counts per rank): ranks weigh equally. Under ZeRO-3
+a forward pass is collective, so every rank runs the same number of micro-batches: a rank
+that kept fewer rows (even none) pads with zero-weight micro-batches (mask of zeros), and
+the "nothing kept" early return is taken only when no rank kept anything. Metrics are
+combined over ranks (counts summed, losses averaged). One process (``dist`` None or
+single): plain torch, exactly the code path above.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -31,9 +48,12 @@ from algorithms.presets import ResolvedAlgorithm
 class ValueModel(nn.Module):
     """Critic: a copy of the policy's backbone with a scalar head (same size as the policy)."""
 
-    def __init__(self, policy):
+    def __init__(self, policy, copy_backbone: bool = True):
         super().__init__()
-        self.backbone = copy.deepcopy(policy.get_decoder() if hasattr(policy, "get_decoder") else policy.model)
+        backbone = policy.get_decoder() if hasattr(policy, "get_decoder") else policy.model
+        # copy_backbone=False: ``policy`` is a fresh load dedicated to the critic (ZeRO-3,
+        # where deep-copying partitioned parameters is not an option)
+        self.backbone = copy.deepcopy(backbone) if copy_backbone else backbone
         hidden = policy.config.hidden_size
         self.head = nn.Linear(hidden, 1)
         nn.init.zeros_(self.head.weight)
@@ -87,13 +107,21 @@ def _chunks(n: int, size: int):
 
 
 class Learner:
-    def __init__(self, policy, algo: ResolvedAlgorithm, cfg, device, perf, reference=None, critic=None):
-        self.policy, self.algo, self.cfg, self.device, self.perf = policy, algo, cfg, device, perf
-        self.reference, self.critic = reference, critic
+    def __init__(self, policy, algo: ResolvedAlgorithm, cfg, device, perf, reference=None, critic=None, dist=None):
+        self.algo, self.cfg, self.device, self.perf = algo, cfg, device, perf
+        self.dist = dist
+        self.distributed = dist is not None and dist.is_distributed
         tc = cfg.train
-        self.opt = torch.optim.AdamW(policy.parameters(), lr=tc.lr, weight_decay=tc.weight_decay, betas=(0.9, 0.99))
-        self.critic_opt = (torch.optim.AdamW(critic.parameters(), lr=cfg.algorithm.critic_lr, betas=(0.9, 0.99))
-                           if critic is not None else None)
+        opt = torch.optim.AdamW(policy.parameters(), lr=tc.lr, weight_decay=tc.weight_decay, betas=(0.9, 0.99))
+        critic_opt = (torch.optim.AdamW(critic.parameters(), lr=cfg.algorithm.critic_lr, betas=(0.9, 0.99))
+                      if critic is not None else None)
+        if dist is not None:  # single process: .to(device), the same objects
+            policy, opt = dist.prepare(policy, opt)
+            if reference is not None:
+                reference = dist.prepare_reference(reference)
+            if critic is not None:
+                critic, critic_opt = dist.prepare(critic, critic_opt)
+        self.policy, self.opt, self.reference, self.critic, self.critic_opt = policy, opt, reference, critic, critic_opt
         self.policy_loss = POLICY_LOSSES.get(algo.policy_loss)
         self.aggregate = AGGREGATIONS.get(algo.aggregation)
         self.kl = KL_ESTIMATORS.get(algo.kl_estimator)
@@ -104,7 +132,10 @@ class Learner:
         self.progress = 0.0  # fraction of the budget consumed before this step (set by the trainer)
 
     def init_optimizer_from(self, path: str) -> None:
-        """Adopt a checkpoint's Adam second moments (and step counts); zero the first moments."""
+        """Adopt a checkpoint's Adam second moments (and step counts); zero the first moments.
+        Single process only (a ZeRO optimizer holds its state partitioned)."""
+        if self.distributed:
+            raise RuntimeError("init_optimizer_from is single-process only")
         state = torch.load(path, weights_only=False)
         params = list(self.policy.parameters())
         saved = state.get("state", {})
@@ -127,15 +158,55 @@ class Learner:
 
     @torch.no_grad()
     def _forward_nograd(self, model, b: Batch, fn) -> torch.Tensor:
+        # every rank holds the same number of rows (the trainer pads shards), so the number
+        # of forward passes agrees across ranks (ZeRO-3)
         mb = self.cfg.train.micro_batch_size
         return torch.cat([fn(model, b.rows(s)) for s in _chunks(b.input_ids.shape[0], mb)], 0)
 
-    def step(self, rollouts, rewards: torch.Tensor, step_rewards: list, step: int) -> dict:
-        """One exploration stage's update. Returns train/* metrics."""
+    def _accumulate(self, model, last: bool):
+        return self.dist.accumulate(model, last=last) if self.dist is not None else contextlib.nullcontext()
+
+    def _backward(self, model, loss) -> None:
+        if self.dist is not None:
+            self.dist.backward(model, loss)
+        else:
+            loss.backward()
+
+    def _optimizer_step(self, model, opt) -> Optional[float]:
+        """Clip + step; the gradient norm before clipping (None when clipping is off)."""
+        if self.distributed:
+            return self.dist.step(model, opt)  # clips, steps and zeroes the gradients
+        gn = None
+        if self.cfg.train.max_grad_norm > 0:
+            gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), self.cfg.train.max_grad_norm))
+        opt.step()  # gradients stay until the next step's zero_grad (one process)
+        return gn
+
+    @staticmethod
+    def _micro(b: Batch, sl):
+        """Micro-batch ``sl`` of ``b``; ``None``: a zero-weight padding micro-batch (row 0 with
+        an all-zero mask: a finite forward whose loss and gradient are 0)."""
+        if sl is not None:
+            return b.rows(sl), sl
+        sl = slice(0, 1)
+        mb = b.rows(sl)
+        return replace(mb, mask=torch.zeros_like(mb.mask)), sl
+
+    def step(self, rollouts, rewards: torch.Tensor, step_rewards: list, step: int,
+             valid: Optional[torch.Tensor] = None) -> dict:
+        """One exploration stage's update. Returns train/* metrics.
+
+        ``valid`` (several processes): bool [B], False on the padding rows of a shard
+        (they take part in the collective forward passes, never in the loss or metrics)."""
         algo, acfg, tc = self.algo, self.cfg.algorithm, self.cfg.train
         n = rollouts.n
         m: dict[str, float] = {}
+        raw: dict[str, float] = {}  # local sums, combined over ranks at the end (several processes)
         keep = self.filter(rewards, rollouts.completions, n)
+        if valid is not None:
+            valid = valid.to(keep.device).bool()
+            keep = keep & valid
+            raw["rows"] = float(valid.sum().item())
         m["train/kept_fraction"] = keep.float().mean().item()
         b = make_batch(rollouts, self.device)
         B = b.input_ids.shape[0]
@@ -156,6 +227,8 @@ class Learner:
             kl_tok = self.kl(old_logp, ref_logp) * b.mask
             token_rewards = -algo.kl_coef * kl_tok
             m["train/kl_reward_penalty"] = (kl_tok.sum(1).mean()).item()
+            if valid is not None:
+                raw["kl_pen_sum"] = kl_tok.sum(1)[valid.to(self.device)].sum().item()
         inp = AdvantageInput(rewards=rewards.float().to(self.device), mask=b.mask, n=n, step_rewards=step_rewards,
                              values=values, token_rewards=token_rewards, std_eps=acfg.std_eps,
                              gamma=acfg.gae_gamma, lam=acfg.gae_lambda)
@@ -164,43 +237,62 @@ class Learner:
         if values is not None:
             _, returns = gae(outcome_token_rewards(inp), values, b.mask, acfg.gae_gamma, acfg.gae_lambda)
         idx = keep.nonzero().squeeze(-1).to(self.device)
-        if idx.numel() == 0:  # e.g. RFT with no correct completion: nothing to learn from
+        n_kept = int(idx.numel())
+        n_mb = -(-n_kept // tc.micro_batch_size)
+        kept_any = n_kept > 0
+        if self.distributed:  # the same decisions and micro-batch counts on every rank
+            counts = self.dist.gather_objects(n_kept)
+            kept_any = sum(counts) > 0
+            n_mb = max(-(-c // tc.micro_batch_size) for c in counts)
+        raw["kept"] = float(n_kept)
+        if not kept_any:  # e.g. RFT with no correct completion: nothing to learn from
             m.update({"train/loss": 0.0, "train/skipped": 1.0})
-            return m
+            return self._combine(m, raw) if self.distributed else m
+        if n_kept == 0:  # this rank kept nothing, others did: zero-weight stand-in row
+            idx = torch.zeros(1, dtype=torch.long, device=self.device)
         b = b.rows(idx)
+        if n_kept == 0:
+            b = replace(b, mask=torch.zeros_like(b.mask))
         adv, ref_logp = adv[idx], (ref_logp[idx] if ref_logp is not None else None)
         old_logp = old_logp[idx] if old_logp is not None else None
         values, returns = (values[idx], returns[idx]) if values is not None else (None, None)
         nz = b.mask.bool()
-        m["train/adv_mean"] = adv[nz].mean().item()
-        m["train/adv_abs_mean"] = adv[nz].abs().mean().item()
-        ctx = AggContext(num_seqs=b.input_ids.shape[0], num_tokens=int(b.mask.sum().item()),
+        if n_kept:
+            m["train/adv_mean"] = adv[nz].mean().item()
+            m["train/adv_abs_mean"] = adv[nz].abs().mean().item()
+            raw["adv_sum"], raw["adv_abs_sum"] = adv[nz].sum().item(), adv[nz].abs().sum().item()
+        ctx = AggContext(num_seqs=n_kept, num_tokens=int(b.mask.sum().item()),
                          const_len=acfg.dr_grpo_norm or self.cfg.sampling.max_new_tokens)
+        raw["tokens"] = float(ctx.num_tokens)
+        slices: list = list(_chunks(n_kept, tc.micro_batch_size))
+        slices += [None] * (n_mb - len(slices))  # padding micro-batches (several processes)
         policy_frozen = step < acfg.critic_warmup_steps
         for g in self.opt.param_groups:
             g["lr"] = tc.lr * self._lr_scale(step)
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "value_loss": 0.0, "ratio_max": 0.0}
         for epoch in range(tc.inner_epochs):
             if not policy_frozen:
-                self.opt.zero_grad(set_to_none=True)
-                for sl in _chunks(b.input_ids.shape[0], tc.micro_batch_size):
-                    mb = b.rows(sl)
-                    with self.perf.phase("policy_forward"):
-                        logp = token_logprobs(self.policy, mb, self.temperature)
-                        old = old_logp[sl] if old_logp is not None else logp.detach()
-                        pg_tok = self.policy_loss(logp, old, adv[sl], acfg.clip_eps)
-                        pg = self.aggregate(pg_tok, mb.mask, ctx)
-                        loss = pg
-                        if algo.kl_placement == "loss" and ref_logp is not None:
-                            kl = self.aggregate(self.kl(logp, ref_logp[sl]), mb.mask, ctx)
-                            loss = loss + algo.kl_coef * kl
-                            sums["kl"] += kl.item()
-                    if not torch.isfinite(loss):
-                        raise FloatingPointError(
-                            f"policy loss is {loss.item()} at step {step} (epoch {epoch}); "
-                            f"try a lower train.lr or check the rewards")
-                    with self.perf.phase("backward"):
-                        loss.backward()
+                if not self.distributed:
+                    self.opt.zero_grad(set_to_none=True)
+                for i, part in enumerate(slices):
+                    mb, sl = self._micro(b, part)
+                    with self._accumulate(self.policy, last=i == len(slices) - 1):
+                        with self.perf.phase("policy_forward"):
+                            logp = token_logprobs(self.policy, mb, self.temperature)
+                            old = old_logp[sl] if old_logp is not None else logp.detach()
+                            pg_tok = self.policy_loss(logp, old, adv[sl], acfg.clip_eps)
+                            pg = self.aggregate(pg_tok, mb.mask, ctx)
+                            loss = pg
+                            if algo.kl_placement == "loss" and ref_logp is not None:
+                                kl = self.aggregate(self.kl(logp, ref_logp[sl]), mb.mask, ctx)
+                                loss = loss + algo.kl_coef * kl
+                                sums["kl"] += kl.item()
+                        if not torch.isfinite(loss):
+                            raise FloatingPointError(
+                                f"policy loss is {loss.item()} at step {step} (epoch {epoch}); "
+                                f"try a lower train.lr or check the rewards")
+                        with self.perf.phase("backward"):
+                            self._backward(self.policy, loss)
                     with torch.no_grad():
                         ratio = torch.exp(logp.detach() - old)
                         clipped = ((ratio - 1).abs() > acfg.clip_eps).float() * mb.mask
@@ -209,50 +301,120 @@ class Learner:
                     sums["loss"] += loss.item()
                     sums["pg_loss"] += pg.item()
                 with self.perf.phase("optimizer"):
-                    if tc.max_grad_norm > 0:
-                        gn = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), tc.max_grad_norm)
-                        m["train/grad_norm"] = float(gn)
-                    self.opt.step()
+                    gn = self._optimizer_step(self.policy, self.opt)
+                    if gn is not None:
+                        m["train/grad_norm"] = gn
             if self.critic is not None:
-                self.critic_opt.zero_grad(set_to_none=True)
-                vctx = AggContext(num_seqs=b.input_ids.shape[0], num_tokens=ctx.num_tokens, const_len=ctx.const_len)
-                for sl in _chunks(b.input_ids.shape[0], tc.micro_batch_size):
-                    mb = b.rows(sl)
-                    with self.perf.phase("critic_forward"):
-                        v = self.critic(mb.input_ids, mb.attention_mask, mb.position_ids, mb.T)
-                        vl = acfg.value_coef * self.aggregate(
-                            clipped_value_loss(v, values[sl], returns[sl], acfg.value_clip), mb.mask, vctx)
-                    if not torch.isfinite(vl):
-                        raise FloatingPointError(f"value loss is {vl.item()} at step {step}; try a lower algorithm.critic_lr")
-                    with self.perf.phase("critic_backward"):
-                        vl.backward()
+                if not self.distributed:
+                    self.critic_opt.zero_grad(set_to_none=True)
+                vctx = AggContext(num_seqs=n_kept, num_tokens=ctx.num_tokens, const_len=ctx.const_len)
+                for i, part in enumerate(slices):
+                    mb, sl = self._micro(b, part)
+                    with self._accumulate(self.critic, last=i == len(slices) - 1):
+                        with self.perf.phase("critic_forward"):
+                            v = self.critic(mb.input_ids, mb.attention_mask, mb.position_ids, mb.T)
+                            vl = acfg.value_coef * self.aggregate(
+                                clipped_value_loss(v, values[sl], returns[sl], acfg.value_clip), mb.mask, vctx)
+                        if not torch.isfinite(vl):
+                            raise FloatingPointError(f"value loss is {vl.item()} at step {step}; try a lower algorithm.critic_lr")
+                        with self.perf.phase("critic_backward"):
+                            self._backward(self.critic, vl)
                     sums["value_loss"] += vl.item()
                 with self.perf.phase("critic_optimizer"):
-                    if tc.max_grad_norm > 0:
-                        torch.nn.utils.clip_grad_norm_(self.critic.parameters(), tc.max_grad_norm)
-                    self.critic_opt.step()
+                    self._optimizer_step(self.critic, self.critic_opt)
         E = tc.inner_epochs
         m["train/loss"] = sums["loss"] / E
         m["train/pg_loss"] = sums["pg_loss"] / E
         if algo.kl_placement == "loss" and ref_logp is not None:
             m["train/kl"] = sums["kl"] / E
         m["train/clip_frac"] = sums["clip_frac"] / max(ctx.num_tokens * E, 1)
+        raw["clipped"] = sums["clip_frac"]
         m["train/ratio_max"] = sums["ratio_max"]
         if self.critic is not None:
             m["train/value_loss"] = sums["value_loss"] / E
-            m["train/value_mean"] = (values[b.mask.bool()].mean().item())
+            if n_kept:
+                m["train/value_mean"] = (values[b.mask.bool()].mean().item())
+                raw["value_sum"] = values[b.mask.bool()].sum().item()
         m["train/lr"] = tc.lr * self._lr_scale(step)
         m["train/policy_frozen"] = float(policy_frozen)
         self.updates += 1
-        return m
+        return self._combine(m, raw) if self.distributed else m
 
+    def _combine(self, m: dict, raw: dict) -> dict:
+        """Metrics over all ranks: fractions and means from summed counts, losses averaged
+        over ranks (the update follows the rank-averaged loss), ratio_max the maximum."""
+        parts = self.dist.gather_objects((m, raw))
+        ms, rs = [p[0] for p in parts], [p[1] for p in parts]
+
+        def tot(k: str) -> float:
+            return sum(r.get(k, 0.0) for r in rs)
+
+        out = dict(ms[0])  # lr, policy_frozen, skipped, grad_norm: the same on every rank
+        for k in ("train/loss", "train/pg_loss", "train/kl", "train/value_loss"):
+            vals = [x[k] for x in ms if k in x]
+            if vals:
+                out[k] = sum(vals) / len(vals)
+        out["train/kept_fraction"] = tot("kept") / max(tot("rows"), 1.0)
+        if any("train/kl_reward_penalty" in x for x in ms):
+            out["train/kl_reward_penalty"] = tot("kl_pen_sum") / max(tot("rows"), 1.0)
+        for k in ("train/adv_mean", "train/adv_abs_mean", "train/value_mean", "train/clip_frac", "train/ratio_max"):
+            out.pop(k, None)
+        tokens = tot("tokens")
+        if tokens > 0:
+            out["train/adv_mean"] = tot("adv_sum") / tokens
+            out["train/adv_abs_mean"] = tot("adv_abs_sum") / tokens
+            if any("train/value_mean" in x for x in ms):
+                out["train/value_mean"] = tot("value_sum") / tokens
+        if any("train/clip_frac" in x for x in ms):
+            out["train/clip_frac"] = tot("clipped") / max(tokens * self.cfg.train.inner_epochs, 1.0)
+            out["train/ratio_max"] = max(x.get("train/ratio_max", 0.0) for x in ms)
+        return out
+
+    # ------------------------------------------------------------------
     def reset_reference(self) -> None:
         """Iterative RL: the reference becomes a copy of the current policy."""
-        if self.reference is not None:
+        if self.reference is None:
+            return
+        if not self.distributed:
             self.reference.load_state_dict(self.policy.state_dict())
+            return
+        with self.dist.gathered(self.policy) as pol:  # full weights on every rank
+            self._load_full(self.reference, pol.state_dict())
+
+    def _full_state(self, model) -> Optional[dict]:
+        """Full state dict of a prepared model (None on non-main ranks under ZeRO-3);
+        every rank calls."""
+        mod = self.dist.unwrap(model)
+        if self.dist.zero3:
+            import deepspeed
+            with deepspeed.zero.GatheredParameters(list(mod.parameters())):
+                return ({k: v.detach().cpu().clone() for k, v in mod.state_dict().items()}
+                        if self.dist.is_main else None)
+        return {k: v.detach().cpu().clone() for k, v in mod.state_dict().items()}
+
+    def _load_full(self, model, sd: Optional[dict]) -> None:
+        """Load a full state dict (needed on the main rank only under ZeRO-3); every rank calls."""
+        mod = self.dist.unwrap(model)
+        if self.dist.zero3:
+            import deepspeed
+            with deepspeed.zero.GatheredParameters(list(mod.parameters()), modifier_rank=0):
+                if self.dist.is_main:
+                    mod.load_state_dict(sd)
+        else:
+            mod.load_state_dict(sd)
+
+    def reference_state(self) -> Optional[dict]:
+        """Several processes: the reference's full weights (main rank), for checkpoints of
+        runs that reset their reference; every rank calls."""
+        return self._full_state(self.reference) if self.reference is not None else None
+
+    def load_reference_state(self, sd: Optional[dict]) -> None:
+        if self.reference is not None:
+            self._load_full(self.reference, sd)
 
     # ------------------------------------------------------------------
     def state_dict(self) -> dict:
+        """One process. (Several processes: ``dist.save_state`` plus :meth:`reference_state`.)"""
         d = {"policy": self.policy.state_dict(), "opt": self.opt.state_dict(), "updates": self.updates}
         if self.reference is not None:
             d["reference"] = self.reference.state_dict()
