@@ -70,6 +70,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
+from harness.configbase import flatten
+
 __all__ = ["Distributed", "deepspeed_config", "DEEPSPEED_DIR", "ENV_ZERO_STAGE", "ENV_DEEPSPEED_CONFIG"]
 
 DEEPSPEED_DIR = Path(__file__).resolve().parent.parent / "configs" / "deepspeed"
@@ -115,19 +117,10 @@ def deepspeed_config(zero_stage: Optional[int] = None, path: str | os.PathLike |
             zo[k] = v
     if cpu:
         zo["overlap_comm"] = False
-    leftover = [k for k, v in _flat(cfg).items() if v == "auto"]
+    leftover = [k for k, v in flatten(cfg).items() if v == "auto"]
     if leftover:
         raise ValueError(f"DeepSpeed config {path}: cannot resolve 'auto' for {', '.join(leftover)}")
     return cfg
-
-
-def _flat(d: Any, prefix: str = "") -> dict:
-    if isinstance(d, dict):
-        out = {}
-        for k, v in d.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: d}
 
 
 class Distributed:

@@ -50,7 +50,7 @@ from algorithms.presets import resolve
 from evals.prm import make_prm
 from evals.tasks import get_task
 from harness.config import Config, run_id, save_config
-from harness.configbase import to_dict
+from harness.configbase import flatten, to_dict
 from harness.distributed import Distributed
 from harness.learner import Learner, ValueModel
 from harness.models import build_tiny_model, load_policy, resolve_device, save_policy
@@ -87,16 +87,6 @@ def eval_thresholds(cfg: Config) -> list[float]:
 
 def budget_reached(cfg: Config, c: dict) -> bool:
     return consumed(c, cfg.budget.unit) >= cfg.budget.amount - 1e-9
-
-
-def flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def score(task, problems_rep, rollouts, prm=None):
