@@ -70,20 +70,27 @@ def vm_hwm_mb() -> Optional[float]:
 
 
 def step_problems(task, seed: int, step: int, n: int):
-    """The prompts of step ``step`` (same for every contender)."""
-    return task.sample_train(random.Random(seed * 1_000_003 + step * 7919 + 17), n)
+    """The prompts of step ``step`` (same for every contender; the trainer's own draw)."""
+    from harness.trainer import stage_seed
+    return task.sample_train(random.Random(stage_seed(seed, step)), n)
 
 
 def outcome_rewards(task, problems_rep, rollouts):
-    """[B] float rewards: ``task.reward`` of each completion (as the trainer's scorer)."""
-    import torch
-    return torch.tensor([task.reward(c, p, f) for c, p, f in
-                         zip(rollouts.completions, problems_rep, rollouts.finished)], dtype=torch.float32)
+    """[B] float rewards, scored by the trainer's own scorer."""
+    from harness.trainer import score
+    return score(task, problems_rep, rollouts)[0]
 
 
-def stage_seed(seed: int, step: int) -> int:
-    """Sampling seed of step ``step`` (same formula as harness.trainer.stage_seed)."""
-    return (seed * 1_000_003 + step * 7919 + 17) % (2**31 - 1)
+def finish(out: dict, errors: list, loads: list, json_path: Optional[str]) -> int:
+    """Common end of a benchmark: load average, errors, optional JSON; the exit code."""
+    print(f"loadavg at end {loadavg()} (all samples: {loads})")
+    for e in errors:
+        print("\nERROR:", e)
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(out, indent=1, default=str))
+        print(f"wrote {json_path}")
+    return 0 if not errors else 1
 
 
 def fmt(x, spec=".3f") -> str:

@@ -45,7 +45,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import fmt, loadavg, median, print_table, run_worker, step_problems  # noqa: E402
+from bench._common import finish, fmt, loadavg, median, print_table, run_worker, step_problems  # noqa: E402
 
 ALGOS = ("grpo", "ppo", "rft")
 TARGET = 0.6  # GRPO's peak above baseline <= 0.6 x PPO's
@@ -121,7 +121,8 @@ def worker(a) -> dict:
     from harness.models import build_char_tokenizer, build_tiny_model, num_params, param_bytes
     from harness.perf import PerfTracker
     from harness.sampling import sample
-    from bench._common import outcome_rewards, stage_seed
+    from bench._common import outcome_rewards
+    from harness.trainer import stage_seed
 
     torch.set_num_threads(a.threads)
     perf = PerfTracker(torch.device("cpu"))  # baseline: after imports, before any model
@@ -278,14 +279,7 @@ def main(argv=None) -> int:
               f"-> {'met' if ratio <= TARGET else 'not met'}")
         print(f"GRPO/PPO peak RSS (absolute): {summ['grpo']['median_peak_rss_mb'] / summ['ppo']['median_peak_rss_mb']:.3f}"
               f"; GRPO/PPO s/step: {summ['grpo']['median_step_seconds'] / summ['ppo']['median_step_seconds']:.3f}")
-    print(f"loadavg at end {loadavg()} (all samples: {loads})")
-    for e in errors:
-        print("\nERROR:", e)
-    if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(out, indent=1, default=str))
-        print(f"wrote {a.json}")
-    return 0 if not errors else 1
+    return finish(out, errors, loads, a.json)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import fmt, loadavg, median, print_table, run_worker, step_problems, vm_hwm_mb  # noqa: E402
+from bench._common import finish, fmt, loadavg, median, print_table, run_worker, step_problems, vm_hwm_mb  # noqa: E402
 
 TARGET_RATIO = 0.5
 PHASES_OURS = ("generate", "score", "reference", "policy_forward", "backward", "optimizer")
@@ -112,7 +112,8 @@ def worker_ours(a) -> dict:
     from harness.models import load_policy, num_params
     from harness.perf import PerfTracker
     from harness.sampling import sample
-    from bench._common import outcome_rewards, stage_seed
+    from bench._common import outcome_rewards
+    from harness.trainer import stage_seed
 
     import transformers  # noqa: F401  (imported before the baseline, as in the TRL worker)
     from transformers import LlamaForCausalLM  # noqa: F401
@@ -395,14 +396,7 @@ def main(argv=None) -> int:
         print(f"generation throughput ours/TRL: {gr:.2f}x")
         if results["trl"] and results["trl"][0].get("dropped_config_fields"):
             print(f"(TRL GRPOConfig lacks: {results['trl'][0]['dropped_config_fields']})")
-    print(f"loadavg at end {loadavg()} (all samples: {loads})")
-    for e in errors:
-        print("\nERROR:", e)
-    if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(out, indent=1, default=str))
-        print(f"wrote {a.json}")
-    return 0 if not errors else 1
+    return finish(out, errors, loads, a.json)
 
 
 if __name__ == "__main__":
