@@ -62,6 +62,7 @@ def cmd_quickstart(args) -> int:
     from evals.tasks import get_task
     from harness.models import resolve_device
     from harness.report import build_report, format_table
+    from harness.run_io import SUMMARY, read_json
     from harness.sweep import format_plan, load_sweep, run_sweep
     from harness.warmup import starting_checkpoint
 
@@ -84,7 +85,7 @@ def cmd_quickstart(args) -> int:
     print("\n" + format_table(res["table"]))
     print(f"\nreport: {res['html']}\n        {res['markdown']}\n        {res['csv']}")
     for r in runs:
-        summ = json.loads((r.run_dir / "summary.json").read_text()) if (r.run_dir / "summary.json").exists() else {}
+        summ = read_json(r.run_dir / SUMMARY, {})
         key = f"eval/{cfg.task.name}/acc"
         a0, a1 = (summ.get("initial_eval") or {}).get(key), (summ.get("final_eval") or {}).get(key)
         if a0 is not None and a1 is not None:
