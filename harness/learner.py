@@ -43,6 +43,7 @@ from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, outcome_token
 from algorithms.filters import FILTERS
 from algorithms.losses import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, AggContext, clipped_value_loss
 from algorithms.presets import ResolvedAlgorithm
+from harness import fastlm
 
 
 class ValueModel(nn.Module):
@@ -60,6 +61,13 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     def forward(self, input_ids, attention_mask, position_ids, num_completion: int) -> torch.Tensor:
+        if fastlm.supported(self.backbone):
+            P = input_ids.shape[1] - num_completion
+            T = fastlm.trimmed_length(attention_mask[:, P:])
+            h = fastlm.completion_hidden(self.backbone, input_ids[:, :P], attention_mask[:, :P], input_ids[:, P:P + T],
+                                         attention_mask[:, P:P + T])
+            v = self.head(h).squeeze(-1).float()
+            return torch.nn.functional.pad(v, (0, num_completion - T)) if T < num_completion else v
         h = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
         # V(s_t) for completion token t is read where token t is predicted: position P+t-1
         h = h[:, -num_completion - 1:-1]
@@ -91,10 +99,24 @@ def make_batch(rollouts, device) -> Batch:
 
 
 def token_logprobs(model, b: Batch, temperature: float = 1.0) -> torch.Tensor:
-    """log pi(target_t | prefix) for completion tokens only, [B, T]."""
-    out = model(input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids,
-                logits_to_keep=b.T + 1, use_cache=False)
-    logits = out.logits[:, :-1].float()
+    """log pi(target_t | prefix) for completion tokens only, [B, T].
+
+    Llama-architecture models take ``harness.fastlm``'s forward, which runs each distinct
+    prompt of the batch once (a GRPO batch holds every prompt G times); others the model's
+    own forward with ``logits_to_keep``."""
+    if fastlm.supported(model):
+        P = b.input_ids.shape[1] - b.T
+        T = fastlm.trimmed_length(b.attention_mask[:, P:])  # no columns that are padding in every row
+        logits = fastlm.completion_logits(model, b.input_ids[:, :P], b.attention_mask[:, :P], b.input_ids[:, P:P + T],
+                                          b.attention_mask[:, P:P + T]).float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        lp = logits.gather(-1, b.targets[:, :T, None]).squeeze(-1) - torch.logsumexp(logits, -1)
+        return torch.nn.functional.pad(lp, (0, b.T - T)) if T < b.T else lp
+    else:
+        out = model(input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids,
+                    logits_to_keep=b.T + 1, use_cache=False)
+        logits = out.logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature
     lse = torch.logsumexp(logits, -1)

@@ -5,7 +5,10 @@ generate's machinery (logits processors, stopping criteria, cache bookkeeping), 
 GRPO step is mostly generation. This loop does the same thing with less: each distinct
 prompt is prefilled once and its KV cache expanded G ways, only last-position logits are
 computed (``logits_to_keep=1``), and decoding stops as soon as every sequence has
-produced EOS. Left padding with explicit position ids, as in ``generate``.
+produced EOS. Left padding with explicit position ids, as in ``generate``. Llama-architecture
+models (the built-in tiny model, SmolLM2, ...) take ``harness.fastlm``'s decode path (fused
+weights, a preallocated KV cache written in place); others go through the model's own
+forward with a ``DynamicCache``.
 
 Per-token log-probabilities are those of the sampling distribution (logits / T); the
 learner computes its own with the same temperature.
@@ -16,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+
+from harness import fastlm
 
 
 @dataclass
@@ -63,11 +68,19 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
 
 
-def token_end_offsets(tokenizer, ids: list[int]) -> list[int]:
-    """Character offset (in the decoded completion) at which each token's text ends."""
+def token_end_offsets(tokenizer, ids: list[int], cache: Optional[dict] = None) -> list[int]:
+    """Character offset (in the decoded completion) at which each token's text ends.
+    ``cache``: a dict reused across calls (token id -> its decoded text)."""
     if not ids:
         return []
-    pieces = [tokenizer.decode([i], skip_special_tokens=True) for i in ids]
+    if cache is None:
+        cache = {}
+    pieces = []
+    for i in ids:
+        piece = cache.get(i)
+        if piece is None:
+            piece = cache[i] = tokenizer.decode([i], skip_special_tokens=True)
+        pieces.append(piece)
     full = tokenizer.decode(ids, skip_special_tokens=True)
     if sum(map(len, pieces)) == len(full):  # character tokenizers, most byte-level BPEs
         out, acc = [], 0
@@ -95,13 +108,18 @@ def _sample_chunk(model, tokenizer, prompts: list[str], n: int, max_new_tokens: 
     p_ids = enc["input_ids"].to(device)
     p_mask = enc["attention_mask"].to(device)
     pos = (p_mask.long().cumsum(-1) - 1).clamp_min(0)
-    cache = DynamicCache()
-    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=pos, past_key_values=cache,
-                use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
-    logits = out.logits[:, -1, :]
+    fast = fastlm.DecodeState(model, p_ids.shape[1] + max_new_tokens) if fastlm.supported(model) else None
+    if fast is not None:  # one prefill per distinct prompt, its cache written G times
+        logits = fast.prefill(p_ids, p_mask, n)
+    else:
+        cache = DynamicCache()
+        out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=pos, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        logits = out.logits[:, -1, :]
     if n > 1:  # one prefill per distinct prompt, then G copies of its cache
-        cache.batch_repeat_interleave(n)
+        if fast is None:
+            cache.batch_repeat_interleave(n)
         logits = logits.repeat_interleave(n, 0)
         p_ids = p_ids.repeat_interleave(n, 0)
         p_mask = p_mask.repeat_interleave(n, 0)
@@ -115,6 +133,9 @@ def _sample_chunk(model, tokenizer, prompts: list[str], n: int, max_new_tokens: 
     attn = p_mask
     next_pos = pos[:, -1:] + 1
     steps = 0
+    # rows still decoded: all of them, or (fast path) the live ones once enough have ended
+    # (the cache drops a row when a quarter of those decoded have finished)
+    rows = None
     for t in range(max_new_tokens):
         logits = logits.float()
         if greedy:
@@ -123,18 +144,38 @@ def _sample_chunk(model, tokenizer, prompts: list[str], n: int, max_new_tokens: 
         else:
             scaled = logits / temperature
             logp_all = torch.log_softmax(scaled, -1)
-            if top_p < 1.0:
-                scaled = _top_p_filter(scaled, top_p)
-            probs = torch.softmax(scaled, -1)
-            tok = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            filtered = _top_p_filter(logp_all, top_p) if top_p < 1.0 else logp_all
+            # Gumbel-max: argmax(log p + G), G = -log(-log U), is a draw from softmax(filtered);
+            # one uniform per logit (cheaper than multinomial's exponential draws), drawn for
+            # every row of the chunk even when finished rows are no longer decoded, so the
+            # samples do not depend on which rows were dropped (or on the forward path)
+            u = torch.rand((B, filtered.shape[1]), generator=generator, device=filtered.device, dtype=filtered.dtype)
+            if rows is not None:
+                u = u[rows]
+            gumbel = u.log_().neg_().log_().neg_()
+            tok = (filtered + gumbel).argmax(-1)
             lp = logp_all.gather(-1, tok[:, None])[:, 0]
-        tok = torch.where(alive, tok, torch.full_like(tok, pad))
-        tokens[:, t] = tok
-        lps[:, t] = torch.where(alive, lp, torch.zeros_like(lp))
+        live = alive if rows is None else alive[rows]
+        tok = torch.where(live, tok, torch.full_like(tok, pad))
+        lp = torch.where(live, lp, torch.zeros_like(lp))
+        live = live & (tok != eos)
+        if rows is None:
+            tokens[:, t], lps[:, t], alive = tok, lp, live
+        else:
+            tokens[rows, t], lps[rows, t] = tok, lp
+            alive[rows] = live
         steps = t + 1
-        alive = alive & (tok != eos)
-        if not bool(alive.any()) or t == max_new_tokens - 1:
+        n_live = int(live.sum())
+        if n_live == 0 or t == max_new_tokens - 1:
             break
+        if fast is not None:
+            if n_live <= 0.75 * live.numel():
+                keep = live.nonzero().squeeze(1)
+                fast.keep_rows(keep)
+                rows = keep if rows is None else rows[keep]
+                tok = tok[keep]
+            logits = fast.step(tok)
+            continue
         attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=device)], dim=1)
         out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos, past_key_values=cache,
                     use_cache=True, logits_to_keep=1)
@@ -195,11 +236,12 @@ def sample(model, tokenizer, prompts: list[str], n: int = 1, max_new_tokens: int
     lengths = c_mask.sum(1).tolist()
     ids_list = c_ids.tolist()
     texts, offs = [], []
+    pieces: dict = {}
     eos = tokenizer.eos_token_id
     for row, L in zip(ids_list, lengths):
         ids = [i for i in row[:L] if i != eos]
         texts.append(tokenizer.decode(ids, skip_special_tokens=True))
-        offs.append(token_end_offsets(tokenizer, ids) if offsets else [])
+        offs.append(token_end_offsets(tokenizer, ids, pieces) if offsets else [])
     return Rollouts(prompts=[p for p in prompts for _ in range(n)], completions=texts, finished=finished,
                     prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
                     logprobs=lps, n=n, token_offsets=offs)

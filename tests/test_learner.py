@@ -1,9 +1,12 @@
 """The shared learner: micro-batching is exact, mu=1 costs no extra forward, reference reset."""
+import contextlib
 import copy
 
+import pytest
 import torch
 
 from algorithms.presets import resolve
+from harness import fastlm
 from harness.config import ModelConfig, load_config
 from harness.learner import Learner
 from harness.models import build_char_tokenizer, build_tiny_model
@@ -26,8 +29,17 @@ def setup(overrides):
 
 
 def count_forwards(model):
+    """Forward passes of ``model``, through transformers' forward or harness.fastlm's."""
     calls = {"n": 0}
     model.register_forward_pre_hook(lambda *a: calls.__setitem__("n", calls["n"] + 1))
+    fast = fastlm.completion_hidden
+
+    def counted(m, *a, **kw):
+        if m is model:
+            calls["n"] += 1
+        return fast(m, *a, **kw)
+    fastlm.completion_hidden = counted
+    calls["restore"] = lambda: setattr(fastlm, "completion_hidden", fast)
     return calls
 
 
@@ -42,15 +54,24 @@ def test_micro_batches_give_the_full_batch_gradient():
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
 
 
-def test_mu_one_runs_no_extra_policy_forward():
-    _, policy, ref, cfg, algo, ro, rewards = setup(["train.micro_batch_size=4"])
-    pol, rf = count_forwards(policy), count_forwards(ref)
-    Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref).step(ro, rewards, [], 0)
-    assert (pol["n"], rf["n"]) == (2, 2)  # 2 micro-batches: one policy pass (with grad), one reference pass
-    _, policy, ref, cfg, algo, ro, rewards = setup(["train.micro_batch_size=4", "train.inner_epochs=2"])
-    pol = count_forwards(policy)
-    Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref).step(ro, rewards, [], 0)
-    assert pol["n"] == 2 + 2 * 2  # old log-probs once, then two epochs
+@pytest.mark.parametrize("fast", [True, False], ids=["fastlm", "transformers"])
+def test_mu_one_runs_no_extra_policy_forward(fast):
+    with (contextlib.nullcontext() if fast else fastlm.disabled()):
+        _, policy, ref, cfg, algo, ro, rewards = setup(["train.micro_batch_size=4"])
+        assert fastlm.supported(policy) == fast
+        pol, rf = count_forwards(policy), count_forwards(ref)
+        try:
+            Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref).step(ro, rewards, [], 0)
+        finally:
+            rf["restore"](), pol["restore"]()
+        assert (pol["n"], rf["n"]) == (2, 2)  # 2 micro-batches: one policy pass (with grad), one reference pass
+        _, policy, ref, cfg, algo, ro, rewards = setup(["train.micro_batch_size=4", "train.inner_epochs=2"])
+        pol = count_forwards(policy)
+        try:
+            Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref).step(ro, rewards, [], 0)
+        finally:
+            pol["restore"]()
+        assert pol["n"] == 2 + 2 * 2  # old log-probs once, then two epochs
 
 
 def test_rft_holds_no_reference_and_skips_all_wrong_batches():

@@ -1,0 +1,320 @@
+"""A lean forward pass for Llama-architecture models (the built-in tiny model, SmolLM2, Llama).
+
+Same parameters, same math as ``transformers``' ``LlamaForCausalLM`` (RMSNorm, rotary
+embeddings, grouped-query SDPA attention, SwiGLU MLP); what it leaves out is the machinery
+a small model pays for on every call (module dispatch, mask factories, cache objects,
+output dataclasses). Two shapes of work, both used by the sampler and the learner:
+
+- ``decode_state`` / ``prefill`` / ``decode_step``: batched sampling with a preallocated
+  KV cache written in place (no per-token ``torch.cat``), fused QKV and gate/up weights
+  (one matmul each instead of three and two), rotary tables computed once.
+- ``completion_hidden``: the training / scoring forward over ``[prompt | completion]``
+  rows that computes every *distinct* prompt once. A GRPO batch holds each prompt G times;
+  the prompt's positions attend only to the prompt, so their keys and values are the same in
+  all G rows. The prompt part runs on the unique prompts, its keys/values are gathered back
+  to the rows, and the completion part attends to them. Exact up to float rounding;
+  gradients reach the prompt computation through the gathered keys/values.
+
+``supported(model)`` says whether a model can take this path: a plain ``LlamaForCausalLM``
+(or its ``LlamaModel`` decoder) with static rotary frequencies, no attention / MLP biases,
+SiLU, no attention dropout, and parameters that are not partitioned (DeepSpeed ZeRO-3) or
+wrapped (DDP, whose gradient hooks need its own forward). Anything else keeps the
+``transformers`` forward; callers check ``supported`` and fall back. The environment variable
+``HARNESS_FAST_FORWARD=0`` (or the ``disabled()`` context) turns the path off everywhere.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+_STATIC_ROPE = ("default", "linear", "llama3")
+
+
+def _decoder(model):
+    return model.model if hasattr(model, "lm_head") else model
+
+
+_enabled = os.environ.get("HARNESS_FAST_FORWARD", "1") != "0"
+
+
+@contextlib.contextmanager
+def disabled():
+    """Within this context every model takes the ``transformers`` forward."""
+    global _enabled
+    prev, _enabled = _enabled, False
+    try:
+        yield
+    finally:
+        _enabled = prev
+
+
+def supported(model) -> bool:
+    if not _enabled:
+        return False
+    try:
+        from transformers import LlamaForCausalLM, LlamaModel
+    except ImportError:  # pragma: no cover
+        return False
+    if type(model) not in (LlamaForCausalLM, LlamaModel):
+        return False
+    c = model.config
+    if getattr(c, "attention_bias", False) or getattr(c, "mlp_bias", False) or c.hidden_act != "silu":
+        return False
+    if float(getattr(c, "attention_dropout", 0.0) or 0.0) != 0.0:
+        return False
+    rot = getattr(_decoder(model), "rotary_emb", None)
+    if rot is None or getattr(rot, "rope_type", "default") not in _STATIC_ROPE:
+        return False
+    # ZeRO-3 leaves empty placeholders in .data; quantised weights are not plain tensors
+    return all(p.numel() > 0 and not hasattr(p, "ds_id") and type(p) is torch.nn.Parameter
+               for p in model.parameters())
+
+
+@dataclass
+class _Dims:
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+
+
+def _dims(dec) -> _Dims:
+    c = dec.config
+    heads = c.num_attention_heads
+    return _Dims(heads, getattr(c, "num_key_value_heads", None) or heads,
+                 getattr(c, "head_dim", None) or c.hidden_size // heads, c.rms_norm_eps)
+
+
+def _rms(x, w, eps):
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(x.dtype)
+
+
+def _rope_tables(dec, position_ids, dtype):
+    """cos, sin: [B, L, head_dim], as ``LlamaRotaryEmbedding.forward`` computes them."""
+    rot = dec.rotary_emb
+    freqs = position_ids[..., None].float() * rot.inv_freq.to(device=position_ids.device, dtype=torch.float)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return (emb.cos() * rot.attention_scaling).to(dtype), (emb.sin() * rot.attention_scaling).to(dtype)
+
+
+def _rotate(x, cos, sin):
+    """x: [B, h, L, d]; cos/sin: [B, 1, L, d]."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _attend(q, k, v, mask, d: _Dims):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=d.kv_heads != d.heads)
+
+
+def _fused(layer):
+    """(input norm, W_qkv, W_o, post norm, W_gate|up, W_down) of a decoder layer. Under
+    autograd the concatenations are part of the graph (their backward splits the gradient)."""
+    a, m = layer.self_attn, layer.mlp
+    return (layer.input_layernorm.weight,
+            torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], 0),
+            a.o_proj.weight,
+            layer.post_attention_layernorm.weight,
+            torch.cat([m.gate_proj.weight, m.up_proj.weight], 0),
+            m.down_proj.weight)
+
+
+def _mlp(x, wgu, wdown):
+    g, u = F.linear(x, wgu).chunk(2, -1)
+    return F.linear(F.silu(g) * u, wdown)
+
+
+def _rope_qkv(qkv, cos, sin, d: _Dims):
+    """Split a fused projection [..., (heads + 2 kv_heads) * head_dim] into rotated q
+    [..., heads, d], rotated k [..., kv_heads, d] and v [..., kv_heads, d]; q and k are
+    rotated together (cos/sin broadcast over the head axis)."""
+    nqk = (d.heads + d.kv_heads) * d.head_dim
+    qk = _rotate(qkv[..., :nqk].unflatten(-1, (d.heads + d.kv_heads, d.head_dim)), cos, sin)
+    v = qkv[..., nqk:].unflatten(-1, (d.kv_heads, d.head_dim))
+    return qk[..., :d.heads, :], qk[..., d.heads:, :], v
+
+
+# ----------------------------------------------------------------------------------------
+# training / scoring forward with shared prompts
+
+def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
+    """Final-norm hidden states at the T positions that predict the completion tokens
+    (the last prompt position, then completion positions 0..T-2): [B, T, hidden].
+
+    Rows are ``[left-padded prompt | completion]`` as the sampler returns them
+    (``completion_mask``: ones up to and including EOS, then zeros). Same values as a full
+    forward with ``attention_mask = cat(prompt_mask, completion_mask)`` at every position
+    that predicts a real token; the others hold zeros. Work is done only where it is needed:
+    each distinct prompt once, and, of the completion, only the positions whose next token is
+    real (packed for the per-token layers; attention runs on the padded layout). The last
+    token of a completion is never an input: nothing reads its output or key/value."""
+    dec = _decoder(model)
+    d = _dims(dec)
+    B, P = prompt_ids.shape
+    T = completion_ids.shape[1] - 1  # completion positions that can be inputs
+    dev = prompt_ids.device
+    pmask = prompt_mask.bool()
+    H = dec.embed_tokens.weight.shape[1]
+    # distinct prompts (rows of ids and mask) -> computed once
+    key = torch.cat([prompt_ids, pmask.long()], 1)
+    uniq, inv = torch.unique(key, dim=0, return_inverse=True)
+    U = uniq.shape[0]
+    u_ids, u_mask = uniq[:, :P].contiguous(), uniq[:, P:].bool()
+    u_pos = (u_mask.long().cumsum(-1) - 1).clamp_min(0)
+    dtype = dec.embed_tokens.weight.dtype
+    cos_p, sin_p = (t[:, :, None] for t in _rope_tables(dec, u_pos, dtype))  # [U, P, 1, d]
+    # masks (True = attend). Prompt: causal over real tokens; a padded query attends to itself
+    # (its output is never read) so that no row is fully masked.
+    eye_p = torch.eye(P, dtype=torch.bool, device=dev)
+    causal_p = torch.tril(torch.ones(P, P, dtype=torch.bool, device=dev))
+    m_p = ((causal_p[None] & u_mask[:, None, :]) | eye_p[None])[:, None]  # [U, 1, P, P]
+    # as nn.Embedding(padding_idx=...): no gradient into the pad row from inputs
+    xp = F.embedding(u_ids, dec.embed_tokens.weight, dec.embed_tokens.padding_idx)
+    need = None
+    if T > 0:
+        # input position t is needed iff token t+1 is real (the mask is a prefix of ones)
+        need = completion_mask[:, 1:T + 1].bool()
+        flat = need.reshape(-1).nonzero().squeeze(1)  # packed positions in the [B*T] layout
+        c_pos = (pmask.sum(1, keepdim=True) + torch.arange(T, device=dev)[None]).reshape(-1).index_select(0, flat)
+        cos_c, sin_c = (t[0, :, None] for t in _rope_tables(dec, c_pos[None], dtype))  # [N, 1, d]
+        causal_c = torch.tril(torch.ones(T, T, dtype=torch.bool, device=dev))
+        m_c = torch.cat([pmask[:, None, :].expand(B, T, P), (causal_c[None] & need[:, None, :]) | torch.eye(
+            T, dtype=torch.bool, device=dev)[None]], 2)[:, None]  # [B, 1, T, P+T]
+        xc = F.embedding(completion_ids[:, :T].reshape(-1).index_select(0, flat), dec.embed_tokens.weight,
+                         dec.embed_tokens.padding_idx)  # [N, H]
+        nq, nkv = d.heads * d.head_dim, d.kv_heads * d.head_dim
+    for layer in dec.layers:
+        w_in, wqkv, wo, w_post, wgu, wdown = _fused(layer)
+        # prompt part, once per distinct prompt
+        qp, kp, vp = (t.transpose(1, 2) for t in _rope_qkv(F.linear(_rms(xp, w_in, d.eps), wqkv), cos_p, sin_p, d))
+        op = _attend(qp, kp, vp, m_p, d)
+        xp = xp + F.linear(op.transpose(1, 2).reshape(U, P, -1), wo)
+        xp = xp + _mlp(_rms(xp, w_post, d.eps), wgu, wdown)
+        if T > 0:  # completion part: attends to its rows' prompt keys/values and to itself
+            q, k, v = _rope_qkv(F.linear(_rms(xc, w_in, d.eps), wqkv), cos_c, sin_c, d)  # packed [N, h, d]
+            qkv = torch.cat([q.flatten(1), k.flatten(1), v.flatten(1)], 1)
+            qkv = qkv.new_zeros(B * T, qkv.shape[1]).index_copy(0, flat, qkv).view(B, T, -1)
+            qc = qkv[..., :nq].unflatten(-1, (d.heads, d.head_dim)).transpose(1, 2)
+            kc = qkv[..., nq:nq + nkv].unflatten(-1, (d.kv_heads, d.head_dim)).transpose(1, 2)
+            vc = qkv[..., nq + nkv:].unflatten(-1, (d.kv_heads, d.head_dim)).transpose(1, 2)
+            k_all = torch.cat([kp.index_select(0, inv), kc], 2)
+            v_all = torch.cat([vp.index_select(0, inv), vc], 2)
+            oc = _attend(qc, k_all, v_all, m_c, d).transpose(1, 2).reshape(B * T, -1).index_select(0, flat)
+            xc = xc + F.linear(oc, wo)
+            xc = xc + _mlp(_rms(xc, w_post, d.eps), wgu, wdown)
+    h = xp[:, -1:].index_select(0, inv)
+    if T > 0:
+        h = torch.cat([h, xc.new_zeros(B * T, H).index_copy(0, flat, xc).view(B, T, H)], 1)
+    return _rms(h, dec.norm.weight, d.eps)
+
+
+def trimmed_length(completion_mask) -> int:
+    """Columns of a completion batch that hold any real token (at least 1): the forward
+    passes need not go further."""
+    if completion_mask.shape[1] == 0:
+        return 0
+    return max(int(completion_mask.sum(1).max().item()), 1)
+
+
+def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
+    """Logits predicting each completion token: [B, T, vocab]."""
+    h = completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    return F.linear(h, model.lm_head.weight)
+
+
+# ----------------------------------------------------------------------------------------
+# sampling: prefill + in-place KV cache decode
+
+class DecodeState:
+    """Fused weights, rotary tables and a preallocated KV cache for one batch of decoding."""
+
+    def __init__(self, model, max_len: int):
+        dec = _decoder(model)
+        self.dec, self.d = dec, _dims(dec)
+        self.lm_head = model.lm_head.weight
+        self.embed = dec.embed_tokens.weight
+        self.dtype = self.embed.dtype
+        self.layers = [_fused(layer) for layer in dec.layers]
+        pos = torch.arange(max_len, device=self.embed.device)
+        cos, sin = _rope_tables(dec, pos[None], self.dtype)
+        self.cos, self.sin = cos[0], sin[0]  # [max_len, d]
+        self.max_len = max_len
+        self.k = self.v = None
+        self.length = 0
+
+    def prefill(self, ids, mask, repeat: int) -> torch.Tensor:
+        """Run the prompts ``ids`` [N, P] (left-padded, ``mask``), allocate the cache for
+        ``N * repeat`` rows (each prompt's keys/values copied ``repeat`` times, prompt-major)
+        and return last-position logits [N, vocab]."""
+        d = self.d
+        N, P = ids.shape
+        dev = ids.device
+        m = mask.bool()
+        pos = (m.long().cumsum(-1) - 1).clamp_min(0)
+        cos, sin = self.cos[pos][:, :, None], self.sin[pos][:, :, None]  # [N, P, 1, d]
+        attn = ((torch.tril(torch.ones(P, P, dtype=torch.bool, device=dev))[None] & m[:, None, :])
+                | torch.eye(P, dtype=torch.bool, device=dev)[None])[:, None]
+        B = N * repeat
+        L = len(self.layers)
+        # per layer [B * kv_heads, max_len, head_dim]: a decode step's attention is two
+        # batched matmuls over a prefix view (SDPA's kernels are slow for one query)
+        self.k = torch.empty((L, B * d.kv_heads, self.max_len, d.head_dim), dtype=self.dtype, device=dev)
+        self.v = torch.empty_like(self.k)
+        self.bias = torch.zeros((B, self.max_len), dtype=self.dtype, device=dev)  # additive key mask
+        self.bias[:, :P].masked_fill_(~m.repeat_interleave(repeat, 0), float("-inf"))
+        self.B = B
+        self.next_pos = pos[:, -1:].repeat_interleave(repeat, 0) + 1  # [B, 1]
+        x = F.embedding(ids, self.embed)
+        for i, (w_in, wqkv, wo, w_post, wgu, wdown) in enumerate(self.layers):
+            q, k, v = (t.transpose(1, 2) for t in _rope_qkv(F.linear(_rms(x, w_in, d.eps), wqkv), cos, sin, d))
+            self.k[i, :, :P] = k.repeat_interleave(repeat, 0).reshape(B * d.kv_heads, P, d.head_dim)
+            self.v[i, :, :P] = v.repeat_interleave(repeat, 0).reshape(B * d.kv_heads, P, d.head_dim)
+            o = _attend(q, k, v, attn, d)
+            x = x + F.linear(o.transpose(1, 2).reshape(N, P, -1), wo)
+            x = x + _mlp(_rms(x, w_post, d.eps), wgu, wdown)
+        self.length = P
+        return F.linear(_rms(x[:, -1], self.dec.norm.weight, d.eps), self.lm_head)
+
+    def step(self, tok) -> torch.Tensor:
+        """Append one token per row ([B]); return next-token logits [B, vocab]."""
+        d = self.d
+        B = tok.shape[0]
+        t = self.length
+        if t >= self.max_len:
+            raise RuntimeError(f"decode cache full ({self.max_len} positions)")
+        groups = d.heads // d.kv_heads
+        cos, sin = self.cos[self.next_pos], self.sin[self.next_pos]  # [B, 1, d]
+        bias = self.bias[:, None, :t + 1]  # [B, 1, t+1]
+        scale = d.head_dim ** -0.5
+        x = F.embedding(tok, self.embed)  # [B, hidden]
+        for i, (w_in, wqkv, wo, w_post, wgu, wdown) in enumerate(self.layers):
+            q, k, v = _rope_qkv(F.linear(_rms(x, w_in, d.eps), wqkv), cos, sin, d)  # [B, h, d]
+            self.k[i, :, t] = k.reshape(B * d.kv_heads, d.head_dim)
+            self.v[i, :, t] = v.reshape(B * d.kv_heads, d.head_dim)
+            # query heads are ordered [kv_head, group] (as repeat_kv pairs them)
+            s = torch.bmm(q.reshape(B * d.kv_heads, groups, d.head_dim), self.k[i, :, :t + 1].transpose(1, 2))
+            p = torch.softmax(s.view(B, d.heads, t + 1) * scale + bias, -1)
+            o = torch.bmm(p.view(B * d.kv_heads, groups, t + 1), self.v[i, :, :t + 1])
+            x = x + F.linear(o.reshape(B, -1), wo)
+            x = x + _mlp(_rms(x, w_post, d.eps), wgu, wdown)
+        self.length = t + 1
+        self.next_pos = self.next_pos + 1
+        return F.linear(_rms(x, self.dec.norm.weight, d.eps), self.lm_head)
+
+    def keep_rows(self, keep: torch.Tensor) -> None:
+        """Drop every row but ``keep`` (indices into the current rows) from the cache."""
+        kvh = self.d.kv_heads
+        kv = (keep[:, None] * kvh + torch.arange(kvh, device=keep.device)[None]).reshape(-1)
+        self.k = self.k.index_select(1, kv)
+        self.v = self.v.index_select(1, kv)
+        self.bias = self.bias.index_select(0, keep)
+        self.next_pos = self.next_pos.index_select(0, keep)
+        self.B = int(keep.numel())

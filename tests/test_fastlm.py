@@ -1,0 +1,190 @@
+"""harness.fastlm against the transformers forward it replaces: values and gradients at every
+position that predicts a real token, decoding with an in-place cache (and dropped rows),
+and which models may take the path."""
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from harness import fastlm
+from harness.config import ModelConfig
+from harness.learner import ValueModel, make_batch, token_logprobs
+from harness.models import build_char_tokenizer, build_tiny_model
+from harness.sampling import sample
+
+
+def _gqa_llama(tok):
+    conf = LlamaConfig(vocab_size=len(tok), hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                       num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
+                       rope_theta=500.0, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(3)
+    return LlamaForCausalLM(conf)
+
+
+def _rollout_like(tok, G=3):
+    """Left-padded prompts of different lengths, each repeated G times, and completions that
+    end (EOS) at different places: after 1 token, mid-way, never; one holds a sampled <pad>
+    before its end (a real token: nn.Embedding's padding_idx gives its row no gradient)."""
+    prompts = ["Q:1+2\nA:", "Q:33*4-25\nA:", "Q:7\nA:"]
+    enc = tok(prompts, padding=True, return_tensors="pt")
+    p_ids, p_mask = enc["input_ids"].repeat_interleave(G, 0), enc["attention_mask"].repeat_interleave(G, 0)
+    B, T = p_ids.shape[0], 9
+    g = torch.Generator().manual_seed(0)
+    c_ids = torch.randint(4, len(tok), (B, T), generator=g)
+    ends = [0, 3, 8, None, 5, 1, 2, None, 6][:B]
+    c_mask = torch.ones(B, T, dtype=torch.long)
+    for r, e in enumerate(ends):
+        if e is not None:
+            c_ids[r, e] = tok.eos_token_id
+            c_ids[r, e + 1:] = tok.pad_token_id
+            c_mask[r, e + 1:] = 0
+    c_ids[3, 2] = tok.pad_token_id
+    return p_ids, p_mask, c_ids, c_mask
+
+
+def _hf_logprobs(model, p_ids, p_mask, c_ids, c_mask):
+    ids, mask = torch.cat([p_ids, c_ids], 1), torch.cat([p_mask, c_mask], 1)
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, p_ids.shape[1] - 1:-1]
+    return logits.log_softmax(-1).gather(-1, c_ids[..., None])[..., 0]
+
+
+@pytest.mark.parametrize("which", ["tiny", "gqa"])
+def test_completion_logprobs_and_gradients_match_transformers(which):
+    tok = build_char_tokenizer()
+    model = (build_tiny_model(ModelConfig(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128), tok)
+             if which == "tiny" else _gqa_llama(tok))
+    assert fastlm.supported(model)
+    p_ids, p_mask, c_ids, c_mask = _rollout_like(tok)
+    w = torch.randn(c_ids.shape, generator=torch.Generator().manual_seed(1))
+    real = c_mask.bool()
+
+    ref = _hf_logprobs(model, p_ids, p_mask, c_ids, c_mask)
+    (ref * w * c_mask).sum().backward()
+    ref_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    fast = fastlm.completion_logits(model, p_ids, p_mask, c_ids, c_mask).log_softmax(-1)
+    fast = fast.gather(-1, c_ids[..., None])[..., 0]
+    (fast * w * c_mask).sum().backward()
+
+    assert torch.allclose(fast[real], ref[real], atol=2e-5), (fast - ref)[real].abs().max()
+    for n, p in model.named_parameters():
+        assert torch.allclose(p.grad, ref_grads[n], atol=2e-5, rtol=1e-4), n
+    # the learner's entry point: same values, zeros past each completion, trimmed columns
+    b = make_batch(type("R", (), dict(prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids,
+                                      completion_mask=c_mask))(), "cpu")
+    with torch.no_grad():
+        lp = token_logprobs(model, b)
+        with fastlm.disabled():
+            lp_hf = token_logprobs(model, b)
+    assert lp.shape == lp_hf.shape == c_ids.shape
+    assert torch.allclose(lp[real], lp_hf[real], atol=2e-5)
+    short = b.rows(slice(0, 2))  # completions of 1 and 4 tokens: 4 columns computed, the rest zero
+    lp_short = token_logprobs(model, short)
+    assert lp_short.shape == (2, 9) and (lp_short[:, 4:] == 0).all()
+    assert torch.allclose(lp_short[short.mask.bool()], lp_hf[:2][short.mask.bool()], atol=2e-5)
+
+
+def test_value_model_fast_path_matches_backbone_forward():
+    tok = build_char_tokenizer()
+    policy = build_tiny_model(ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), tok)
+    critic = ValueModel(policy)
+    torch.nn.init.normal_(critic.head.weight)
+    p_ids, p_mask, c_ids, c_mask = _rollout_like(tok)
+    ids, mask = torch.cat([p_ids, c_ids], 1), torch.cat([p_mask, c_mask], 1)
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    with torch.no_grad():
+        v = critic(ids, mask, pos, c_ids.shape[1])
+        with fastlm.disabled():
+            v_hf = critic(ids, mask, pos, c_ids.shape[1])
+    real = c_mask.bool()
+    assert v.shape == v_hf.shape and torch.allclose(v[real], v_hf[real], atol=1e-5)
+
+
+def test_decode_with_in_place_cache_and_dropped_rows_matches_full_forward():
+    tok = build_char_tokenizer()
+    model = _gqa_llama(tok)
+    prompts = ["Q:1+2\nA:", "Q:33*4-25\nA:"]
+    enc = tok(prompts, padding=True, return_tensors="pt")
+    G, T = 3, 6
+    seq = torch.randint(4, len(tok), (len(prompts) * G, T), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = _hf_logprobs(model, enc["input_ids"].repeat_interleave(G, 0),
+                            enc["attention_mask"].repeat_interleave(G, 0), seq, torch.ones_like(seq))
+        st = fastlm.DecodeState(model, enc["input_ids"].shape[1] + T)
+        logits = st.prefill(enc["input_ids"], enc["attention_mask"], G).repeat_interleave(G, 0)
+        rows = torch.arange(seq.shape[0])
+        got = torch.zeros_like(full)
+        for t in range(T):
+            got[rows, t] = logits.log_softmax(-1).gather(-1, seq[rows, t:t + 1])[:, 0]
+            if t == 2:  # drop rows 1 and 4: the others go on with a smaller cache
+                keep = torch.tensor([0, 2, 3, 5])
+                st.keep_rows(keep)
+                rows = rows[keep]
+            if t < T - 1:
+                logits = st.step(seq[rows, t])
+    dropped = torch.tensor([1, 4])
+    assert torch.allclose(got[:, :3], full[:, :3], atol=2e-5)
+    kept = torch.tensor([0, 2, 3, 5])
+    assert torch.allclose(got[kept], full[kept], atol=2e-5)
+    assert (got[dropped, 3:] == 0).all()
+
+
+def _ends_early(tok):
+    """A tiny model taught (a few Adam steps) to stop after 1-10 random characters, so that
+    sampled completions end at many different lengths."""
+    torch.manual_seed(0)
+    model = build_tiny_model(ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), tok)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(40):
+        texts = ["Q:1\nA:" + "".join(chr(33 + int(c)) for c in torch.randint(0, 90, (int(k),), generator=g))
+                 for k in torch.randint(1, 11, (16,), generator=g)]
+        enc = tok(texts, padding=True, return_tensors="pt")
+        ids = torch.cat([enc["input_ids"], torch.full((16, 1), tok.pad_token_id)], 1)
+        mask = torch.cat([enc["attention_mask"], torch.zeros(16, 1, dtype=torch.long)], 1)
+        ids[:, -1] = tok.eos_token_id
+        mask[:, -1] = 1
+        labels = ids.masked_fill(mask == 0, -100)
+        loss = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp_min(0),
+                     labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model
+
+
+def test_sampler_fast_and_transformers_paths_agree_on_logprobs():
+    tok = build_char_tokenizer()
+    model = _ends_early(tok)
+    prompts = ["Q:3+4\nA:", "Q:33*4-2\nA:"]
+    ro = sample(model, tok, prompts, n=4, max_new_tokens=16, seed=3)
+    with fastlm.disabled():
+        ro_hf = sample(model, tok, prompts, n=4, max_new_tokens=16, seed=3)
+        lp_hf = token_logprobs(model, make_batch(ro, "cpu")) * ro.completion_mask
+    # the fast sampler's log-probs are those of the transformers forward on its own samples,
+    # and, rows dropped from its cache or not, it draws the same samples from the same seed
+    assert torch.allclose(ro.logprobs, lp_hf, atol=2e-5)
+    assert ro.completions == ro_hf.completions and len(set(map(len, ro.completions))) > 3
+    # greedy decoding takes the same path either way (ties aside)
+    g1 = sample(model, tok, prompts, n=1, max_new_tokens=16, greedy=True)
+    with fastlm.disabled():
+        g2 = sample(model, tok, prompts, n=1, max_new_tokens=16, greedy=True)
+    assert g1.completions == g2.completions
+    assert ro_hf.num_sequences == ro.num_sequences == 8
+
+
+def test_which_models_take_the_fast_path():
+    tok = build_char_tokenizer()
+    small = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                 num_attention_heads=2, max_position_embeddings=32)
+    assert fastlm.supported(LlamaForCausalLM(LlamaConfig(**small)))
+    assert fastlm.supported(LlamaForCausalLM(LlamaConfig(**small)).model)  # the critic's backbone
+    assert not fastlm.supported(LlamaForCausalLM(LlamaConfig(**small, attention_bias=True)))
+    assert not fastlm.supported(LlamaForCausalLM(LlamaConfig(**small, hidden_act="gelu")))
+    dyn = LlamaConfig(**small, rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
+    assert not fastlm.supported(LlamaForCausalLM(dyn))
+    assert not fastlm.supported(GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=1, n_head=2)))
+    m = LlamaForCausalLM(LlamaConfig(**small))
+    with fastlm.disabled():
+        assert not fastlm.supported(m)
+    assert fastlm.supported(m)
