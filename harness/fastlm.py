@@ -115,20 +115,41 @@ def _attend(q, k, v, mask, d: _Dims):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=d.kv_heads != d.heads)
 
 
-def _fused(layer):
-    """(input norm, W_qkv, W_o, post norm, W_gate|up, W_down) of a decoder layer. Under
-    autograd the concatenations are part of the graph (their backward splits the gradient)."""
+# Fusing the q/k/v and gate/up weights (one matmul instead of three and two) pays where the
+# number of ops is what costs: small models. The concatenated copy costs memory in proportion to
+# the model (under autograd it is also held for backward and gets a gradient of its own), so only
+# models up to this many decoder-layer parameters are fused.
+FUSE_MAX_PARAMS = 4_000_000
+
+
+def _fuse(dec, limit: int) -> bool:
+    return sum(p.numel() for p in dec.layers.parameters()) <= limit
+
+
+def _weights(layer, fuse: bool):
+    """(input norm, W_qkv, W_o, post norm, W_gate|up, W_down) of a decoder layer; W_qkv and
+    W_gate|up are concatenated tensors when ``fuse``, tuples of the module's weights otherwise."""
     a, m = layer.self_attn, layer.mlp
-    return (layer.input_layernorm.weight,
-            torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], 0),
-            a.o_proj.weight,
-            layer.post_attention_layernorm.weight,
-            torch.cat([m.gate_proj.weight, m.up_proj.weight], 0),
-            m.down_proj.weight)
+    qkv = (a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)
+    gu = (m.gate_proj.weight, m.up_proj.weight)
+    if fuse:
+        qkv, gu = torch.cat(qkv, 0), torch.cat(gu, 0)
+    return layer.input_layernorm.weight, qkv, a.o_proj.weight, layer.post_attention_layernorm.weight, gu, \
+        m.down_proj.weight
+
+
+def _proj_qkv(x, w):
+    """[..., (heads + 2 kv_heads) * head_dim]: one fused matmul, or three concatenated."""
+    if isinstance(w, tuple):
+        return torch.cat([F.linear(x, wi) for wi in w], -1)
+    return F.linear(x, w)
 
 
 def _mlp(x, wgu, wdown):
-    g, u = F.linear(x, wgu).chunk(2, -1)
+    if isinstance(wgu, tuple):
+        g, u = F.linear(x, wgu[0]), F.linear(x, wgu[1])
+    else:
+        g, u = F.linear(x, wgu).chunk(2, -1)
     return F.linear(F.silu(g) * u, wdown)
 
 
@@ -191,15 +212,16 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
         xc = F.embedding(completion_ids[:, :T].reshape(-1).index_select(0, flat), dec.embed_tokens.weight,
                          dec.embed_tokens.padding_idx)  # [N, H]
         nq, nkv = d.heads * d.head_dim, d.kv_heads * d.head_dim
+    fuse = _fuse(dec, FUSE_MAX_PARAMS)
     for layer in dec.layers:
-        w_in, wqkv, wo, w_post, wgu, wdown = _fused(layer)
+        w_in, wqkv, wo, w_post, wgu, wdown = _weights(layer, fuse)
         # prompt part, once per distinct prompt
-        qp, kp, vp = (t.transpose(1, 2) for t in _rope_qkv(F.linear(_rms(xp, w_in, d.eps), wqkv), cos_p, sin_p, d))
+        qp, kp, vp = (t.transpose(1, 2) for t in _rope_qkv(_proj_qkv(_rms(xp, w_in, d.eps), wqkv), cos_p, sin_p, d))
         op = _attend(qp, kp, vp, m_p, d)
         xp = xp + F.linear(op.transpose(1, 2).reshape(U, P, -1), wo)
         xp = xp + _mlp(_rms(xp, w_post, d.eps), wgu, wdown)
         if T > 0:  # completion part: attends to its rows' prompt keys/values and to itself
-            q, k, v = _rope_qkv(F.linear(_rms(xc, w_in, d.eps), wqkv), cos_c, sin_c, d)  # packed [N, h, d]
+            q, k, v = _rope_qkv(_proj_qkv(_rms(xc, w_in, d.eps), wqkv), cos_c, sin_c, d)  # packed [N, h, d]
             qkv = torch.cat([q.flatten(1), k.flatten(1), v.flatten(1)], 1)
             qkv = qkv.new_zeros(B * T, qkv.shape[1]).index_copy(0, flat, qkv).view(B, T, -1)
             qc = qkv[..., :nq].unflatten(-1, (d.heads, d.head_dim)).transpose(1, 2)
@@ -242,7 +264,8 @@ class DecodeState:
         self.lm_head = model.lm_head.weight
         self.embed = dec.embed_tokens.weight
         self.dtype = self.embed.dtype
-        self.layers = [_fused(layer) for layer in dec.layers]
+        fuse = _fuse(dec, FUSE_MAX_PARAMS)
+        self.layers = [_weights(layer, fuse) for layer in dec.layers]
         pos = torch.arange(max_len, device=self.embed.device)
         cos, sin = _rope_tables(dec, pos[None], self.dtype)
         self.cos, self.sin = cos[0], sin[0]  # [max_len, d]
@@ -274,7 +297,7 @@ class DecodeState:
         self.next_pos = pos[:, -1:].repeat_interleave(repeat, 0) + 1  # [B, 1]
         x = F.embedding(ids, self.embed)
         for i, (w_in, wqkv, wo, w_post, wgu, wdown) in enumerate(self.layers):
-            q, k, v = (t.transpose(1, 2) for t in _rope_qkv(F.linear(_rms(x, w_in, d.eps), wqkv), cos, sin, d))
+            q, k, v = (t.transpose(1, 2) for t in _rope_qkv(_proj_qkv(_rms(x, w_in, d.eps), wqkv), cos, sin, d))
             self.k[i, :, :P] = k.repeat_interleave(repeat, 0).reshape(B * d.kv_heads, P, d.head_dim)
             self.v[i, :, :P] = v.repeat_interleave(repeat, 0).reshape(B * d.kv_heads, P, d.head_dim)
             o = _attend(q, k, v, attn, d)
@@ -296,7 +319,7 @@ class DecodeState:
         scale = d.head_dim ** -0.5
         x = F.embedding(tok, self.embed)  # [B, hidden]
         for i, (w_in, wqkv, wo, w_post, wgu, wdown) in enumerate(self.layers):
-            q, k, v = _rope_qkv(F.linear(_rms(x, w_in, d.eps), wqkv), cos, sin, d)  # [B, h, d]
+            q, k, v = _rope_qkv(_proj_qkv(_rms(x, w_in, d.eps), wqkv), cos, sin, d)  # [B, h, d]
             self.k[i, :, t] = k.reshape(B * d.kv_heads, d.head_dim)
             self.v[i, :, t] = v.reshape(B * d.kv_heads, d.head_dim)
             # query heads are ordered [kv_head, group] (as repeat_kv pairs them)

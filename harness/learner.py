@@ -201,7 +201,10 @@ class Learner:
         gn = None
         if self.cfg.train.max_grad_norm > 0:
             gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), self.cfg.train.max_grad_norm))
-        opt.step()  # gradients stay until the next step's zero_grad (one process)
+        opt.step()
+        # free the gradients now: they are not needed until the next backward, and holding
+        # them through sampling, scoring and the reference forward is a model's worth of memory
+        opt.zero_grad(set_to_none=True)
         return gn
 
     @staticmethod

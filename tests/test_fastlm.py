@@ -48,8 +48,10 @@ def _hf_logprobs(model, p_ids, p_mask, c_ids, c_mask):
     return logits.log_softmax(-1).gather(-1, c_ids[..., None])[..., 0]
 
 
-@pytest.mark.parametrize("which", ["tiny", "gqa"])
-def test_completion_logprobs_and_gradients_match_transformers(which):
+@pytest.mark.parametrize("which,fuse", [("tiny", True), ("gqa", True), ("gqa", False)])
+def test_completion_logprobs_and_gradients_match_transformers(which, fuse, monkeypatch):
+    if not fuse:  # the separate-projection path larger models take
+        monkeypatch.setattr(fastlm, "FUSE_MAX_PARAMS", 0)
     tok = build_char_tokenizer()
     model = (build_tiny_model(ModelConfig(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128), tok)
              if which == "tiny" else _gqa_llama(tok))
@@ -100,7 +102,10 @@ def test_value_model_fast_path_matches_backbone_forward():
     assert v.shape == v_hf.shape and torch.allclose(v[real], v_hf[real], atol=1e-5)
 
 
-def test_decode_with_in_place_cache_and_dropped_rows_matches_full_forward():
+@pytest.mark.parametrize("fuse", [True, False])
+def test_decode_with_in_place_cache_and_dropped_rows_matches_full_forward(fuse, monkeypatch):
+    if not fuse:
+        monkeypatch.setattr(fastlm, "FUSE_MAX_PARAMS", 0)
     tok = build_char_tokenizer()
     model = _gqa_llama(tok)
     prompts = ["Q:1+2\nA:", "Q:33*4-25\nA:"]

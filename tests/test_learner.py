@@ -48,8 +48,11 @@ def test_micro_batches_give_the_full_batch_gradient():
     grads = []
     for mb in (8, 3):
         _, policy, ref, cfg, algo, ro, rewards = setup([f"train.micro_batch_size={mb}", "train.max_grad_norm=0"])
-        Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref).step(ro, rewards, [], 0)
-        grads.append(torch.cat([p.grad.flatten() for p in policy.parameters()]))
+        learner = Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref)
+        step = learner.opt.step  # the gradients as the optimizer sees them (freed right after)
+        learner.opt.step = lambda: (grads.append(torch.cat([p.grad.flatten() for p in policy.parameters()])), step())
+        learner.step(ro, rewards, [], 0)
+        assert all(p.grad is None for p in policy.parameters())  # not held until the next step
     assert grads[0].abs().max() > 1e-4
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
 
