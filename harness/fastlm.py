@@ -106,9 +106,18 @@ def _rope_tables(dec, position_ids, dtype):
 
 
 def _rotate(x, cos, sin):
-    """x: [B, h, L, d]; cos/sin: [B, 1, L, d]."""
+    """Rotary embedding on the last axis of ``x``; cos/sin broadcast against it."""
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _prompt_attn_mask(mask):
+    """[N, 1, P, P] (True = attend) for left-padded prompts (``mask`` bool [N, P]): causal over
+    real tokens; a padded query attends to itself (its output is never read), so that no row
+    is fully masked."""
+    P = mask.shape[1]
+    causal = torch.tril(torch.ones(P, P, dtype=torch.bool, device=mask.device))
+    return ((causal[None] & mask[:, None, :]) | torch.eye(P, dtype=torch.bool, device=mask.device)[None])[:, None]
 
 
 def _attend(q, k, v, mask, d: _Dims):
@@ -192,14 +201,9 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
     u_pos = (u_mask.long().cumsum(-1) - 1).clamp_min(0)
     dtype = dec.embed_tokens.weight.dtype
     cos_p, sin_p = (t[:, :, None] for t in _rope_tables(dec, u_pos, dtype))  # [U, P, 1, d]
-    # masks (True = attend). Prompt: causal over real tokens; a padded query attends to itself
-    # (its output is never read) so that no row is fully masked.
-    eye_p = torch.eye(P, dtype=torch.bool, device=dev)
-    causal_p = torch.tril(torch.ones(P, P, dtype=torch.bool, device=dev))
-    m_p = ((causal_p[None] & u_mask[:, None, :]) | eye_p[None])[:, None]  # [U, 1, P, P]
+    m_p = _prompt_attn_mask(u_mask)  # [U, 1, P, P]
     # as nn.Embedding(padding_idx=...): no gradient into the pad row from inputs
     xp = F.embedding(u_ids, dec.embed_tokens.weight, dec.embed_tokens.padding_idx)
-    need = None
     if T > 0:
         # input position t is needed iff token t+1 is real (the mask is a prefix of ones)
         need = completion_mask[:, 1:T + 1].bool()
@@ -246,6 +250,17 @@ def trimmed_length(completion_mask) -> int:
     return max(int(completion_mask.sum(1).max().item()), 1)
 
 
+def rows_hidden(model, input_ids, attention_mask, num_completion: int) -> torch.Tensor:
+    """``completion_hidden`` for rows laid out as the learner's batches are (prompt and
+    completion concatenated, the last ``num_completion`` columns the completion), up to the
+    longest completion only: [B, T', hidden] with T' = ``trimmed_length`` <= num_completion (the
+    columns after it are padding in every row; callers pad their results back)."""
+    P = input_ids.shape[1] - num_completion
+    T = trimmed_length(attention_mask[:, P:])
+    return completion_hidden(model, input_ids[:, :P], attention_mask[:, :P], input_ids[:, P:P + T],
+                             attention_mask[:, P:P + T])
+
+
 def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
     """Logits predicting each completion token: [B, T, vocab]."""
     h = completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
@@ -283,8 +298,7 @@ class DecodeState:
         m = mask.bool()
         pos = (m.long().cumsum(-1) - 1).clamp_min(0)
         cos, sin = self.cos[pos][:, :, None], self.sin[pos][:, :, None]  # [N, P, 1, d]
-        attn = ((torch.tril(torch.ones(P, P, dtype=torch.bool, device=dev))[None] & m[:, None, :])
-                | torch.eye(P, dtype=torch.bool, device=dev)[None])[:, None]
+        attn = _prompt_attn_mask(m)
         B = N * repeat
         L = len(self.layers)
         # per layer [B * kv_heads, max_len, head_dim]: a decode step's attention is two
@@ -293,7 +307,6 @@ class DecodeState:
         self.v = torch.empty_like(self.k)
         self.bias = torch.zeros((B, self.max_len), dtype=self.dtype, device=dev)  # additive key mask
         self.bias[:, :P].masked_fill_(~m.repeat_interleave(repeat, 0), float("-inf"))
-        self.B = B
         self.next_pos = pos[:, -1:].repeat_interleave(repeat, 0) + 1  # [B, 1]
         x = F.embedding(ids, self.embed)
         for i, (w_in, wqkv, wo, w_post, wgu, wdown) in enumerate(self.layers):
@@ -340,4 +353,3 @@ class DecodeState:
         self.v = self.v.index_select(1, kv)
         self.bias = self.bias.index_select(0, keep)
         self.next_pos = self.next_pos.index_select(0, keep)
-        self.B = int(keep.numel())

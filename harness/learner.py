@@ -61,17 +61,13 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     def forward(self, input_ids, attention_mask, position_ids, num_completion: int) -> torch.Tensor:
-        if fastlm.supported(self.backbone):
-            P = input_ids.shape[1] - num_completion
-            T = fastlm.trimmed_length(attention_mask[:, P:])
-            h = fastlm.completion_hidden(self.backbone, input_ids[:, :P], attention_mask[:, :P], input_ids[:, P:P + T],
-                                         attention_mask[:, P:P + T])
-            v = self.head(h).squeeze(-1).float()
-            return torch.nn.functional.pad(v, (0, num_completion - T)) if T < num_completion else v
-        h = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
         # V(s_t) for completion token t is read where token t is predicted: position P+t-1
-        h = h[:, -num_completion - 1:-1]
-        return self.head(h).squeeze(-1).float()
+        if fastlm.supported(self.backbone):
+            h = fastlm.rows_hidden(self.backbone, input_ids, attention_mask, num_completion)
+        else:
+            h = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
+                              position_ids=position_ids).last_hidden_state[:, -num_completion - 1:-1]
+        return _pad_columns(self.head(h).squeeze(-1).float(), num_completion)
 
 
 @dataclass
@@ -104,15 +100,9 @@ def token_logprobs(model, b: Batch, temperature: float = 1.0) -> torch.Tensor:
     Llama-architecture models take ``harness.fastlm``'s forward, which runs each distinct
     prompt of the batch once (a GRPO batch holds every prompt G times); others the model's
     own forward with ``logits_to_keep``."""
-    if fastlm.supported(model):
-        P = b.input_ids.shape[1] - b.T
-        T = fastlm.trimmed_length(b.attention_mask[:, P:])  # no columns that are padding in every row
-        logits = fastlm.completion_logits(model, b.input_ids[:, :P], b.attention_mask[:, :P], b.input_ids[:, P:P + T],
-                                          b.attention_mask[:, P:P + T]).float()
-        if temperature != 1.0:
-            logits = logits / temperature
-        lp = logits.gather(-1, b.targets[:, :T, None]).squeeze(-1) - torch.logsumexp(logits, -1)
-        return torch.nn.functional.pad(lp, (0, b.T - T)) if T < b.T else lp
+    if fastlm.supported(model):  # up to the longest completion only (zeros after it)
+        logits = nn.functional.linear(fastlm.rows_hidden(model, b.input_ids, b.attention_mask, b.T),
+                                      model.lm_head.weight).float()
     else:
         out = model(input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids,
                     logits_to_keep=b.T + 1, use_cache=False)
@@ -120,7 +110,13 @@ def token_logprobs(model, b: Batch, temperature: float = 1.0) -> torch.Tensor:
     if temperature != 1.0:
         logits = logits / temperature
     lse = torch.logsumexp(logits, -1)
-    return logits.gather(-1, b.targets[..., None]).squeeze(-1) - lse
+    lp = logits.gather(-1, b.targets[:, :logits.shape[1], None]).squeeze(-1) - lse
+    return _pad_columns(lp, b.T)
+
+
+def _pad_columns(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Right-pad [B, T'] with zeros to [B, width]."""
+    return nn.functional.pad(x, (0, width - x.shape[1])) if x.shape[1] < width else x
 
 
 def _chunks(n: int, size: int):
