@@ -11,14 +11,6 @@ from evals.tasks import available_tasks, get_task
 from harness.config import TaskConfig
 
 
-@pytest.fixture(scope="module")
-def data_dir() -> Path:
-    d = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data").resolve()
-    if not d.is_dir():
-        pytest.skip(f"shared data folder not found at {d} (expected ../shared/data next to the project)")
-    return d
-
-
 def _task(name, **kw):
     return get_task(TaskConfig(name=name, **kw))
 

@@ -4,20 +4,11 @@ import random
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from evals.grading import (VerifierPool, answer_key, clean_answer, extract_answer, extract_gsm8k_gold, get_pool,
                            grade, is_equiv, last_boxed, normalize_answer, parse_number)
-
-
-@pytest.fixture(scope="module")
-def data_dir() -> Path:
-    d = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data").resolve()
-    if not d.is_dir():
-        pytest.skip(f"shared data folder not found at {d} (expected ../shared/data next to the project)")
-    return d
 
 
 def _rows(path):
