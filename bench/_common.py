@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -42,6 +43,29 @@ def run_worker(script: str, args: list[str], threads: int, timeout: float, label
             tail = (proc.stdout[-2000:] + "\n" + proc.stderr[-4000:]).strip()
             return {"error": f"{label}: worker exited with {proc.returncode}\n{tail}"}
         return json.loads(out.read_text())
+
+
+def run_rounds(script: str, order, common: list[str], a, describe, errors: list, loads: list) -> dict:
+    """``a.rounds`` rounds; round ``r`` runs one fresh worker per contender in ``order(r)``
+    (``script --worker NAME *common``, ``a.threads`` threads, ``a.timeout`` s). Returns
+    {name: [worker result, with its "round"]}; failures go to ``errors``, load averages to
+    ``loads``. Prints a line per worker: ``describe(name, result)`` then wall time and load."""
+    results: dict[str, list[dict]] = {n: [] for n in order(0)}
+    for r in range(a.rounds):
+        for n in order(r):
+            t0 = time.time()
+            res = run_worker(script, ["--worker", n, *common], a.threads, a.timeout, n)
+            la = loadavg()
+            loads.append(la)
+            if "error" in res:
+                errors.append(res["error"])
+                print(f"  round {r + 1} {n}: FAILED ({res['error'].splitlines()[0]})", flush=True)
+                continue
+            res["round"] = r
+            results[n].append(res)
+            print(f"  round {r + 1} {describe(n, res)}, process wall {time.time() - t0:.0f} s, loadavg {la}",
+                  flush=True)
+    return results
 
 
 def median(xs) -> float:

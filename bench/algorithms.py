@@ -45,7 +45,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import finish, fmt, loadavg, median, print_table, run_worker, step_problems  # noqa: E402
+from bench._common import finish, fmt, loadavg, median, print_table, run_rounds, step_problems  # noqa: E402
 
 ALGOS = ("grpo", "ppo", "rft")
 TARGET = 0.6  # GRPO's peak above baseline <= 0.6 x PPO's
@@ -209,23 +209,14 @@ def main(argv=None) -> int:
         common += ["--model", kv]
     for kv in a.set:
         common += ["--set", kv]
-    results: dict[str, list[dict]] = {n: [] for n in names}
     errors, loads = [], [la0]
-    for r in range(a.rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for n in order:
-            t0 = time.time()
-            res = run_worker(__file__, ["--worker", n, *common], a.threads, a.timeout, n)
-            la = loadavg()
-            loads.append(la)
-            if "error" in res:
-                errors.append(res["error"])
-                print(f"  round {r + 1} {n}: FAILED ({res['error'].splitlines()[0]})", flush=True)
-                continue
-            results[n].append(res)
-            print(f"  round {r + 1} {n:5s}: median {median([s['seconds'] for s in res['steps']]):.3f} s/step, "
-                  f"peak RSS {res['peak_rss_mb']:.0f} MiB ({res['peak_above_base_mb']:.0f} above base "
-                  f"{res['baseline_rss_mb']:.0f}), process wall {time.time() - t0:.0f} s, loadavg {la}", flush=True)
+
+    def describe(n, res):
+        return (f"{n:5s}: median {median([s['seconds'] for s in res['steps']]):.3f} s/step, "
+                f"peak RSS {res['peak_rss_mb']:.0f} MiB ({res['peak_above_base_mb']:.0f} above base "
+                f"{res['baseline_rss_mb']:.0f})")
+    results = run_rounds(__file__, lambda r: names[r % len(names):] + names[:r % len(names)], common, a, describe,
+                         errors, loads)
 
     summ = {}
     for n, rs in results.items():

@@ -54,7 +54,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import finish, fmt, loadavg, median, print_table, run_worker, step_problems, vm_hwm_mb  # noqa: E402
+from bench._common import (finish, fmt, loadavg, median, print_table, run_rounds, step_problems,  # noqa: E402
+                           vm_hwm_mb)
 
 TARGET_RATIO = 0.5
 PHASES_OURS = ("generate", "score", "reference", "policy_forward", "backward", "optimizer")
@@ -328,7 +329,6 @@ def main(argv=None) -> int:
           f"fresh process each | loadavg at start {la0} on {os.cpu_count()} CPUs", flush=True)
 
     contenders = [a.only] if a.only else ["ours", "trl"]
-    results: dict[str, list[dict]] = {c: [] for c in contenders}
     errors: list[str] = []
     loads = [la0]
     with tempfile.TemporaryDirectory(prefix="grpo-bench-model-") as mdir:
@@ -339,23 +339,13 @@ def main(argv=None) -> int:
                   "--micro-batch", str(a.micro_batch), "--beta", str(a.beta), "--eps", str(a.eps),
                   "--lr", str(a.lr), "--temperature", str(a.temperature), "--seed", str(a.seed),
                   "--warmup", str(a.warmup), "--steps", str(a.steps)]
-        for r in range(a.rounds):
-            order = contenders if r % 2 == 0 else contenders[::-1]
-            for c in order:
-                t0 = time.time()
-                res = run_worker(__file__, ["--worker", c, *common], a.threads, a.timeout, c)
-                la = loadavg()
-                loads.append(la)
-                if "error" in res:
-                    errors.append(res["error"])
-                    print(f"  round {r + 1} {c}: FAILED ({res['error'].splitlines()[0]})", flush=True)
-                    continue
-                res["round"] = r
-                results[c].append(res)
-                st = [s["seconds"] for s in res["steps"]]
-                print(f"  round {r + 1} {c:4s}: median {median(st):.3f} s/step over {len(st)} steps, "
-                      f"peak RSS {res['peak_rss_mb']:.0f} MiB, process wall {time.time() - t0:.0f} s, "
-                      f"loadavg {la}", flush=True)
+
+        def describe(c, res):
+            st = [s["seconds"] for s in res["steps"]]
+            return (f"{c:4s}: median {median(st):.3f} s/step over {len(st)} steps, "
+                    f"peak RSS {res['peak_rss_mb']:.0f} MiB")
+        results = run_rounds(__file__, lambda r: contenders if r % 2 == 0 else contenders[::-1], common, a,
+                             describe, errors, loads)
 
     summ = {c: summarize(v, PHASES_OURS if c == "ours" else PHASES_TRL) for c, v in results.items() if v}
     print()
