@@ -10,6 +10,9 @@ Memory and time discipline:
 - with mu = 1 and no KL in the reward, the old log-probs *are* the current ones: the
   ratio is ``exp(logp - logp.detach())`` (value 1, gradient of logp) and no extra
   forward runs;
+- where old log-probs are needed (KL in the reward, mu > 1), the in-process sampler's own
+  float32 log-probs stand in for them (same weights, same temperature: equal up to rounding);
+- PPO with mu = 1 trains the critic in the one pass that also yields the values for GAE;
 - the reference model only exists when a KL term is on; the critic only for PPO.
 
 Several processes (``dist``: a :class:`harness.distributed.Distributed` that is
@@ -147,6 +150,8 @@ class Learner:
         self.filter = FILTERS.get(algo.filter)
         self.temperature = cfg.sampling.temperature
         self.updates = 0
+        self.fuse_critic = True  # PPO with mu = 1: value forward and critic update in one pass (see step)
+        self.reuse_sampler_logprobs = True  # old log-probs from the sampler when exact (_sampler_logprobs)
         self.progress = 0.0  # fraction of the budget consumed before this step (set by the trainer)
 
     def init_optimizer_from(self, path: str) -> None:
@@ -236,10 +241,17 @@ class Learner:
             ref_logp = (self._forward_nograd(self.reference, b, lambda mdl, x: token_logprobs(mdl, x, self.temperature))
                         if self.reference is not None and algo.uses_reference else None)
         with self.perf.phase("old_logprobs"):
-            old_logp = (self._forward_nograd(self.policy, b, lambda mdl, x: token_logprobs(mdl, x, self.temperature))
-                        if needs_old else None)
+            old_logp = self._sampler_logprobs(rollouts, b) if needs_old else None
+            if needs_old and old_logp is None:
+                old_logp = self._forward_nograd(self.policy, b,
+                                                lambda mdl, x: token_logprobs(mdl, x, self.temperature))
         values = None
-        if self.critic is not None:
+        # mu = 1, one process, every row kept: the critic's single training pass over the batch
+        # computes, before its update, exactly the values the advantages need (GAE is per row),
+        # so that pass runs first and no separate value forward does
+        fused_critic = (self.fuse_critic and self.critic is not None and tc.inner_epochs == 1
+                        and not self.distributed and bool(keep.all()))
+        if self.critic is not None and not fused_critic:
             with self.perf.phase("critic_forward"):
                 values = self._forward_nograd(
                     self.critic, b, lambda mdl, x: mdl(x.input_ids, x.attention_mask, x.position_ids, x.T)) * b.mask
@@ -253,9 +265,23 @@ class Learner:
         inp = AdvantageInput(rewards=rewards.float().to(self.device), mask=b.mask, n=n, step_rewards=step_rewards,
                              values=values, token_rewards=token_rewards, std_eps=acfg.std_eps,
                              gamma=acfg.gae_gamma, lam=acfg.gae_lambda)
+        fused_value_loss = 0.0
+        if fused_critic:
+            vctx = AggContext(num_seqs=B, num_tokens=int(b.mask.sum().item()),
+                              const_len=acfg.dr_grpo_norm or self.cfg.sampling.max_new_tokens)
+
+            def fused_targets(sl, mb, v):  # (old values, returns) of a micro-batch from its own values
+                old = v.detach() * mb.mask
+                tr = inp.token_rewards[sl] if inp.token_rewards is not None else None
+                rows = replace(inp, rewards=inp.rewards[sl], mask=mb.mask, token_rewards=tr, step_rewards=[])
+                return old, gae(outcome_token_rewards(rows), old, mb.mask, acfg.gae_gamma, acfg.gae_lambda)[1]
+            fused_value_loss, seen = self._critic_pass(b, list(_chunks(B, tc.micro_batch_size)), vctx, fused_targets,
+                                                        step)
+            values = torch.cat(seen, 0)
+            inp = replace(inp, values=values)
         adv = self.advantage(inp)
         returns = None
-        if values is not None:
+        if values is not None and not fused_critic:
             _, returns = gae(outcome_token_rewards(inp), values, b.mask, acfg.gae_gamma, acfg.gae_lambda)
         idx = keep.nonzero().squeeze(-1).to(self.device)
         n_kept = int(idx.numel())
@@ -276,7 +302,8 @@ class Learner:
             b = replace(b, mask=torch.zeros_like(b.mask))
         adv, ref_logp = adv[idx], (ref_logp[idx] if ref_logp is not None else None)
         old_logp = old_logp[idx] if old_logp is not None else None
-        values, returns = (values[idx], returns[idx]) if values is not None else (None, None)
+        values = values[idx] if values is not None else None
+        returns = returns[idx] if returns is not None else None
         nz = b.mask.bool()
         if n_kept:
             m["train/adv_mean"] = adv[nz].mean().item()
@@ -325,24 +352,12 @@ class Learner:
                     gn = self._optimizer_step(self.policy, self.opt)
                     if gn is not None:
                         m["train/grad_norm"] = gn
-            if self.critic is not None:
-                if not self.distributed:
-                    self.critic_opt.zero_grad(set_to_none=True)
+            if fused_critic:
+                sums["value_loss"] += fused_value_loss  # trained above, before the advantages
+            elif self.critic is not None:
                 vctx = AggContext(num_seqs=n_kept, num_tokens=ctx.num_tokens, const_len=ctx.const_len)
-                for i, part in enumerate(slices):
-                    mb, sl = self._micro(b, part)
-                    with self._accumulate(self.critic, last=i == len(slices) - 1):
-                        with self.perf.phase("critic_forward"):
-                            v = self.critic(mb.input_ids, mb.attention_mask, mb.position_ids, mb.T)
-                            vl = acfg.value_coef * self.aggregate(
-                                clipped_value_loss(v, values[sl], returns[sl], acfg.value_clip), mb.mask, vctx)
-                        if not torch.isfinite(vl):
-                            raise FloatingPointError(f"value loss is {vl.item()} at step {step}; try a lower algorithm.critic_lr")
-                        with self.perf.phase("critic_backward"):
-                            self._backward(self.critic, vl)
-                    sums["value_loss"] += vl.item()
-                with self.perf.phase("critic_optimizer"):
-                    self._optimizer_step(self.critic, self.critic_opt)
+                sums["value_loss"] += self._critic_pass(
+                    b, slices, vctx, lambda sl, mb, v: (values[sl], returns[sl]), step)[0]
         E = tc.inner_epochs
         m["train/loss"] = sums["loss"] / E
         m["train/pg_loss"] = sums["pg_loss"] / E
@@ -360,6 +375,48 @@ class Learner:
         m["train/policy_frozen"] = float(policy_frozen)
         self.updates += 1
         return self._combine(m, raw) if self.distributed else m
+
+    def _sampler_logprobs(self, rollouts, b: Batch) -> Optional[torch.Tensor]:
+        """The old log-probs (those of the policy that sampled) as the sampler recorded them, or
+        None where they cannot stand in for a fresh forward. They can when the in-process sampler
+        (backend 'hf') ran these very weights in float32 at the learner's temperature: the trainer
+        samples right before each step, so nothing has updated them since, and the values agree
+        with a recomputation up to float rounding (~1e-6). Saves the no-grad policy forward of
+        PPO (KL in the reward) and of every mu > 1 run. Lower precisions recompute, as
+        inference/training mismatches there are not rounding-sized."""
+        lp = getattr(rollouts, "logprobs", None)
+        if (not self.reuse_sampler_logprobs or lp is None or self.cfg.sampling.backend != "hf"
+                or tuple(lp.shape) != tuple(b.targets.shape)
+                or any(p.dtype != torch.float32 for p in self.policy.parameters())):
+            return None
+        return lp.to(self.device, torch.float32) * b.mask
+
+    def _critic_pass(self, b: Batch, slices: list, vctx: AggContext, targets, step: int) -> tuple[float, list]:
+        """One optimizer step of the critic over the micro-batches ``slices`` of ``b``.
+        ``targets(sl, mb, v)`` gives (old values, returns) of micro-batch ``sl`` from its current
+        values ``v``. Returns the summed value loss and each micro-batch's old values."""
+        acfg = self.cfg.algorithm
+        if not self.distributed:
+            self.critic_opt.zero_grad(set_to_none=True)
+        total, seen = 0.0, []
+        for i, part in enumerate(slices):
+            mb, sl = self._micro(b, part)
+            with self._accumulate(self.critic, last=i == len(slices) - 1):
+                with self.perf.phase("critic_forward"):
+                    v = self.critic(mb.input_ids, mb.attention_mask, mb.position_ids, mb.T)
+                    old, ret = targets(sl, mb, v)
+                    vl = acfg.value_coef * self.aggregate(clipped_value_loss(v, old, ret, acfg.value_clip), mb.mask,
+                                                          vctx)
+                if not torch.isfinite(vl):
+                    raise FloatingPointError(f"value loss is {vl.item()} at step {step}; "
+                                             f"try a lower algorithm.critic_lr")
+                with self.perf.phase("critic_backward"):
+                    self._backward(self.critic, vl)
+            total += vl.item()
+            seen.append(old)
+        with self.perf.phase("critic_optimizer"):
+            self._optimizer_step(self.critic, self.critic_opt)
+        return total, seen
 
     def _combine(self, m: dict, raw: dict) -> dict:
         """Metrics over all ranks: fractions and means from summed counts, losses averaged

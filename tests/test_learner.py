@@ -68,13 +68,63 @@ def test_mu_one_runs_no_extra_policy_forward(fast):
         finally:
             rf["restore"](), pol["restore"]()
         assert (pol["n"], rf["n"]) == (2, 2)  # 2 micro-batches: one policy pass (with grad), one reference pass
-        _, policy, ref, cfg, algo, ro, rewards = setup(["train.micro_batch_size=4", "train.inner_epochs=2"])
-        pol = count_forwards(policy)
-        try:
-            Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref).step(ro, rewards, [], 0)
-        finally:
-            pol["restore"]()
-        assert pol["n"] == 2 + 2 * 2  # old log-probs once, then two epochs
+        for reuse in (True, False):
+            _, policy, ref, cfg, algo, ro, rewards = setup(["train.micro_batch_size=4", "train.inner_epochs=2"])
+            pol = count_forwards(policy)
+            learner = Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref)
+            learner.reuse_sampler_logprobs = reuse
+            try:
+                learner.step(ro, rewards, [], 0)
+            finally:
+                pol["restore"]()
+            # two epochs; the old log-probs are the sampler's, or one more pass recomputes them
+            assert pol["n"] == 2 * 2 + (0 if reuse else 2)
+
+
+def test_sampler_logprobs_stand_in_for_the_old_policy_forward():
+    from harness.learner import make_batch, token_logprobs
+    for overrides in ([], ["sampling.temperature=0.7"], ["model.dtype=bfloat16"]):
+        _, policy, ref, cfg, algo, _, _ = setup(["train.inner_epochs=2", *overrides])
+        policy = policy.to(getattr(torch, cfg.model.dtype))
+        ro = sample(policy, build_char_tokenizer(), ["Q:1+2\nA:", "Q:3*4-1\nA:"], n=4, max_new_tokens=10, seed=3,
+                    temperature=cfg.sampling.temperature)
+        learner = Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref)
+        b = make_batch(ro, "cpu")
+        got = learner._sampler_logprobs(ro, b)
+        if cfg.model.dtype != "float32":
+            assert got is None  # recomputed: not rounding-sized differences
+            continue
+        with torch.no_grad():
+            want = token_logprobs(policy, b, cfg.sampling.temperature) * b.mask
+        assert want.abs().max() > 0.1
+        assert torch.allclose(got, want, atol=2e-5)
+
+
+def test_ppo_mu_one_trains_the_critic_in_the_pass_that_computes_its_values():
+    """With mu = 1 the critic's values for GAE come from its one training pass (weights not yet
+    moved), not from a separate forward: same update, same metrics, half the critic passes."""
+    from harness.learner import ValueModel
+    runs = []
+    for fused in (True, False):
+        _, policy, ref, cfg, algo, ro, rewards = setup(["algorithm=ppo", "train.micro_batch_size=4",
+                                                        "algorithm.critic_lr=1e-2", "train.lr=1e-2"])
+        critic = ValueModel(policy)
+        torch.nn.init.normal_(critic.head.weight, std=0.5)  # nonzero values, so GAE depends on them
+        learner = Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref, critic=critic)
+        learner.fuse_critic = fused
+        calls = {"n": 0}
+        critic.register_forward_pre_hook(lambda *a: calls.__setitem__("n", calls["n"] + 1))
+        m = learner.step(ro, rewards, [], 0)
+        runs.append((calls["n"], m, [p.detach().clone() for p in critic.parameters()],
+                     [p.detach().clone() for p in policy.parameters()]))
+    (n1, m1, c1, p1), (n0, m0, c0, p0) = runs
+    assert (n1, n0) == (2, 4)  # 2 micro-batches: one pass, against a value forward plus a training pass
+    assert m1["train/value_loss"] > 0 and m1["train/value_loss"] == pytest.approx(m0["train/value_loss"], rel=1e-6)
+    assert m1["train/value_mean"] == pytest.approx(m0["train/value_mean"], rel=1e-6, abs=1e-7)
+    assert max((a - b).abs().max().item() for a, b in zip(c1, c0)) < 1e-6
+    assert max((a - b).abs().max().item() for a, b in zip(p1, p0)) < 1e-6
+    before = build_tiny_model(SMALL, build_char_tokenizer(), seed=1)
+    assert max((a - b).abs().max().item() for a, b in zip(p1, before.parameters())) > 1e-3  # the policy moved
 
 
 def test_rft_holds_no_reference_and_skips_all_wrong_batches():
