@@ -126,8 +126,8 @@ class WarmupConfig:
 @dataclass(frozen=True)
 class SamplingConfig:
     backend: str = "hf"
-    """Sampler backend: 'hf' (in-process, KV-cached decoding on the learner's weights) or
-    'vllm' (GPU; optional extra)."""
+    """Sampler backend: 'hf' (in-process, KV-cached decoding on the learner's weights). 'vllm'
+    (GPU, weights synced from the learner) is reserved and not implemented yet: it is refused."""
     samples_per_prompt: int = 8
     """G: completions sampled per prompt (the group for GRPO's baseline)."""
     max_new_tokens: int = 40
@@ -139,6 +139,9 @@ class SamplingConfig:
 
     def validate(self):
         check_choice("sampling.backend", self.backend, ("hf", "vllm"))
+        # accepted by the schema (sweeps may name it) but not built: refuse rather than run 'hf'
+        check(self.backend != "vllm", "sampling.backend", self.backend,
+              "is not implemented yet (the in-process 'hf' sampler is the only one); use 'hf'")
         check(self.samples_per_prompt >= 1, "sampling.samples_per_prompt", self.samples_per_prompt, "must be >= 1")
         check(self.max_new_tokens >= 1, "sampling.max_new_tokens", self.max_new_tokens, "must be >= 1")
         check(self.temperature > 0, "sampling.temperature", self.temperature, "must be > 0")

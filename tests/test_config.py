@@ -28,6 +28,7 @@ def test_unknown_key_names_key_and_nearest():
     ("sampling.temperature=0", "sampling.temperature", "0"),
     ("budget.amount=0", "budget.amount", "0"),
     ("train.inner_epochs=0", "train.inner_epochs", "0"),
+    ("sampling.backend=vllm", "sampling.backend", "vllm"),  # reserved, not built: refused, not run as 'hf'
 ])
 def test_bad_values_name_field_and_value(override, field, value):
     msg = err([override])
