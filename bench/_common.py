@@ -68,6 +68,29 @@ def run_rounds(script: str, order, common: list[str], a, describe, errors: list,
     return results
 
 
+class FlopCount:
+    """Matmul / attention FLOPs (forward and backward) of what runs between ``start`` and
+    ``stop``, counted by ``torch.utils.flop_counter.FlopCounterMode`` (mm, addmm, bmm, baddbmm,
+    SDPA, ...; elementwise ops are not counted). Counting slows the ops down, so the counted step
+    is an extra, untimed one."""
+
+    def __init__(self):
+        self.mode = None
+        self.total: Optional[int] = None
+
+    def start(self) -> None:
+        from torch.utils.flop_counter import FlopCounterMode
+        self.mode = FlopCounterMode(display=False)
+        self.mode.__enter__()
+
+    def stop(self) -> Optional[int]:
+        if self.mode is not None:
+            self.mode.__exit__(None, None, None)
+            self.total = int(self.mode.get_total_flops())
+            self.mode = None
+        return self.total
+
+
 def median(xs) -> float:
     xs = [x for x in xs if x is not None]
     return float(statistics.median(xs)) if xs else float("nan")

@@ -54,8 +54,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import (finish, fmt, loadavg, median, print_table, run_rounds, step_problems,  # noqa: E402
-                           vm_hwm_mb)
+from bench._common import (FlopCount, finish, fmt, loadavg, median, print_table, run_rounds,  # noqa: E402
+                           step_problems, vm_hwm_mb)
 
 TARGET_RATIO = 0.5
 PHASES_OURS = ("generate", "score", "reference", "policy_forward", "backward", "optimizer")
@@ -131,7 +131,10 @@ def worker_ours(a) -> dict:
     learner = Learner(policy, algo, cfg, torch.device("cpu"), perf, reference=reference)
     perf.pop_seconds()
     steps = []
-    for k in range(a.warmup + a.steps):
+    flops = FlopCount()
+    for k in range(a.warmup + a.steps + 1):  # the last step is counted (FLOPs), not timed
+        if k == a.warmup + a.steps:
+            flops.start()
         problems = step_problems(task, a.seed, k, a.prompts)
         t0 = time.perf_counter()
         with perf.phase("generate"):
@@ -148,8 +151,10 @@ def worker_ours(a) -> dict:
         steps.append({"seconds": dt, "phases": secs, "tokens": ro.num_tokens,
                       "decode_steps": int(ro.completion_ids.shape[1]), "sequences": ro.num_sequences,
                       "reward_mean": rewards.mean().item()})
+    flops.stop()
     s = perf.summary()
-    return {"contender": "ours", "steps": steps[a.warmup:], "warmup_steps": steps[:a.warmup],
+    return {"contender": "ours", "steps": steps[a.warmup:-1], "warmup_steps": steps[:a.warmup],
+            "counted_step": {"flops": flops.total, "tokens": steps[-1]["tokens"]},
             "baseline_rss_mb": s["perf/baseline_rss_mb"], "peak_rss_mb": s["perf/peak_rss_mb"],
             "params": num_params(policy), "threads": torch.get_num_threads()}
 
@@ -171,7 +176,8 @@ def worker_trl(a) -> dict:
     baseline = rss_mb()
     task = get_task(TaskConfig())
     n_steps = a.warmup + a.steps
-    problems = [p for k in range(n_steps) for p in step_problems(task, a.seed, k, a.prompts)]
+    # one more step than timed: the last one is counted (FLOPs), not timed
+    problems = [p for k in range(n_steps + 1) for p in step_problems(task, a.seed, k, a.prompts)]
     ds = datasets.Dataset.from_dict({"prompt": [task.format_prompt(p) for p in problems],
                                      "pid": list(range(len(problems)))})
     tok = AutoTokenizer.from_pretrained(a.model_dir, local_files_only=True)
@@ -189,7 +195,7 @@ def worker_trl(a) -> dict:
     wanted = dict(
         output_dir=tempfile.mkdtemp(prefix="trl-bench-"), report_to="none", save_strategy="no",
         logging_strategy="no", logging_steps=10**9, disable_tqdm=True, use_cpu=True, bf16=False, fp16=False,
-        use_vllm=False, gradient_checkpointing=False, max_steps=n_steps, learning_rate=a.lr,
+        use_vllm=False, gradient_checkpointing=False, max_steps=n_steps + 1, learning_rate=a.lr,
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.99,
         optim="adamw_torch", max_grad_norm=1.0, per_device_train_batch_size=B // accum,
         gradient_accumulation_steps=accum, steps_per_generation=accum, num_iterations=1,
@@ -243,6 +249,7 @@ def worker_trl(a) -> dict:
 
     steps: list[dict] = []
     state = {"t": None}
+    flops = FlopCount()
 
     class StepTimer(TrainerCallback):
         def on_train_begin(self, args_, st, control, **kw):
@@ -265,12 +272,18 @@ def worker_trl(a) -> dict:
                           "decode_steps": a.max_new_tokens, "sequences": B})
             T.clear()
             marks["last_backward_end"] = None
+            if len(steps) == n_steps:  # bracket the extra step with the FLOP counter
+                flops.start()
+            elif len(steps) == n_steps + 1:
+                flops.stop()
             state["t"] = time.perf_counter()
 
     trainer.add_callback(StepTimer())
     trainer.train()
     model = trainer.model
-    return {"contender": "trl", "trl_version": trl.__version__, "steps": steps[a.warmup:],
+    flops.stop()
+    return {"contender": "trl", "trl_version": trl.__version__, "steps": steps[a.warmup:n_steps],
+            "counted_step": {"flops": flops.total, "tokens": steps[-1]["tokens"] if steps else None},
             "warmup_steps": steps[:a.warmup], "baseline_rss_mb": baseline, "peak_rss_mb": vm_hwm_mb(),
             "params": sum(p.numel() for p in model.parameters()), "threads": torch.get_num_threads(),
             "dropped_config_fields": dropped, "has_reference": ref is not None,
@@ -298,6 +311,8 @@ def summarize(results: list[dict], phases) -> dict:
         "round_median_step_seconds": [median([s["seconds"] for s in r["steps"]]) for r in results],
         "timed_steps": len(steps),
         "median_generate_seconds": median(gen),
+        "median_gflop_per_step": median([r["counted_step"]["flops"] / 1e9 for r in results
+                                         if (r.get("counted_step") or {}).get("flops")]),
     }
 
 
@@ -384,6 +399,13 @@ def main(argv=None) -> int:
               f"{'met' if ratio <= TARGET_RATIO else 'not met'}")
         gr = summ["ours"]["median_gen_tokens_per_s"] / summ["trl"]["median_gen_tokens_per_s"]
         print(f"generation throughput ours/TRL: {gr:.2f}x")
+        fo, ft = summ["ours"]["median_gflop_per_step"], summ["trl"]["median_gflop_per_step"]
+        if fo == fo and ft == ft:  # not NaN
+            out["flop_ratio_ours_over_trl"] = fo / ft
+            print(f"arithmetic per step (matmul + attention FLOPs, one extra counted step): ours {fo:.1f} GFLOP, "
+                  f"TRL {ft:.1f} GFLOP, ratio {fo / ft:.3f}; achieved ours "
+                  f"{fo / summ['ours']['median_step_seconds']:.0f} GFLOP/s, TRL "
+                  f"{ft / summ['trl']['median_step_seconds']:.0f} GFLOP/s")
         if results["trl"] and results["trl"][0].get("dropped_config_fields"):
             print(f"(TRL GRPOConfig lacks: {results['trl'][0]['dropped_config_fields']})")
     return finish(out, errors, loads, a.json)
