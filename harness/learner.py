@@ -237,6 +237,7 @@ class Learner:
         b = make_batch(rollouts, self.device)
         B = b.input_ids.shape[0]
         needs_old = tc.inner_epochs > 1 or algo.kl_placement == "reward"
+        const_len = acfg.dr_grpo_norm or self.cfg.sampling.max_new_tokens  # constant normaliser (Dr. GRPO)
         with self.perf.phase("reference"):
             ref_logp = (self._forward_nograd(self.reference, b, lambda mdl, x: token_logprobs(mdl, x, self.temperature))
                         if self.reference is not None and algo.uses_reference else None)
@@ -267,8 +268,7 @@ class Learner:
                              gamma=acfg.gae_gamma, lam=acfg.gae_lambda)
         fused_value_loss = 0.0
         if fused_critic:
-            vctx = AggContext(num_seqs=B, num_tokens=int(b.mask.sum().item()),
-                              const_len=acfg.dr_grpo_norm or self.cfg.sampling.max_new_tokens)
+            vctx = AggContext(num_seqs=B, num_tokens=int(b.mask.sum().item()), const_len=const_len)
 
             def fused_targets(sl, mb, v):  # (old values, returns) of a micro-batch from its own values
                 old = v.detach() * mb.mask
@@ -309,8 +309,7 @@ class Learner:
             m["train/adv_mean"] = adv[nz].mean().item()
             m["train/adv_abs_mean"] = adv[nz].abs().mean().item()
             raw["adv_sum"], raw["adv_abs_sum"] = adv[nz].sum().item(), adv[nz].abs().sum().item()
-        ctx = AggContext(num_seqs=n_kept, num_tokens=int(b.mask.sum().item()),
-                         const_len=acfg.dr_grpo_norm or self.cfg.sampling.max_new_tokens)
+        ctx = AggContext(num_seqs=n_kept, num_tokens=int(b.mask.sum().item()), const_len=const_len)
         raw["tokens"] = float(ctx.num_tokens)
         slices: list = list(_chunks(n_kept, tc.micro_batch_size))
         slices += [None] * (n_mb - len(slices))  # padding micro-batches (several processes)
