@@ -118,13 +118,13 @@ def vm_hwm_mb() -> Optional[float]:
 
 def step_problems(task, seed: int, step: int, n: int):
     """The prompts of step ``step`` (same for every contender; the trainer's own draw)."""
-    from harness.trainer import stage_seed
+    from harness.train.loop import stage_seed
     return task.sample_train(random.Random(stage_seed(seed, step)), n)
 
 
 def outcome_rewards(task, problems_rep, rollouts):
     """[B] float rewards, scored by the trainer's own scorer."""
-    from harness.trainer import score
+    from harness.train.loop import score
     return score(task, problems_rep, rollouts)[0]
 
 

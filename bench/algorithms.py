@@ -4,11 +4,11 @@ Method
 ------
 * Every algorithm runs in its own fresh worker process (``--worker NAME``) pinned to
   ``--threads`` torch threads, and uses the real pieces of the trainer: the config from
-  ``harness.config.load_config(None, ["algorithm=NAME", ...])``, the components from
-  ``algorithms.presets.resolve``, ``harness.sampling.sample`` for rollouts and
-  ``harness.learner.Learner`` for the update. As in ``harness.trainer``, the reference model
+  ``harness.config.schema.load_config(None, ["algorithm=NAME", ...])``, the components from
+  ``algorithms.presets.resolve``, ``harness.engine.sampling.sample`` for rollouts and
+  ``harness.engine.learner.Learner`` for the update. As in ``harness.train.loop``, the reference model
   (a frozen copy of the policy) exists only when ``algo.uses_reference`` and the critic
-  (``harness.learner.ValueModel(policy)``, same size as the policy) only when ``algo.critic``.
+  (``harness.engine.learner.ValueModel(policy)``, same size as the policy) only when ``algo.critic``.
 * The benchmark model is larger than the default tiny model (default: hidden 384, 10 layers,
   6 heads, SwiGLU 1152, about 19M parameters; change it with ``--model KEY=VALUE``) so that
   the model's share of memory dominates; on the 0.87M default model the libraries alone
@@ -115,14 +115,14 @@ def worker(a) -> dict:
     from transformers import LlamaForCausalLM  # noqa: F401
 
     from algorithms.presets import resolve
-    from evals.tasks import get_task
-    from harness.config import load_config
-    from harness.learner import Learner, ValueModel
-    from harness.models import build_char_tokenizer, build_tiny_model, num_params, param_bytes
-    from harness.perf import PerfTracker
-    from harness.sampling import sample
+    from evals.catalog import get_task
+    from harness.config.schema import load_config
+    from harness.engine.learner import Learner, ValueModel
+    from harness.engine.models import build_char_tokenizer, build_tiny_model, num_params, param_bytes
+    from harness.engine.perf import PerfTracker
+    from harness.engine.sampling import sample
     from bench._common import outcome_rewards
-    from harness.trainer import stage_seed
+    from harness.train.loop import stage_seed
 
     torch.set_num_threads(a.threads)
     perf = PerfTracker(torch.device("cpu"))  # baseline: after imports, before any model
@@ -189,8 +189,8 @@ def main(argv=None) -> int:
         Path(a.worker_out).write_text(json.dumps(res))
         return 0
 
-    from harness.config import load_config
-    from harness.models import build_char_tokenizer, build_tiny_model, num_params
+    from harness.config.schema import load_config
+    from harness.engine.models import build_char_tokenizer, build_tiny_model, num_params
 
     names = [n.strip() for n in a.algorithms.split(",") if n.strip()]
     mcfg = load_config(None, model_overrides(a)).model

@@ -2,9 +2,9 @@
 
 Method
 ------
-1. The parent process builds the default-config policy (``harness.config.ModelConfig()``: a
+1. The parent process builds the default-config policy (``harness.config.schema.ModelConfig()``: a
    0.87M-parameter Llama with the character tokenizer, random init, seed 0) and saves it with
-   ``harness.models.save_policy`` to a temporary directory. Both contenders load *that*
+   ``harness.engine.models.save_policy`` to a temporary directory. Both contenders load *that*
    directory, so they start from identical weights.
 2. Each measurement is a fresh worker process (``--worker ours|trl``) pinned to ``--threads``
    torch threads (also OMP/MKL env vars). A worker runs ``--warmup`` steps, then ``--steps``
@@ -25,7 +25,7 @@ Method
    for all 128 sequences, so both run all 24 decode steps (the token counts are printed).
 4. Phases. Ours: the trainer's PerfTracker phases (generate, score, reference,
    policy_forward, backward, optimizer); the step is timed around sampling + scoring +
-   ``Learner.step``, exactly as ``harness.trainer`` does. TRL: the step is the time between
+   ``Learner.step``, exactly as ``harness.train.loop`` does. TRL: the step is the time between
    consecutive ``on_step_end`` callbacks; generate = ``GRPOTrainer._generate`` (tokenize +
    ``model.generate`` + decode), reference = ``_get_per_token_logps_and_entropies`` on the
    reference model, score+other = the rest of ``_generate_and_score_completions``,
@@ -107,14 +107,14 @@ def worker_ours(a) -> dict:
     import torch
 
     from algorithms.presets import resolve
-    from evals.tasks import get_task
-    from harness.config import load_config
-    from harness.learner import Learner
-    from harness.models import load_policy, num_params
-    from harness.perf import PerfTracker
-    from harness.sampling import sample
+    from evals.catalog import get_task
+    from harness.config.schema import load_config
+    from harness.engine.learner import Learner
+    from harness.engine.models import load_policy, num_params
+    from harness.engine.perf import PerfTracker
+    from harness.engine.sampling import sample
     from bench._common import outcome_rewards
-    from harness.trainer import stage_seed
+    from harness.train.loop import stage_seed
 
     import transformers  # noqa: F401  (imported before the baseline, as in the TRL worker)
     from transformers import LlamaForCausalLM  # noqa: F401
@@ -168,9 +168,9 @@ def worker_trl(a) -> dict:
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from evals.tasks import get_task
-    from harness.config import TaskConfig
-    from harness.perf import rss_mb
+    from evals.catalog import get_task
+    from harness.config.schema import TaskConfig
+    from harness.engine.perf import rss_mb
 
     datasets.disable_progress_bars()
     baseline = rss_mb()
@@ -326,8 +326,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from harness.config import ModelConfig, load_config
-    from harness.models import build_char_tokenizer, build_tiny_model, num_params, save_policy
+    from harness.config.schema import ModelConfig, load_config
+    from harness.engine.models import build_char_tokenizer, build_tiny_model, num_params, save_policy
 
     mcfg = load_config(None, [f"model.{kv}" for kv in a.model]).model if a.model else ModelConfig()
     tok = build_char_tokenizer()

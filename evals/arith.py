@@ -28,7 +28,7 @@ import random
 import re
 from typing import Optional
 
-from evals.tasks import Problem, StepReward, Task, register_task
+from evals.tasks import Problem, StepReward, Task, TaskSpec, register_task
 
 HELDOUT_MOD = 10  # 1 in 10 expressions is held out
 
@@ -102,8 +102,7 @@ class ArithTask(Task):
     has_process_rewards = True
 
     def __init__(self, cfg=None):
-        from harness.config import TaskConfig
-        self.cfg = cfg or TaskConfig()
+        self.cfg = cfg or TaskSpec()
         self._eval: Optional[list[Problem]] = None
 
     # -- generation -------------------------------------------------------

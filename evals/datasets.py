@@ -46,7 +46,7 @@ from typing import Optional
 
 from evals.grading import (clean_answer, extract_answer, extract_gsm8k_gold, is_equiv, last_boxed,
                            strip_calculator_annotations)
-from evals.tasks import Problem, Task, register_task
+from evals.tasks import Problem, Task, TaskSpec, register_task
 
 __all__ = ["DatasetError", "DatasetTask", "GSM8KTask", "MathTask", "Math500Task", "find_data_root",
            "read_jsonl", "INSTRUCTION"]
@@ -132,8 +132,7 @@ class DatasetTask(Task):
     hub_default: Optional[tuple[str, Optional[str]]] = None
 
     def __init__(self, cfg=None):
-        from harness.config import TaskConfig
-        self.cfg = cfg or TaskConfig(name=self.name)
+        self.cfg = cfg or TaskSpec(name=self.name)
         self.tokenizer = None
         self._splits: dict[str, list[Problem]] = {}
         self._shots: Optional[list[Problem]] = None

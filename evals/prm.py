@@ -10,7 +10,7 @@ from is pluggable:
   step's score is P(good) / (P(good) + P(bad)) at the tag. It is loaded from a local
   directory (or GGUF file); nothing is downloaded.
 
-``make_prm(spec, task)`` builds one from ``algorithm.prm`` (null = rule-based).
+``harness.engine.models.load_prm(spec, task)`` builds one from ``algorithm.prm`` (null = rule-based).
 """
 from __future__ import annotations
 
@@ -54,12 +54,8 @@ def split_steps(text: str, sep: str = r"\n+|;") -> list[tuple[str, int]]:
 class CausalLMPRM:
     """Math-Shepherd-style PRM: score = P(good) / (P(good) + P(bad)) after each step tag."""
 
-    def __init__(self, path: str, *, good_token: str = "+", bad_token: str = "-", step_tag: str = " ки",
-                 splitter: Callable[[str], list[tuple[str, int]]] = split_steps, device: str = "cpu",
-                 gguf_file: Optional[str] = None, model=None, tokenizer=None):
-        if model is None:
-            from harness.models import load_policy
-            model, tokenizer = load_policy(path, gguf_file)
+    def __init__(self, model, tokenizer, *, good_token: str = "+", bad_token: str = "-", step_tag: str = " ки",
+                 splitter: Callable[[str], list[tuple[str, int]]] = split_steps, device: str = "cpu"):
         self.model, self.tok = model.to(device).eval(), tokenizer
         self.device, self.step_tag, self.splitter = device, step_tag, splitter
         ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in (good_token, bad_token)]
@@ -84,9 +80,3 @@ class CausalLMPRM:
         if not finished:  # a truncated completion never gets credit for its last step
             rewards[-1] = StepReward(0.0, rewards[-1].end)
         return rewards
-
-
-def make_prm(spec: Optional[str], task: Task, device: str = "cpu") -> ProcessRewardModel:
-    if spec in (None, "", "rule"):
-        return RuleBasedPRM(task)
-    return CausalLMPRM(spec, device=device)

@@ -2,14 +2,47 @@
 
 A task is prompts + gold answers + a grader. Every grader is total: malformed or
 truncated output scores 0, it never raises. Tasks are looked up by name with
-:func:`get_task`; dataset tasks (gsm8k, math, math500) register themselves in
-``evals.datasets``.
+:func:`evals.catalog.get_task`; tasks register themselves with :func:`register_task`
+(``evals.arith``; ``evals.datasets`` for gsm8k, math, math500).
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
 from typing import Callable, Optional
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Which task, and its knobs. The run config's ``task`` section (``harness.config.schema.TaskConfig``)
+    adds validation to exactly these fields."""
+
+    name: str = "arith"
+    """Task: 'arith' (synthetic multi-step arithmetic, every step checkable), or a dataset
+    task from evals (gsm8k, math, math500)."""
+    min_ops: int = 2
+    """arith: fewest operations in a problem (a problem with k operations has k steps)."""
+    max_ops: int = 3
+    """arith: most operations in a problem."""
+    min_operand: int = 1
+    """arith: smallest operand."""
+    max_operand: int = 9
+    """arith: largest operand."""
+    operators: str = "+-*"
+    """arith: operator mix; '*' binds tighter than '+' and '-', which associate left to right."""
+    demo_error_rate: float = 0.0
+    """arith: fraction of the warm-up's worked solutions that evaluate strictly left to right,
+    ignoring precedence (a common misconception), as imperfect SFT data has. Only the
+    supervised targets change; rewards and evaluation always use the true value."""
+    eval_size: int = 200
+    """Held-out problems used for evaluation (arith: drawn from the held-out split)."""
+    seed: int = 1234
+    """Seed of the problem generator; the train/held-out split is a hash of the problem
+    text, so it does not depend on this seed."""
+    data_path: Optional[str] = None
+    """Dataset tasks: local jsonl file (or a hub dataset name when online)."""
+    few_shot: int = 0
+    """Dataset tasks: number of worked examples prepended to each prompt."""
 
 
 @dataclass(frozen=True)
@@ -84,24 +117,3 @@ def register_task(name: str):
         _REGISTRY[name] = factory
         return factory
     return deco
-
-
-def available_tasks() -> list[str]:
-    _load_builtin()
-    return sorted(_REGISTRY)
-
-
-def get_task(cfg) -> Task:
-    """Build the task named by ``cfg.name`` (a TaskConfig)."""
-    _load_builtin()
-    if cfg.name not in _REGISTRY:
-        raise ValueError(f"unknown task '{cfg.name}'; available: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[cfg.name](cfg)
-
-
-def _load_builtin():
-    import evals.arith  # noqa: F401
-    try:
-        import evals.datasets  # noqa: F401
-    except ImportError:  # dataset tasks are optional
-        pass

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from harness.config import config_from_dict, run_id
-from harness.configbase import to_dict
+from harness.config.schema import config_from_dict, run_id
+from harness.config.base import to_dict
 
 KS = (1, 2, 4, 8)
 STEPS = 8
@@ -43,7 +43,7 @@ def _k_metrics(acc: float, rng) -> dict[str, float]:
 
 
 def _eval(acc_arith: float, acc_gsm: float, n: int, rng) -> dict[str, float]:
-    """Keys as evals.runner.evaluate returns them (the trainer logs them as a row and stores
+    """Keys as harness.engine.evaluate.evaluate returns them (the trainer logs them as a row and stores
     them as summary initial_eval / final_eval)."""
     e = {"eval/arith/acc": round(acc_arith, 4), "eval/arith/answered": 0.97, "eval/arith/truncated": 0.01,
          "eval/arith/num_problems": 200, "eval/arith/seconds": round(float(rng.uniform(1, 2)), 3),

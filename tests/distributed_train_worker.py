@@ -1,5 +1,5 @@
 """Run under ``torchrun --nproc_per_node=2`` by tests/test_distributed_train.py (CPU, gloo,
-``DS_ACCELERATOR=cpu``): the real trainer (:func:`harness.trainer.train`) for each case
+``DS_ACCELERATOR=cpu``): the real trainer (:func:`harness.train.loop.train`) for each case
 given on the command line, one after another in the same process group.
 
 ``argv[1]``: JSON list of cases ``{"name", "mode": "zero2"|"zero3"|"ddp", "overrides": [...],
@@ -26,14 +26,14 @@ import dataclasses  # noqa: E402
 
 import torch  # noqa: E402
 
-import harness.trainer as trainer  # noqa: E402
+import harness.train.loop as trainer  # noqa: E402
 from algorithms.presets import resolve  # noqa: E402
-from harness.config import ModelConfig, load_config  # noqa: E402
-from harness.learner import Learner  # noqa: E402
-from harness.models import build_char_tokenizer, build_tiny_model  # noqa: E402
-from harness.perf import PerfTracker  # noqa: E402
-from harness.run_io import read_jsonl  # noqa: E402
-from harness.sampling import sample  # noqa: E402
+from harness.config.schema import ModelConfig, load_config  # noqa: E402
+from harness.engine.learner import Learner  # noqa: E402
+from harness.engine.models import build_char_tokenizer, build_tiny_model  # noqa: E402
+from harness.engine.perf import PerfTracker  # noqa: E402
+from harness.rundir.layout import read_jsonl  # noqa: E402
+from harness.engine.sampling import sample  # noqa: E402
 
 ZERO = {"zero2": "2", "zero3": "3", "ddp": ""}
 

@@ -1,4 +1,4 @@
-"""A fast stand-in for ``harness.trainer.train`` used by the sweep tests (imported by
+"""A fast stand-in for ``harness.train.loop.train`` used by the sweep tests (imported by
 worker processes by name: ``sweep_fake_trainer:train``).
 
 It follows the trainer contract (docs/CONTRACTS.md) closely enough for the launcher:
@@ -23,9 +23,9 @@ import time
 import traceback
 from pathlib import Path
 
-from harness.config import run_id
-from harness.configbase import to_dict
-from harness.run_io import MetricsWriter, read_json, write_json_atomic
+from harness.config.schema import run_id
+from harness.config.base import to_dict
+from harness.rundir.layout import MetricsWriter, read_json, write_json_atomic
 
 
 def run_dir_of(cfg) -> Path:

@@ -1,6 +1,6 @@
 """Run under ``torchrun --nproc_per_node=2`` by tests/test_sweep_zero.py (CPU, gloo,
 ``DS_ACCELERATOR=cpu``): a few optimizer steps of a tiny Llama through
-:class:`harness.distributed.Distributed` in the modes given on the command line
+:class:`harness.engine.distributed.Distributed` in the modes given on the command line
 (``zero2,zero3`` or ``ddp``), each compared with a single-process reference trained on
 the union of both ranks' data. Writes ``<out>/rank<r>.json`` with what the test asserts.
 """
@@ -16,9 +16,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.config import ModelConfig  # noqa: E402
-from harness.distributed import Distributed  # noqa: E402
-from harness.models import build_char_tokenizer, build_tiny_model  # noqa: E402
+from harness.config.schema import ModelConfig  # noqa: E402
+from harness.engine.distributed import Distributed  # noqa: E402
+from harness.engine.models import build_char_tokenizer, build_tiny_model  # noqa: E402
 
 # 8 sequences of equal length (no padding: the mean of micro-batch means is the batch mean)
 TEXTS = ["12+34=46", "23+45=68", "31+27=58", "40+19=59", "11+22=33", "52+36=88", "61+17=78", "25+25=50"]

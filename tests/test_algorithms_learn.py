@@ -16,8 +16,8 @@ rft +6.7 to +14.7. GRPO at 1e-3: +12.7 to +14.7.
 import pytest
 
 from algorithms.presets import ALGORITHMS
-from harness.config import load_config
-from harness.trainer import train
+from harness.config.schema import load_config
+from harness.train.loop import train
 
 EASY = [
     "model.hidden_size=64", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=192",

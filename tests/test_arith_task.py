@@ -4,7 +4,7 @@ import random
 import pytest
 
 from evals.arith import ArithTask, admissible, evaluate, is_heldout, solution_text
-from harness.config import TaskConfig
+from evals.tasks import TaskSpec as TaskConfig
 
 
 @pytest.fixture

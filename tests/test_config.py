@@ -1,8 +1,8 @@
 """Strict config: unknown keys, wrong types, bad values, round-trip, overrides."""
 import pytest
 
-from harness.config import Config, ConfigError, config_from_dict, load_config, run_id, save_config
-from harness.configbase import field_docs
+from harness.config.schema import Config, ConfigError, config_from_dict, load_config, run_id, save_config
+from harness.config.base import field_docs
 
 
 def err(overrides=None, data=None):
@@ -80,7 +80,7 @@ def test_run_id_stable_and_sensitive():
 def test_every_field_is_documented():
     import dataclasses
 
-    from harness import config as C
+    from harness.config import schema as C
     for cls in (C.Config, C.ModelConfig, C.TaskConfig, C.WarmupConfig, C.SamplingConfig, C.TrainConfig,
                 C.AlgorithmConfig, C.BudgetConfig, C.EvalConfig, C.TrackingConfig):
         docs = field_docs(cls)

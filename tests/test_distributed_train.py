@@ -1,6 +1,6 @@
-"""The real trainer (harness.trainer.train) on two processes: ``torchrun --nproc_per_node=2``
+"""The real trainer (harness.train.loop.train) on two processes: ``torchrun --nproc_per_node=2``
 on CPU over gloo (``DS_ACCELERATOR=cpu``), plain DDP, DeepSpeed ZeRO-2 and ZeRO-3, through
-harness.distributed (tests/distributed_train_worker.py runs the cases one after another).
+harness.engine.distributed (tests/distributed_train_worker.py runs the cases one after another).
 
 A tiny setting (a 2-layer 32-wide Llama, warmed up for 200 steps by rank 0 inside the
 2-rank run, 4 prompts x 4 samples per stage, a budget of 36 samples so the last stage has
@@ -43,9 +43,9 @@ import yaml
 pytest.importorskip("deepspeed")
 pytest.importorskip("accelerate")
 
-from harness.config import load_config  # noqa: E402
-from harness.configbase import to_dict  # noqa: E402
-from harness.run_io import read_json, read_jsonl  # noqa: E402
+from harness.config.schema import load_config  # noqa: E402
+from harness.config.base import to_dict  # noqa: E402
+from harness.rundir.layout import read_json, read_jsonl  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 BUDGET = 36
@@ -109,7 +109,7 @@ def results(work):
 @pytest.fixture(scope="module")
 def single(work, results):
     """The same run in one process (after the 2-rank run: the warm-up cache is there)."""
-    from harness.trainer import run_dir, train
+    from harness.train.loop import run_dir, train
     cfg = load_config(None, overrides(work, work / "cache", "single"))
     s = train(cfg, progress=False)
     return s, read_jsonl(run_dir(cfg) / "metrics.jsonl")
@@ -176,7 +176,7 @@ def test_two_rank_run_finishes_at_the_matched_budget(results, single, name):
     assert p["reference"] == (p["policy"] if algorithm != "rft" else 0)
     assert p["critic"] == (p["policy"] + 32 + 1 if algorithm == "ppo" else 0)
     # the final model: full weights, written by the main rank
-    from harness.models import load_policy, num_params
+    from harness.engine.models import load_policy, num_params
     model, _ = load_policy(str(run / "final_model"))
     assert num_params(model) == p["policy"]
     # no resume state left behind
@@ -206,7 +206,7 @@ def test_resume_after_a_failure_matches_an_uninterrupted_run(results, name):
 
 
 def test_sweep_launcher_runs_the_trainer_under_torchrun(work, results, monkeypatch):
-    from harness.sweep import load_sweep, run_sweep
+    from harness.sweep.spec import load_sweep, run_sweep
     for k, v in env().items():
         if k in ("DS_ACCELERATOR", "PYTHONPATH", "TORCH_CPP_LOG_LEVEL", "PYTHONWARNINGS"):
             monkeypatch.setenv(k, v)

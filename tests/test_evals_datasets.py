@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from evals.datasets import DatasetError, GSM8KTask, Math500Task, MathTask, find_data_root, read_jsonl
-from evals.tasks import available_tasks, get_task
-from harness.config import TaskConfig
+from evals.catalog import available_tasks, get_task
+from harness.config.schema import TaskConfig
 
 
 def _task(name, **kw):
@@ -90,7 +90,7 @@ def test_plain_prompt_and_few_shot(data_dir):
 
 @pytest.mark.filterwarnings("ignore:task math500")
 def test_chat_template_prompt(data_dir):
-    from harness.models import build_char_tokenizer
+    from harness.engine.models import build_char_tokenizer
     tok = build_char_tokenizer()
     tok.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] }}>{% endfor %}"
                          "{% if add_generation_prompt %}<assistant>{% endif %}")

@@ -1,4 +1,4 @@
-"""evals.runner.evaluate and `harness eval`: exact metrics with a scripted sampler, and the
+"""harness.engine.evaluate.evaluate and `harness eval`: exact metrics with a scripted sampler, and the
 real sampler on the tiny model (the same path as the SmolLM2 test, in seconds)."""
 import argparse
 import json
@@ -8,9 +8,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from evals.runner import evaluate, read_records, summarize
-from evals.tasks import get_task
-from harness.config import ModelConfig, TaskConfig
+from evals.records import read_records, summarize
+from harness.engine.evaluate import evaluate
+from evals.catalog import get_task
+from harness.config.schema import ModelConfig, TaskConfig
 
 ANSWERS = ["1", "2", "3"]
 
@@ -100,7 +101,7 @@ def test_evaluate_greedy_only_and_no_samples(gsm_file):
 
 @pytest.fixture(scope="module")
 def tiny():
-    from harness.models import build_char_tokenizer, build_tiny_model
+    from harness.engine.models import build_char_tokenizer, build_tiny_model
     torch.set_num_threads(1)
     tok = build_char_tokenizer()
     model = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
@@ -140,7 +141,7 @@ def test_evaluate_arith_on_the_tiny_model(tiny):
 
 
 def _cli(argv):
-    from evals import cli
+    from harness.cli import eval as cli
     p = argparse.ArgumentParser(prog="harness")
     cli.register(p.add_subparsers(dest="command"))
     args = p.parse_args(argv)
@@ -148,7 +149,7 @@ def _cli(argv):
 
 
 def test_cli_eval_writes_metrics_and_records(tiny, tmp_path, capsys):
-    from harness.models import save_policy
+    from harness.engine.models import save_policy
     model, tok = tiny
     save_policy(model, tok, tmp_path / "model")
     out = tmp_path / "out"
@@ -169,5 +170,5 @@ def test_cli_eval_writes_metrics_and_records(tiny, tmp_path, capsys):
 
 
 def test_eval_is_a_registered_subcommand():
-    from harness.cli import COMMAND_MODULES
-    assert "evals.cli" in COMMAND_MODULES
+    from harness.cli.main import COMMAND_MODULES
+    assert "harness.cli.eval" in COMMAND_MODULES

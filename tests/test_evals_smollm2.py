@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from evals.runner import evaluate, read_records
-from evals.tasks import get_task
-from harness.config import TaskConfig
+from evals.records import read_records
+from harness.engine.evaluate import evaluate
+from evals.catalog import get_task
+from harness.config.schema import TaskConfig
 
 N_PROBLEMS, N_SAMPLES, MAX_NEW_TOKENS = 20, 4, 24
 STOPWORDS = {"that", "this", "with", "from", "what", "have", "each", "does", "much", "many", "they", "their", "then",
@@ -39,7 +40,7 @@ def smollm2():
     data = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gsm8k" / "test.jsonl"
     if not data.is_file():
         pytest.skip(f"GSM8K test file not found at {data}")
-    from harness.models import load_policy
+    from harness.engine.models import load_policy
     torch.set_num_threads(1)
     model, tok = load_policy(str(gguf.parent), gguf_file=gguf.name)
     return model, tok, data

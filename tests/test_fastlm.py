@@ -1,15 +1,15 @@
-"""harness.fastlm against the transformers forward it replaces: values and gradients at every
+"""harness.engine.fastlm against the transformers forward it replaces: values and gradients at every
 position that predicts a real token, decoding with an in-place cache (and dropped rows),
 and which models may take the path."""
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from harness import fastlm
-from harness.config import ModelConfig
-from harness.learner import ValueModel, make_batch, token_logprobs
-from harness.models import build_char_tokenizer, build_tiny_model
-from harness.sampling import sample
+from harness.engine import fastlm
+from harness.config.schema import ModelConfig
+from harness.engine.learner import ValueModel, make_batch, token_logprobs
+from harness.engine.models import build_char_tokenizer, build_tiny_model
+from harness.engine.sampling import sample
 
 
 def _gqa_llama(tok):

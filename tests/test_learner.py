@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from algorithms.presets import resolve
-from harness import fastlm
-from harness.config import ModelConfig, load_config
-from harness.learner import Learner
-from harness.models import build_char_tokenizer, build_tiny_model
-from harness.perf import PerfTracker
-from harness.sampling import sample
+from harness.engine import fastlm
+from harness.config.schema import ModelConfig, load_config
+from harness.engine.learner import Learner
+from harness.engine.models import build_char_tokenizer, build_tiny_model
+from harness.engine.perf import PerfTracker
+from harness.engine.sampling import sample
 
 SMALL = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
 
@@ -29,7 +29,7 @@ def setup(overrides):
 
 
 def count_forwards(model):
-    """Forward passes of ``model``, through transformers' forward or harness.fastlm's."""
+    """Forward passes of ``model``, through transformers' forward or harness.engine.fastlm's."""
     calls = {"n": 0}
     model.register_forward_pre_hook(lambda *a: calls.__setitem__("n", calls["n"] + 1))
     fast = fastlm.completion_hidden
@@ -82,7 +82,7 @@ def test_mu_one_runs_no_extra_policy_forward(fast):
 
 
 def test_sampler_logprobs_stand_in_for_the_old_policy_forward():
-    from harness.learner import make_batch, token_logprobs
+    from harness.engine.learner import make_batch, token_logprobs
     for overrides in ([], ["sampling.temperature=0.7"], ["model.dtype=bfloat16"]):
         _, policy, ref, cfg, algo, _, _ = setup(["train.inner_epochs=2", *overrides])
         policy = policy.to(getattr(torch, cfg.model.dtype))
@@ -103,7 +103,7 @@ def test_sampler_logprobs_stand_in_for_the_old_policy_forward():
 def test_ppo_mu_one_trains_the_critic_in_the_pass_that_computes_its_values():
     """With mu = 1 the critic's values for GAE come from its one training pass (weights not yet
     moved), not from a separate forward: same update, same metrics, half the critic passes."""
-    from harness.learner import ValueModel
+    from harness.engine.learner import ValueModel
     runs = []
     for fused in (True, False):
         _, policy, ref, cfg, algo, ro, rewards = setup(["algorithm=ppo", "train.micro_batch_size=4",

@@ -3,10 +3,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from harness.config import ModelConfig
-from harness.learner import make_batch, token_logprobs
-from harness.models import build_char_tokenizer, build_tiny_model, load_policy, save_policy
-from harness.sampling import char_to_token_index, sample, token_end_offsets
+from harness.config.schema import ModelConfig
+from harness.engine.learner import make_batch, token_logprobs
+from harness.engine.models import build_char_tokenizer, build_tiny_model, load_policy, save_policy
+from harness.engine.sampling import char_to_token_index, sample, token_end_offsets
 
 
 def test_char_tokenizer_round_trip(tmp_path):
@@ -69,9 +69,9 @@ def test_greedy_is_argmax_and_token_offsets():
 
 def test_learner_adopts_warmup_second_moments(tmp_path):
     from algorithms.presets import resolve
-    from harness.config import load_config
-    from harness.learner import Learner
-    from harness.perf import PerfTracker
+    from harness.config.schema import load_config
+    from harness.engine.learner import Learner
+    from harness.engine.perf import PerfTracker
 
     tok = build_char_tokenizer()
     m = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tok)

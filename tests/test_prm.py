@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from evals.arith import ArithTask
-from evals.prm import CausalLMPRM, RuleBasedPRM, make_prm, split_steps
+from evals.prm import CausalLMPRM, RuleBasedPRM, split_steps
+from harness.engine.models import load_prm as make_prm
 from evals.tasks import Problem, Task
-from harness.models import build_char_tokenizer
+from harness.engine.models import build_char_tokenizer
 
 
 def test_split_steps_offsets():
@@ -52,7 +53,7 @@ class TagModel(torch.nn.Module):
 def test_causal_lm_prm_reads_the_tag_positions():
     tok = build_char_tokenizer()
     tag, good, bad = (tok(c, add_special_tokens=False)["input_ids"][0] for c in ("@", "+", "-"))
-    prm = CausalLMPRM("unused", good_token="+", bad_token="-", step_tag="@",
+    prm = CausalLMPRM(good_token="+", bad_token="-", step_tag="@",
                       model=TagModel(tag, good, bad, len(tok)), tokenizer=tok)
     p = Problem(id="x", question="3+4*2", answer="11")
     out = prm.step_rewards("4*2=8;3+8=11;#11", p)
@@ -62,4 +63,4 @@ def test_causal_lm_prm_reads_the_tag_positions():
     truncated = prm.step_rewards("4*2=8;3+8=11;#11", p, finished=False)
     assert truncated[-1].reward == 0.0 and truncated[0].reward == out[0].reward
     with pytest.raises(ValueError, match="one token"):
-        CausalLMPRM("unused", good_token="++", model=TagModel(tag, good, bad, len(tok)), tokenizer=tok)
+        CausalLMPRM(good_token="++", model=TagModel(tag, good, bad, len(tok)), tokenizer=tok)

@@ -1,4 +1,4 @@
-"""The local launcher, end to end through `python -m harness.sweep`, with the fast fake
+"""The local launcher, end to end through `python -m harness.sweep.spec`, with the fast fake
 trainer (tests/sweep_fake_trainer.py): failures isolated and recorded, finished runs
 skipped, Ctrl-C marks in-flight runs interrupted and a re-launch resumes them, threads
 and GPU slots per run, multi-process runs under torchrun, the progress table."""
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.launchers import default_workers, gpu_slots
-from harness.run_io import read_json, read_jsonl
-from harness.sweep import SweepError, _lock, load_sweep, run_sweep
-from harness.sweep_progress import Progress
+from harness.sweep.launchers import default_workers, gpu_slots
+from harness.rundir.layout import read_json, read_jsonl
+from harness.sweep.spec import SweepError, _lock, load_sweep, run_sweep
+from harness.sweep.progress import Progress
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -40,7 +40,7 @@ def sweep_file(tmp_path: Path, body: str, name: str = "s.yaml") -> Path:
 
 
 def run_cli(path: Path, out: Path, *args, timeout=120, **envs) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "harness.sweep", str(path), "--output-dir", str(out), "--train-fn", FAKE, *args]
+    cmd = [sys.executable, "-m", "harness.sweep.spec", str(path), "--output-dir", str(out), "--train-fn", FAKE, *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env(**envs), cwd=path.parent, timeout=timeout)
 
 
@@ -147,7 +147,7 @@ launcher: {workers: 2}
 """)
     out = tmp_path / "out"
     sw = load_sweep(path, output_dir=str(out))
-    cmd = [sys.executable, "-m", "harness.sweep", str(path), "--output-dir", str(out), "--train-fn", FAKE,
+    cmd = [sys.executable, "-m", "harness.sweep.spec", str(path), "--output-dir", str(out), "--train-fn", FAKE,
            "--refresh", "0.5"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env(FAKE_STEP_SECONDS=0.25), cwd=tmp_path)
@@ -235,7 +235,7 @@ budget: {unit: steps, amount: 2, eval_points: 1}
 launcher: {procs: 2, cpus: 2, zero_stage: 3}
 """)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "harness.sweep", str(path), "--output-dir", str(out), "--train-fn",
+    cmd = [sys.executable, "-m", "harness.sweep.spec", str(path), "--output-dir", str(out), "--train-fn",
            "sweep_fake_trainer:train_distributed", "--no-progress"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=180)
     assert p.returncode == 0, p.stdout + p.stderr

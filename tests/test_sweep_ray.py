@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.run_io import read_json, read_jsonl
-from harness.sweep import load_sweep
+from harness.rundir.layout import read_json, read_jsonl
+from harness.sweep.spec import load_sweep
 
 pytest.importorskip("ray")
 
@@ -76,7 +76,7 @@ ip link set lo up
 "{RAY}" start --head --node-ip-address=127.0.0.1 --port={port} --num-cpus=2 --include-dashboard=false \\
     --disable-usage-stats --temp-dir={temp} > {temp}/start.log 2>&1 || {{ cat {temp}/start.log; exit 97; }}
 rc=0
-PYTHONPATH="{REPO}:{TESTS}" "{sys.executable}" -m harness.sweep {path} --launcher ray --address 127.0.0.1:{port} \\
+PYTHONPATH="{REPO}:{TESTS}" "{sys.executable}" -m harness.sweep.spec {path} --launcher ray --address 127.0.0.1:{port} \\
     --output-dir {out} --train-fn sweep_fake_trainer:train --no-progress || rc=$?
 "{RAY}" stop --force > /dev/null 2>&1
 exit $rc

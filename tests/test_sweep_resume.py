@@ -1,4 +1,4 @@
-"""The sweep with the real trainer (harness.trainer.train) on a tiny setting: a Llama with
+"""The sweep with the real trainer (harness.train.loop.train) on a tiny setting: a Llama with
 two 64-wide layers, warmed up for a few seconds on one-operation sums (so rollouts earn
 non-zero rewards and the policy really moves), 16 completions per step.
 
@@ -23,8 +23,8 @@ import pytest
 import torch
 import yaml
 
-from harness.run_io import read_json, read_jsonl
-from harness.sweep import load_sweep, run_sweep
+from harness.rundir.layout import read_json, read_jsonl
+from harness.sweep.spec import load_sweep, run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -145,12 +145,12 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path, warm_cache)
     run = load_sweep(path, output_dir=str(out)).runs[0]
     assert run.run_id == ref_dir.name                  # output_dir is not part of the run id
 
-    cmd = [sys.executable, "-m", "harness.sweep", str(path), "--output-dir", str(out), "--no-progress"]
+    cmd = [sys.executable, "-m", "harness.sweep.spec", str(path), "--output-dir", str(out), "--no-progress"]
     # 1) SIGKILL the worker after its first checkpoint: the launcher records the death
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env())
     try:
         _wait_step(run.run_dir, 3, proc)
-        workers = [c for c in _children(proc.pid) if "harness.launchers" in " ".join(c.cmdline())]
+        workers = [c for c in _children(proc.pid) if "harness.sweep.launchers" in " ".join(c.cmdline())]
         assert len(workers) == 1
         workers[0].send_signal(signal.SIGKILL)
         stdout, _ = proc.communicate(timeout=60)

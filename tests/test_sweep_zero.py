@@ -1,4 +1,4 @@
-"""DeepSpeed ZeRO-2 / ZeRO-3 (and plain DDP) through harness.distributed, for real, on CPU:
+"""DeepSpeed ZeRO-2 / ZeRO-3 (and plain DDP) through harness.engine.distributed, for real, on CPU:
 two ranks under torchrun over gloo (``DS_ACCELERATOR=cpu``), a tiny Llama, a few
 optimizer steps with two micro-batches each (tests/sweep_zero_worker.py).
 
@@ -70,7 +70,7 @@ def test_two_ranks_train_like_one_process(results, mode):
 
 
 def test_deepspeed_config_resolution():
-    from harness.distributed import DEEPSPEED_DIR, deepspeed_config
+    from harness.engine.distributed import DEEPSPEED_DIR, deepspeed_config
     c2 = deepspeed_config(2, micro_batch_size=4, max_grad_norm=0.5, dtype="bfloat16")
     assert c2["zero_optimization"]["stage"] == 2 and c2["train_micro_batch_size_per_gpu"] == 4
     assert c2["gradient_accumulation_steps"] == 1 and c2["gradient_clipping"] == 0.5
@@ -89,7 +89,7 @@ def test_deepspeed_config_resolution():
 
 def test_single_process_mode_is_plain_torch(monkeypatch):
     import torch
-    from harness.distributed import Distributed
+    from harness.engine.distributed import Distributed
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HARNESS_ZERO_STAGE", "3")

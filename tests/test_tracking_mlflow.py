@@ -20,11 +20,12 @@ pytest.importorskip("mlflow")
 pytestmark = pytest.mark.filterwarnings("ignore:.*noload.*:DeprecationWarning")
 
 from _fake_results import make_run, make_sweep  # noqa: E402
-from harness.config import config_from_dict, load_config  # noqa: E402
-from harness.results import find_run_dirs, flatten, load_run  # noqa: E402
-from harness.run_io import MetricsWriter, read_json, read_jsonl  # noqa: E402
-from harness.tracker_mlflow import MlflowTracker, budget_step, metric_key, row_metrics  # noqa: E402
-from harness.trackers import TrackerSet, open_trackers  # noqa: E402
+from harness.config.schema import config_from_dict, load_config  # noqa: E402
+from harness.rundir.read import find_run_dirs, flatten, load_run  # noqa: E402
+from harness.rundir.layout import MetricsWriter, read_json, read_jsonl  # noqa: E402
+from harness.tracking.mlflow_tracker import MlflowTracker, budget_step, metric_key, row_metrics  # noqa: E402
+from harness.tracking.base import TrackerSet
+from harness.tracking.mirrors import open_trackers  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,7 +55,7 @@ def run_by_id(c, sweep: str, run_id: str):
 
 
 def simulate_trainer(run_dir: Path, ts: TrackerSet, rows: list[dict] | None = None, finish=True):
-    """What harness.trainer.train does with a TrackerSet, replaying a fake run's files."""
+    """What harness.train.loop.train does with a TrackerSet, replaying a fake run's files."""
     r = load_run(run_dir)
     ts.start(flatten(r.config), {"algorithm": r.algorithm, "sweep": r.sweep, "seed": str(r.seed),
                                  "run_id": r.run_id, "launcher": "pytest"})
@@ -206,7 +207,7 @@ def ui_server(tmp_path_factory):
     log = open(root / "ui.log", "w+")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("MLFLOW_TRACKING_URI", None)
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "ui", str(root), "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli.main", "ui", str(root), "--port", str(port)],
                             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     server_pgid = None
@@ -244,7 +245,7 @@ def rest(url: str, path: str, body: dict | None = None, **query) -> dict:
 
 
 def test_server_serves_synced_sweep_over_rest(ui_server, monkeypatch):
-    from harness.sync import sync
+    from harness.tracking.sync import sync
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     root, url = ui_server["root"], ui_server["url"]
@@ -280,7 +281,7 @@ def test_server_serves_synced_sweep_over_rest(ui_server, monkeypatch):
 
 
 def test_dead_uri_keeps_run_intact_then_sync_fills_in_without_duplicates(ui_server, tmp_path, monkeypatch):
-    from harness.cli import main
+    from harness.cli.main import main
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there

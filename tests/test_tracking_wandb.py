@@ -11,11 +11,12 @@ import pytest
 pytest.importorskip("wandb")
 
 from _fake_results import make_run, make_sweep  # noqa: E402
-from harness.config import config_from_dict  # noqa: E402
-from harness.results import find_run_dirs, load_run  # noqa: E402
-from harness.run_io import read_json, read_jsonl  # noqa: E402
-from harness.tracker_wandb import WandbTracker, wandb_id, wandb_mode  # noqa: E402
-from harness.trackers import TrackerSet, open_trackers  # noqa: E402
+from harness.config.schema import config_from_dict  # noqa: E402
+from harness.rundir.read import find_run_dirs, load_run  # noqa: E402
+from harness.rundir.layout import read_json, read_jsonl  # noqa: E402
+from harness.tracking.wandb_tracker import WandbTracker, wandb_id, wandb_mode  # noqa: E402
+from harness.tracking.base import TrackerSet
+from harness.tracking.mirrors import open_trackers  # noqa: E402
 
 WANDB = shutil.which("wandb")
 
@@ -105,7 +106,7 @@ def test_live_offline_run_read_back_with_leet_inspect(tmp_path):
 
 @pytest.mark.skipif(WANDB is None, reason="wandb CLI not on PATH")
 def test_sync_to_wandb_is_idempotent(tmp_path):
-    from harness.cli import main
+    from harness.cli.main import main
 
     sweep = make_sweep(tmp_path, "ws", spec=[("grpo", 0, 8, "finished"), ("ppo", 0, 0, "finished"),
                                             ("ppo", 2, 0, "failed")])
@@ -140,7 +141,7 @@ def test_sync_to_wandb_is_idempotent(tmp_path):
 def test_resumed_live_run_is_made_whole_by_sync(tmp_path):
     import time
 
-    from harness.sync import sync
+    from harness.tracking.sync import sync
 
     run_dir = make_run(tmp_path, "wr", "ppo", 0, 0)
     r = load_run(run_dir)

@@ -15,7 +15,7 @@ RNG states and counters are saved at every evaluation checkpoint) replays exactl
 stages an uninterrupted run would have run.
 
 Several processes (``torchrun``, e.g. the sweep's ``launcher.procs > 1``; ZeRO stage from
-``HARNESS_ZERO_STAGE``): a :class:`harness.distributed.Distributed` is created before any
+``HARNESS_ZERO_STAGE``): a :class:`harness.engine.distributed.Distributed` is created before any
 model is loaded (ZeRO-3 then loads ``from_pretrained`` models partitioned, and the
 reference / critic are loaded afresh rather than deep-copied). Every rank draws the same
 prompts for a stage (a function of seed and step), takes its shard of them (whole groups:
@@ -47,18 +47,18 @@ import numpy as np
 import torch
 
 from algorithms.presets import resolve
-from evals.prm import make_prm
-from evals.tasks import get_task
-from harness.config import Config, run_id, save_config
-from harness.configbase import flatten, to_dict
-from harness.distributed import Distributed
-from harness.learner import Learner, ValueModel
-from harness.models import build_tiny_model, load_policy, resolve_device, save_policy
-from harness.perf import PerfTracker
-from harness.run_io import CONFIG, METRICS, SUMMARY, MetricsWriter, read_json, write_json_atomic
-from harness.sampling import char_to_token_index, sample
-from harness.trackers import TrackerSet, open_trackers
-from harness.warmup import WARMUP_SEED, _locked, starting_checkpoint, train_warmup, warmup_dir
+from evals.catalog import get_task
+from harness.config.schema import Config, run_id, save_config
+from harness.config.base import flatten, to_dict
+from harness.engine.distributed import Distributed
+from harness.engine.learner import Learner, ValueModel
+from harness.engine.models import build_tiny_model, load_prm, load_policy, resolve_device, save_policy
+from harness.engine.perf import PerfTracker
+from harness.rundir.layout import CONFIG, METRICS, SUMMARY, MetricsWriter, read_json, write_json_atomic
+from harness.engine.sampling import char_to_token_index, sample
+from harness.tracking.base import TrackerSet
+from harness.tracking.mirrors import open_trackers
+from harness.train.warmup import WARMUP_SEED, _locked, starting_checkpoint, train_warmup, warmup_dir
 
 log_ = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def score(task, problems_rep, rollouts, prm=None):
 
 def evaluate(model, tok, task, cfg: Config, step: int, out_dir: Path, final: bool, perf: PerfTracker) -> dict:
     """Greedy accuracy (and pass@k / maj@k when eval.n > 0) on the held-out problems."""
-    from evals.runner import evaluate as run_eval
+    from harness.engine.evaluate import evaluate as run_eval
 
     ec = cfg.eval
     n = ec.n if (final or not ec.final_only_samples) else 0
@@ -227,7 +227,7 @@ def _train(cfg: Config, out: Path, summary: dict, writer: Optional[MetricsWriter
     perf = PerfTracker(device)
     algo = resolve(cfg.algorithm)
     task = get_task(cfg.task)
-    prm = make_prm(cfg.algorithm.prm, task, str(device)) if algo.reward == "process" else None
+    prm = load_prm(cfg.algorithm.prm, task, str(device)) if algo.reward == "process" else None
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     torch.manual_seed(cfg.seed)

@@ -1,19 +1,19 @@
 """Sweep launchers: execute planned runs, one fresh process per run.
 
 Both launchers run the same worker entry point, :func:`run_worker`, which builds the
-run's :class:`~harness.config.Config`, calls the train entry point
-(``harness.trainer:train`` unless a test injects another ``module:function``) as
+run's :class:`~harness.config.schema.Config`, calls the train entry point
+(``harness.train.loop:train`` unless a test injects another ``module:function``) as
 ``train(cfg, resume=True, progress=False)``, and records a failure in the run directory
 (``summary.json`` status ``failed`` + ``error``, ``error.txt`` traceback) when it raises.
 
 - :class:`LocalLauncher`: a pool of worker processes on this machine. Every run gets a
-  fresh interpreter (``python -m harness.launchers worker``, its own session, stdout and
+  fresh interpreter (``python -m harness.sweep.launchers worker``, its own session, stdout and
   stderr to ``<run_dir>/worker.log``), so its peak memory is its own and nothing leaks
   between runs. ``cpus`` per run sets the torch/OpenMP threads; GPUs are handed out as
   disjoint ``CUDA_VISIBLE_DEVICES`` slots (``gpus`` per run; a fraction packs several runs
   onto one GPU; 0 hides the GPUs). A run with ``procs > 1`` is started under ``torchrun
   --standalone --nproc_per_node=procs`` (multi-GPU learners; ZeRO stage and DeepSpeed
-  config reach :mod:`harness.distributed` through ``HARNESS_ZERO_STAGE`` /
+  config reach :mod:`harness.engine.distributed` through ``HARNESS_ZERO_STAGE`` /
   ``HARNESS_DEEPSPEED_CONFIG``).
 - :class:`RayLauncher`: the same runs on a Ray cluster (``address``), one task per run
   with ``num_cpus``/``num_gpus`` requests, ``max_calls=1`` (a fresh worker process per
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from harness.run_io import METRICS, SUMMARY, read_json, read_jsonl, write_json_atomic
+from harness.rundir.layout import METRICS, SUMMARY, read_json, read_jsonl, write_json_atomic
 
 __all__ = ["RunSpec", "LaunchOptions", "RunResult", "LocalLauncher", "RayLauncher", "run_worker",
            "callable_path", "resolve_callable", "gpu_count", "gpu_slots", "default_workers",
@@ -66,7 +66,7 @@ class RunSpec:
 
 @dataclass
 class LaunchOptions:
-    train: str = "harness.trainer:train"
+    train: str = "harness.train.loop:train"
     """``module:function`` each worker calls as ``fn(cfg, resume=True, progress=False)``."""
     cpus: int = 1
     """CPU cores per run (torch threads = cpus // procs per process)."""
@@ -309,7 +309,7 @@ def _run_env(opts: LaunchOptions) -> dict:
 
 def _torchrun(payload: dict) -> int:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={payload['procs']}", "-m", "harness.launchers", "worker", json.dumps(payload)]
+           f"--nproc_per_node={payload['procs']}", "-m", "harness.sweep.launchers", "worker", json.dumps(payload)]
     env = os.environ.copy()
     env["PYTHONPATH"] = os.pathsep.join(payload.get("sys_path", []) + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["OMP_NUM_THREADS"] = str(payload["threads"])
@@ -347,7 +347,7 @@ def run_worker(payload: dict) -> int:
         sys.modules["torch"].set_num_threads(threads)
     rank = int(os.environ.get("RANK", "0"))
     try:
-        from harness.config import config_from_dict
+        from harness.config.schema import config_from_dict
         fn = resolve_callable(payload["train"])
         cfg = config_from_dict(payload["config"])
         summary = fn(cfg, resume=True, progress=False)
@@ -483,7 +483,7 @@ class LocalLauncher:
         logf.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} launch {spec.run_id} "
                    f"(CUDA_VISIBLE_DEVICES={slot if slot is not None else '-'}, threads={payload['threads']})\n")
         logf.flush()
-        cmd = [sys.executable, "-m", "harness.launchers", "worker", json.dumps(payload)]
+        cmd = [sys.executable, "-m", "harness.sweep.launchers", "worker", json.dumps(payload)]
         proc = subprocess.Popen(cmd, env=self._env(payload, slot), stdout=logf, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_pdeathsig)
         return proc, spec, time.time(), logf
@@ -626,7 +626,7 @@ def _started_since(spec: RunSpec, t0: float) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or argv[0] != "worker":
-        print("usage: python -m harness.launchers worker PAYLOAD_JSON  (started by `harness sweep`)",
+        print("usage: python -m harness.sweep.launchers worker PAYLOAD_JSON  (started by `harness sweep`)",
               file=sys.stderr)
         return 2
     return run_worker(json.loads(argv[1]))

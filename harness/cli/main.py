@@ -8,11 +8,11 @@ import sys
 
 # Each module registers one or more subcommands; optional ones are skipped if absent.
 COMMAND_MODULES = [
-    "harness.cmd_train",      # train, quickstart, warmup, config
-    "evals.cli",              # eval
-    "harness.sweep",          # sweep
-    "harness.report",         # report
-    "harness.sync",           # sync, ui
+    "harness.cli.train",      # train, quickstart, warmup, config
+    "harness.cli.eval",              # eval
+    "harness.sweep.spec",          # sweep
+    "harness.report.build",         # report
+    "harness.tracking.sync",           # sync, ui
 ]
 
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from harness.configbase import ConfigError
+    from harness.config.base import ConfigError
     try:
         rc = args.func(args)
     except ConfigError as e:

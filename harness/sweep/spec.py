@@ -47,14 +47,14 @@ compares algorithms at a matched budget, so every run stops at the same amount o
 unit and evaluates at the same budget checkpoints, whatever its batch shape (the trainer
 counts consumption in every unit and cuts at the budget).
 
-Every expanded run is validated through :func:`harness.config.config_from_dict` (and the
+Every expanded run is validated through :func:`harness.config.schema.config_from_dict` (and the
 algorithm preset resolver when available) before anything starts, so a typo in a dotted key
 fails with the key, the closest valid names and the run it came from.
 
 Runs, resume and failures
 =========================
 
-Run ids are :func:`harness.config.run_id` (``<algorithm>-s<seed>-<hash8>``; the hash covers
+Run ids are :func:`harness.config.schema.run_id` (``<algorithm>-s<seed>-<hash8>``; the hash covers
 everything that changes what a run computes). Re-launching a sweep skips runs whose
 ``summary.json`` says ``finished``, and hands interrupted or failed ones to the trainer,
 which resumes from their ``checkpoint/``. A failing run is recorded (``summary.json``
@@ -82,8 +82,8 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from harness.config import BUDGET_UNITS, Config, config_from_dict, load_yaml, parse_overrides, run_id
-from harness.configbase import ConfigError, flatten, set_dotted, to_dict
+from harness.config.schema import BUDGET_UNITS, Config, config_from_dict, load_yaml, parse_overrides, run_id
+from harness.config.base import ConfigError, flatten, set_dotted, to_dict
 
 __all__ = [
     "SweepError", "Sweep", "PlannedRun", "LauncherSpec", "TOP_LEVEL_KEYS", "LAUNCHER_KEYS",
@@ -96,7 +96,7 @@ LAUNCHER_KEYS = ("type", "workers", "address", "cpus", "gpus", "procs", "zero_st
 BUDGET_KEYS = ("unit", "amount", "eval_points")
 LAUNCHER_TYPES = ("local", "ray")
 FALLBACK_ALGORITHMS = ("grpo", "grpo_ps", "dr_grpo", "rloo", "grpo_token_mean", "ppo", "rft")
-DEFAULT_TRAIN = "harness.trainer:train"
+DEFAULT_TRAIN = "harness.train.loop:train"
 SWEEP_FILE = "sweep.json"
 _NOT_HASHED = ("name", "output_dir", "tracking")
 
@@ -557,7 +557,7 @@ def _cell(cell: dict) -> str:
 
 
 def _disk_state(run_dir: Path) -> str:
-    from harness.run_io import SUMMARY, read_json
+    from harness.rundir.layout import SUMMARY, read_json
     s = read_json(run_dir / SUMMARY)
     if not isinstance(s, dict):
         return "new"
@@ -654,7 +654,7 @@ def _default_columns(summaries: list[dict]) -> list[str]:
 
 
 def format_results(sw: Sweep, results: dict) -> str:
-    from harness.run_io import SUMMARY, read_json
+    from harness.rundir.layout import SUMMARY, read_json
     summaries = {r.run_id: (read_json(r.run_dir / SUMMARY) or {}) for r in sw.runs}
     cols = sw.report_columns or _default_columns(list(summaries.values()))
     headers = ["run id", "status", "consumed"] + [c.split(".", 1)[-1] if c.startswith("final_eval.") else c
@@ -668,7 +668,7 @@ def format_results(sw: Sweep, results: dict) -> str:
         status = "finished" if status == "skipped" else status
         cons = summary_value(s, f"budget.consumed.{unit}")
         if cons is None:
-            from harness.launchers import _consumed
+            from harness.sweep.launchers import _consumed
             cons = _consumed(r.run_dir).get(unit) if (r.run_dir / "metrics.jsonl").exists() else None
         cons_s = f"{_fmt(cons)}/{_fmt(sw.budget['amount'])}" if cons is not None else "-"
         vals = []
@@ -703,7 +703,7 @@ def _lock(sweep_dir: Path):
 
 
 def _write_sweep_json(sw: Sweep, results: dict, status: str) -> None:
-    from harness.run_io import write_json_atomic
+    from harness.rundir.layout import write_json_atomic
     doc = {
         "name": sw.name, "source": sw.source, "description": sw.description, "status": status,
         "budget": sw.budget, "varying": sw.varying, "launcher": dataclasses.asdict(sw.launcher),
@@ -721,8 +721,8 @@ def run_sweep(sw: Sweep, *, train: str | Callable = DEFAULT_TRAIN, launcher: Opt
               stream=None) -> int:
     """Launch the runs of ``sw`` that are not finished; returns an exit code (0 all
     finished, 1 some failed, 130 interrupted)."""
-    from harness import launchers as L
-    from harness.sweep_progress import Progress
+    from harness.sweep import launchers as L
+    from harness.sweep.progress import Progress
 
     stream = stream or sys.stdout
     ls = dataclasses.replace(sw.launcher)
@@ -846,7 +846,7 @@ def register(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.sweep FILE ...`` (same as ``harness sweep``)."""
+    """``python -m harness.sweep.spec FILE ...`` (same as ``harness sweep``)."""
     p = argparse.ArgumentParser(prog="harness sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)

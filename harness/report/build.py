@@ -33,7 +33,7 @@ from typing import Optional
 
 import numpy as np
 
-from harness.results import RunData, flatten, is_run_dir, k_of, load_run, split_metric
+from harness.rundir.read import RunData, flatten, is_run_dir, k_of, load_run, split_metric
 
 STAT_NOTE = ("mean ± 95% CI over seeds (two-sided Student-t, n-1 dof: t·s/√n); a single seed "
              "shows the value alone; failed/unfinished runs are excluded")

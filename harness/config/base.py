@@ -152,18 +152,20 @@ def flatten(d: Any, prefix: str = "") -> dict:
 
 
 def field_docs(cls) -> dict[str, str]:
-    """The docstring written under each field of ``cls`` (CleanRL style)."""
-    try:
-        src = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):
-        return {}
-    tree = ast.parse(src)
+    """The docstring written under each field of ``cls`` or of a dataclass it extends (CleanRL style)."""
     docs: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant) and isinstance(nxt.value.value, str):
-                docs[node.target.id] = " ".join(nxt.value.value.split())
+    for klass in reversed(cls.__mro__):
+        if klass is object or not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            src = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        body = ast.parse(src).body[0].body  # type: ignore[attr-defined]
+        for node, nxt in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant) and isinstance(nxt.value.value, str):
+                    docs[node.target.id] = " ".join(nxt.value.value.split())
     return docs
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.run_io import CONFIG, METRICS, SUMMARY, read_json, read_jsonl
+from harness.rundir.layout import CONFIG, METRICS, SUMMARY, read_json, read_jsonl
 
 COUNTERS = ("step", "samples", "tokens", "seconds")
 """Budget counters carried by every metrics.jsonl row (``steps`` is spelled ``step`` there)."""

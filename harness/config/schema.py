@@ -16,7 +16,8 @@ from typing import Any, Optional
 
 import yaml
 
-from harness.configbase import ConfigError, check, check_choice, field_docs, from_dict, set_dotted, to_dict
+from evals.tasks import TaskSpec
+from harness.config.base import ConfigError, check, check_choice, field_docs, from_dict, set_dotted, to_dict
 
 __all__ = [
     "Config", "ModelConfig", "TaskConfig", "WarmupConfig", "SamplingConfig", "TrainConfig",
@@ -59,33 +60,8 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class TaskConfig:
-    name: str = "arith"
-    """Task: 'arith' (synthetic multi-step arithmetic, every step checkable), or a dataset
-    task from evals (gsm8k, math, math500)."""
-    min_ops: int = 2
-    """arith: fewest operations in a problem (a problem with k operations has k steps)."""
-    max_ops: int = 3
-    """arith: most operations in a problem."""
-    min_operand: int = 1
-    """arith: smallest operand."""
-    max_operand: int = 9
-    """arith: largest operand."""
-    operators: str = "+-*"
-    """arith: operator mix; '*' binds tighter than '+' and '-', which associate left to right."""
-    demo_error_rate: float = 0.0
-    """arith: fraction of the warm-up's worked solutions that evaluate strictly left to right,
-    ignoring precedence (a common misconception), as imperfect SFT data has. Only the
-    supervised targets change; rewards and evaluation always use the true value."""
-    eval_size: int = 200
-    """Held-out problems used for evaluation (arith: drawn from the held-out split)."""
-    seed: int = 1234
-    """Seed of the problem generator; the train/held-out split is a hash of the problem
-    text, so it does not depend on this seed."""
-    data_path: Optional[str] = None
-    """Dataset tasks: local jsonl file (or a hub dataset name when online)."""
-    few_shot: int = 0
-    """Dataset tasks: number of worked examples prepended to each prompt."""
+class TaskConfig(TaskSpec):
+    """The ``task`` section: fields and their meaning in :class:`evals.tasks.TaskSpec`."""
 
     def validate(self):
         check(self.min_ops >= 1, "task.min_ops", self.min_ops, "must be >= 1")

@@ -70,7 +70,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from harness.configbase import flatten
+from harness.config.base import flatten
 
 __all__ = ["Distributed", "deepspeed_config", "DEEPSPEED_DIR", "ENV_ZERO_STAGE", "ENV_DEEPSPEED_CONFIG"]
 

@@ -45,39 +45,15 @@ for _k, _v in {
 }.items():
     os.environ.setdefault(_k, _v)
 
-from harness.results import COUNTERS, flatten, is_number  # noqa: E402
-from harness.results import summary_metrics as results_summary_metrics  # noqa: E402
-from harness.trackers import Tracker  # noqa: E402
+from harness.rundir.read import COUNTERS, flatten, is_number  # noqa: E402
+from harness.rundir.read import summary_metrics as results_summary_metrics  # noqa: E402
+from harness.tracking.base import Tracker, cfg_get, config_dict  # noqa: E402
 
 RUN_ID_TAG = "harness.run_id"
 STATUS = {"finished": "FINISHED", "failed": "FAILED", "killed": "KILLED", "interrupted": "KILLED",
           "running": "RUNNING"}
 """harness status -> MLflow run status (anything else: FAILED)."""
 _BAD = re.compile(r"[^/\w.\- :]")
-
-
-def cfg_get(cfg: Any, dotted: str, default: Any = None) -> Any:
-    """``cfg_get(cfg, "tracking.mlflow_uri")`` on a Config dataclass or a plain dict."""
-    cur = cfg
-    for part in dotted.split("."):
-        if cur is None:
-            return default
-        if isinstance(cur, dict):
-            cur = cur.get(part)
-        else:
-            cur = getattr(cur, part, None)
-        if isinstance(cur, str) and part == "algorithm" and dotted != "algorithm":
-            cur = {"name": cur}  # `algorithm: ppo` shorthand
-    return default if cur is None else cur
-
-
-def config_dict(cfg: Any) -> dict:
-    if cfg is None:
-        return {}
-    if isinstance(cfg, dict):
-        return cfg
-    from harness.configbase import to_dict
-    return to_dict(cfg)
 
 
 def metric_key(name: str) -> str:

@@ -6,7 +6,7 @@ GRPO step is mostly generation. This loop does the same thing with less: each di
 prompt is prefilled once and its KV cache expanded G ways, only last-position logits are
 computed (``logits_to_keep=1``), and decoding stops as soon as every sequence has
 produced EOS. Left padding with explicit position ids, as in ``generate``. Llama-architecture
-models (the built-in tiny model, SmolLM2, ...) take ``harness.fastlm``'s decode path (fused
+models (the built-in tiny model, SmolLM2, ...) take ``harness.engine.fastlm``'s decode path (fused
 weights, a preallocated KV cache written in place); others go through the model's own
 forward with a ``DynamicCache``.
 
@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from harness import fastlm
+from harness.engine import fastlm
 
 
 @dataclass

@@ -15,7 +15,7 @@ Memory and time discipline:
 - PPO with mu = 1 trains the critic in the one pass that also yields the values for GAE;
 - the reference model only exists when a KL term is on; the critic only for PPO.
 
-Several processes (``dist``: a :class:`harness.distributed.Distributed` that is
+Several processes (``dist``: a :class:`harness.engine.distributed.Distributed` that is
 distributed): the policy and its optimizer, and PPO's critic and its optimizer, go
 through ``dist.prepare``, the reference through ``dist.prepare_reference``; backward and
 the optimizer step through ``dist.accumulate`` / ``dist.backward`` / ``dist.step`` (which
@@ -46,7 +46,7 @@ from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, outcome_token
 from algorithms.filters import FILTERS
 from algorithms.losses import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, AggContext, clipped_value_loss
 from algorithms.presets import ResolvedAlgorithm
-from harness import fastlm
+from harness.engine import fastlm
 
 
 class ValueModel(nn.Module):
@@ -100,7 +100,7 @@ def make_batch(rollouts, device) -> Batch:
 def token_logprobs(model, b: Batch, temperature: float = 1.0) -> torch.Tensor:
     """log pi(target_t | prefix) for completion tokens only, [B, T].
 
-    Llama-architecture models take ``harness.fastlm``'s forward, which runs each distinct
+    Llama-architecture models take ``harness.engine.fastlm``'s forward, which runs each distinct
     prompt of the batch once (a GRPO batch holds every prompt G times); others the model's
     own forward with ``logits_to_keep``."""
     if fastlm.supported(model):  # up to the longest completion only (zeros after it)

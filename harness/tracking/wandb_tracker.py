@@ -30,9 +30,8 @@ from typing import Any, Optional
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")  # no crash reports to sentry
 os.environ.setdefault("WANDB_DISABLE_CODE", "true")
 
-from harness.results import COUNTERS, is_number, summary_metrics  # noqa: E402
-from harness.trackers import Tracker  # noqa: E402
-from harness.tracker_mlflow import cfg_get, config_dict  # noqa: E402
+from harness.rundir.read import COUNTERS, is_number, summary_metrics  # noqa: E402
+from harness.tracking.base import Tracker, cfg_get, config_dict  # noqa: E402
 
 MARKER = "harness_sync.json"
 

@@ -29,8 +29,8 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Optional
 
-from harness.results import RunData, find_run_dirs, load_run
-from harness.run_io import read_json
+from harness.rundir.read import RunData, find_run_dirs, load_run
+from harness.rundir.layout import read_json
 
 TERMINAL = ("finished", "failed", "killed", "interrupted")
 
@@ -53,7 +53,7 @@ def _tracker_cfg(run: RunData) -> dict:
 
 def replay_mlflow(run: RunData, uri: Optional[str] = None) -> dict:
     """Replay one run directory into MLflow; returns what was done."""
-    from harness.tracker_mlflow import MlflowTracker, row_metrics
+    from harness.tracking.mlflow_tracker import MlflowTracker, row_metrics
 
     tr = MlflowTracker(_tracker_cfg(run), run.run_dir, run.run_id, run.sweep, uri=uri)
     tr.unit = run.budget_unit
@@ -84,7 +84,7 @@ def replay_mlflow(run: RunData, uri: Optional[str] = None) -> dict:
 
 def replay_wandb(run: RunData, project: Optional[str] = None, mode: Optional[str] = None) -> dict:
     """Replay one run directory into an offline (default) wandb run; skipped if up to date."""
-    from harness.tracker_wandb import MARKER, WandbTracker, fingerprint, wandb_id
+    from harness.tracking.wandb_tracker import MARKER, WandbTracker, fingerprint, wandb_id
 
     wdir = run.run_dir / "wandb"
     fp = fingerprint(run.run_dir, run.status)
@@ -183,7 +183,7 @@ def ui_store(results_dir: str | os.PathLike) -> Path:
 def start_ui(results_dir: str | os.PathLike = "results", port: int = 5000, host: str = "127.0.0.1",
              backend_uri: Optional[str] = None, log=None) -> subprocess.Popen:
     """Start ``mlflow server`` in a new session (its own process group); return the Popen."""
-    from harness.tracker_mlflow import default_uri
+    from harness.tracking.mlflow_tracker import default_uri
 
     root = ui_store(results_dir)
     root.mkdir(parents=True, exist_ok=True)

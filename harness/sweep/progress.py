@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.run_io import METRICS, SUMMARY, read_json
+from harness.rundir.layout import METRICS, SUMMARY, read_json
 
 __all__ = ["Progress", "RunProgress", "reward_of", "accuracy_of"]
 

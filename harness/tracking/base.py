@@ -17,6 +17,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from harness.config.base import to_dict
+
 
 class Tracker:
     name = "tracker"
@@ -56,20 +58,24 @@ class TrackerSet:
         self._call("finish", summary, status)
 
 
-def open_trackers(cfg, run_dir: Path, run_id: str, sweep: str) -> TrackerSet:
-    """Mirrors named by ``cfg.tracking``. (MLflow / wandb implementations plug in here.)"""
-    trackers: list[Tracker] = []
-    tc = cfg.tracking
-    if tc.mlflow:
-        try:
-            from harness.tracker_mlflow import MlflowTracker
-            trackers.append(MlflowTracker(cfg, run_dir, run_id, sweep))
-        except Exception as e:
-            warnings.warn(f"MLflow tracking disabled: {type(e).__name__}: {e}", RuntimeWarning)
-    if tc.wandb:
-        try:
-            from harness.tracker_wandb import WandbTracker
-            trackers.append(WandbTracker(cfg, run_dir, run_id, sweep))
-        except Exception as e:
-            warnings.warn(f"wandb tracking disabled: {type(e).__name__}: {e}", RuntimeWarning)
-    return TrackerSet(trackers)
+def cfg_get(cfg: Any, dotted: str, default: Any = None) -> Any:
+    """``cfg_get(cfg, "tracking.mlflow_uri")`` on a Config dataclass or a plain dict."""
+    cur = cfg
+    for part in dotted.split("."):
+        if cur is None:
+            return default
+        if isinstance(cur, dict):
+            cur = cur.get(part)
+        else:
+            cur = getattr(cur, part, None)
+        if isinstance(cur, str) and part == "algorithm" and dotted != "algorithm":
+            cur = {"name": cur}  # `algorithm: ppo` shorthand
+    return default if cur is None else cur
+
+
+def config_dict(cfg: Any) -> dict:
+    if cfg is None:
+        return {}
+    if isinstance(cfg, dict):
+        return cfg
+    return to_dict(cfg)

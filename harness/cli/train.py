@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.config import describe, load_config
+from harness.config.schema import describe, load_config
 
 QUICKSTART = Path(__file__).resolve().parent / "configs" / "quickstart.yaml"  # the quickstart's base config
 
@@ -33,7 +33,7 @@ def print_run(summary: dict, file=sys.stdout) -> None:
 
 
 def cmd_train(args) -> int:
-    from harness.trainer import run_dir, train
+    from harness.train.loop import run_dir, train
 
     cfg = load_config(args.config, args.set)
     print(f"results: {run_dir(cfg)}")
@@ -59,12 +59,12 @@ def cmd_quickstart(args) -> int:
 
     import torch
 
-    from evals.tasks import get_task
-    from harness.models import resolve_device
-    from harness.report import build_report, format_table
-    from harness.run_io import SUMMARY, read_json
-    from harness.sweep import format_plan, load_sweep, run_sweep
-    from harness.warmup import starting_checkpoint
+    from evals.catalog import get_task
+    from harness.engine.models import resolve_device
+    from harness.report.build import build_report, format_table
+    from harness.rundir.layout import SUMMARY, read_json
+    from harness.sweep.spec import format_plan, load_sweep, run_sweep
+    from harness.train.warmup import starting_checkpoint
 
     t0 = time.time()
     sw = load_sweep(args.sweep or _quickstart_sweep(), overrides=args.set, output_dir=args.output_dir)
@@ -98,9 +98,9 @@ def cmd_quickstart(args) -> int:
 def cmd_warmup(args) -> int:
     import torch
 
-    from evals.tasks import get_task
-    from harness.models import resolve_device
-    from harness.warmup import starting_checkpoint
+    from evals.catalog import get_task
+    from harness.engine.models import resolve_device
+    from harness.train.warmup import starting_checkpoint
 
     cfg = load_config(args.config, args.set)
     task = get_task(cfg.task)
@@ -111,7 +111,7 @@ def cmd_warmup(args) -> int:
 
 def cmd_config(args) -> int:
     if args.show:
-        from harness.configbase import to_dict
+        from harness.config.base import to_dict
         import yaml
 
         print(yaml.safe_dump(to_dict(load_config(args.show, args.set)), sort_keys=False))

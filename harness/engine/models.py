@@ -18,6 +18,8 @@ from typing import Optional
 
 import torch
 
+from evals.prm import CausalLMPRM, RuleBasedPRM
+
 SPECIAL = {"pad": "<pad>", "bos": "<bos>", "eos": "<eos>", "unk": "<unk>"}
 CHARS = [chr(i) for i in range(32, 127)] + ["\n"]
 
@@ -117,3 +119,12 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def load_prm(spec: Optional[str], task, device: str = "cpu"):
+    """The process reward model named by ``algorithm.prm``: the task's rule-based step checker
+    (None, '' or 'rule'), or a Math-Shepherd-style causal LM loaded from a local directory."""
+    if spec in (None, "", "rule"):
+        return RuleBasedPRM(task)
+    model, tokenizer = load_policy(spec)
+    return CausalLMPRM(model, tokenizer, device=device)

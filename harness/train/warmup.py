@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from harness.config import Config, config_hash
-from harness.configbase import to_dict
-from harness.models import build_char_tokenizer, build_tiny_model, load_policy, save_policy
+from harness.config.schema import Config, config_hash
+from harness.config.base import to_dict
+from harness.engine.models import build_char_tokenizer, build_tiny_model, load_policy, save_policy
 
 WARMUP_SEED = 0
 OPTIMIZER_FILE = "optimizer.pt"

@@ -1,7 +1,7 @@
 """`harness eval`: evaluate a local model on gsm8k / math / math500 / arith.
 
 Writes ``<out>/<task>_metrics.json`` (metrics + the settings used) and ``<out>/<task>.jsonl``
-(per-problem records, see :mod:`evals.runner`) and prints a small table.
+(per-problem records, see :mod:`evals.records`) and prints a small table.
 """
 from __future__ import annotations
 
@@ -69,11 +69,11 @@ def format_table(metrics: dict, task: str) -> str:
 def run(args) -> int:
     import torch
 
-    from harness.config import TaskConfig
-    from harness.models import load_policy, resolve_device
+    from harness.config.schema import TaskConfig
+    from harness.engine.models import load_policy, resolve_device
     from evals.datasets import DatasetError
-    from evals.runner import evaluate
-    from evals.tasks import get_task
+    from harness.engine.evaluate import evaluate
+    from evals.catalog import get_task
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,0 +1,153 @@
+"""Import graph of this project's own packages: layer violations, cycles, function-level imports.
+
+    python bench/import_graph.py            # summary
+    python bench/import_graph.py --edges    # every module-level edge too
+
+Reads the source with ``ast`` (nothing is imported). Layers, lowest first: ``algorithms`` <-
+``evals`` <- ``harness``; an import from a lower layer into a higher one is a violation. A cycle is
+a strongly connected set of modules through module-level imports. A function-level import is an
+``import`` of one of our modules inside a function or method body (it hides the real graph).
+Exit status 1 if there is any violation or cycle, so CI can run it.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("algorithms", "evals", "harness")
+LAYER = {p: i for i, p in enumerate(PACKAGES)}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for p in sorted((ROOT / pkg).rglob("*.py")):
+            out[module_name(p)] = p
+    return out
+
+
+def resolve(name: str, known: dict) -> str | None:
+    """The longest known module that ``name`` (a dotted import target) lies in."""
+    parts = name.split(".")
+    while parts:
+        cand = ".".join(parts)
+        if cand in known:
+            return cand
+        parts.pop()
+    return None
+
+
+def imports(path: Path, mod: str, known: dict) -> tuple[set[str], list[tuple[int, str]]]:
+    """(module-level targets, [(line, target)] of function-level imports) among our modules."""
+    tree = ast.parse(path.read_text(), str(path))
+    top: set[str] = set()
+    local: list[tuple[int, str]] = []
+    is_pkg = path.name == "__init__.py"
+
+    def targets(node) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [a.name for a in node.names]
+        base = node.module or ""
+        if node.level:
+            pkg = mod.split(".") if is_pkg else mod.split(".")[:-1]
+            pkg = pkg[: len(pkg) - (node.level - 1)]
+            base = ".".join(pkg + ([base] if base else []))
+        return [f"{base}.{a.name}" for a in node.names] + [base]
+
+    def visit(node, in_func: bool):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                found = {r for t in targets(child) if (r := resolve(t, known)) and r != mod}
+                for r in found:
+                    (local.append((child.lineno, r)) if in_func else top.add(r))
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                visit(child, True)
+            else:
+                visit(child, in_func)
+
+    visit(tree, False)
+    return top, local
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def strong(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in graph:
+        if v not in index:
+            strong(v)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--edges", action="store_true", help="print every module-level edge")
+    args = ap.parse_args(argv)
+    known = modules()
+    graph, local_imports, violations = {}, [], []
+    for mod, path in known.items():
+        top, local = imports(path, mod, known)
+        graph[mod] = top
+        local_imports += [(mod, line, t) for line, t in local]
+        for t in top | {t for _, t in local}:
+            if LAYER[t.split(".")[0]] > LAYER[mod.split(".")[0]]:
+                violations.append((mod, t))
+    cyc = cycles(graph)
+    full = {m: graph[m] | {t for mm, _, t in local_imports if mm == m} for m in graph}
+    cyc_full = [c for c in cycles(full) if c not in cyc]
+    print(f"modules: {len(known)}  module-level edges: {sum(map(len, graph.values()))}")
+    print(f"layer violations (algorithms <- evals <- harness): {len(violations)}")
+    for a, b in sorted(set(violations)):
+        print(f"  {a} -> {b}")
+    print(f"import cycles: {len(cyc)}")
+    for c in cyc:
+        print("  " + " <-> ".join(c))
+    print(f"further cycles through function-level imports: {len(cyc_full)}")
+    for c in cyc_full:
+        print("  " + " <-> ".join(c))
+    print(f"function-level imports of our own modules: {len(local_imports)}")
+    for mod, line, t in local_imports:
+        print(f"  {known[mod].relative_to(ROOT)}:{line} -> {t}")
+    if args.edges:
+        for mod in sorted(graph):
+            for t in sorted(graph[mod]):
+                print(f"edge {mod} -> {t}")
+    return 1 if violations or cyc or cyc_full else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+"""Every task by name: imports the modules that register tasks, and builds one from its spec."""
+from __future__ import annotations
+
+import evals.arith  # noqa: F401  (registers arith)
+import evals.datasets  # noqa: F401  (registers gsm8k, math, math500)
+from evals.tasks import _REGISTRY, Task
+
+
+def available_tasks() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_task(cfg) -> Task:
+    """Build the task named by ``cfg.name`` (a :class:`evals.tasks.TaskSpec` or the run config's task section)."""
+    if cfg.name not in _REGISTRY:
+        raise ValueError(f"unknown task '{cfg.name}'; available: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[cfg.name](cfg)

@@ -1,0 +1,111 @@
+"""Per-problem evaluation records and the metrics computed from them.
+
+Evaluation itself (generating with a sampler) is :func:`harness.engine.evaluate.evaluate`;
+this module grades completions into records and turns records into flat metrics::
+    eval/<task>/acc            greedy accuracy (when greedy=True)
+    eval/<task>/answered       fraction of greedy completions with an answer that counts
+    eval/<task>/truncated      fraction of greedy completions cut at max_new_tokens
+    eval/<task>/gen_tokens     mean generated tokens per greedy completion
+    eval/<task>/mean_acc       mean accuracy of the n samples (= pass@1 = maj@1 when n > 0)
+    eval/<task>/pass@k         k = 1..n, unbiased estimator (evals.metrics.pass_at_k)
+    eval/<task>/maj@k          k = 1..n, majority vote averaged over all k-subsets
+    eval/<task>/sample_answered, eval/<task>/sample_truncated, eval/<task>/sample_gen_tokens
+    eval/<task>/num_problems, eval/<task>/seconds
+
+Per-problem records (JSONL, one line per problem, in problem order)::
+
+    {"id", "question", "gold",
+     "greedy": {"completion", "answer", "key", "correct", "finished", "num_tokens"} | null,
+     "samples": [{"completion", "answer", "key", "correct", "finished", "num_tokens"}, ...],
+     "num_correct", "pass@k": [...], "maj@k": [...]}
+
+``answer`` is the answer that counts for grading (None when nothing was extracted or the
+completion was truncated), ``key`` its voting key (:func:`evals.grading.answer_key`). With
+the records, :func:`summarize` recomputes every metric above except ``seconds``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional, Sequence
+
+from evals.grading import answer_key
+from evals.metrics import aggregate_curves, maj_at_k_curve, pass_at_k_curve, problem_curves
+
+__all__ = ["summarize", "write_records", "read_records", "counted_answer", "grade", "record_item"]
+
+
+def counted_answer(task, completion: str, finished: bool) -> Optional[str]:
+    """The answer of ``completion`` that grading counts (None if there is none, e.g. truncated)."""
+    try:
+        fa = getattr(task, "final_answer", None)
+        if fa is not None:
+            return fa(completion, finished)
+        if not finished:
+            return None
+        return task.extract_answer(completion)
+    except Exception:
+        return None
+
+
+def grade(task, completion: str, problem, finished: bool) -> bool:
+    try:
+        return bool(task.is_correct(completion, problem, finished))
+    except Exception:  # graders must not raise; a buggy one scores 0 rather than ending a run
+        return False
+
+
+def record_item(task, completion, problem, finished, ntok, keep_text: bool) -> dict:
+    ans = counted_answer(task, completion, finished)
+    return {"completion": completion if keep_text else None, "answer": ans, "key": answer_key(ans),
+            "correct": grade(task, completion, problem, finished), "finished": bool(finished),
+            "num_tokens": int(ntok)}
+
+
+def summarize(records: Sequence[dict], task_name: str) -> dict:
+    """Flat ``eval/<task>/...`` metrics from per-problem records (as written by :func:`evaluate`)."""
+    ns = f"eval/{task_name}"
+    out: dict = {f"{ns}/num_problems": len(records)}
+    greedy = [r["greedy"] for r in records if r.get("greedy") is not None]
+    if greedy:
+        m = len(greedy)
+        out[f"{ns}/acc"] = sum(g["correct"] for g in greedy) / m
+        out[f"{ns}/answered"] = sum(g["answer"] is not None for g in greedy) / m
+        out[f"{ns}/truncated"] = sum(not g["finished"] for g in greedy) / m
+        out[f"{ns}/gen_tokens"] = sum(g["num_tokens"] for g in greedy) / m
+    sampled = [r["samples"] for r in records if r.get("samples")]
+    if sampled:
+        ns_set = {len(s) for s in sampled}
+        if len(ns_set) != 1:
+            raise ValueError(f"records have different numbers of samples: {sorted(ns_set)}")
+        n = ns_set.pop()
+        flat = [s for ss in sampled for s in ss]
+        pass_curves = [pass_at_k_curve(n, sum(s["correct"] for s in ss)) for ss in sampled]
+        maj_curves = [maj_at_k_curve([s["key"] for s in ss], [s["correct"] for s in ss]) for ss in sampled]
+        out[f"{ns}/mean_acc"] = sum(s["correct"] for s in flat) / len(flat)
+        out[f"{ns}/sample_answered"] = sum(s["answer"] is not None for s in flat) / len(flat)
+        out[f"{ns}/sample_truncated"] = sum(not s["finished"] for s in flat) / len(flat)
+        out[f"{ns}/sample_gen_tokens"] = sum(s["num_tokens"] for s in flat) / len(flat)
+        for k, v in enumerate(aggregate_curves(pass_curves), 1):
+            out[f"{ns}/pass@{k}"] = v
+        for k, v in enumerate(aggregate_curves(maj_curves), 1):
+            out[f"{ns}/maj@{k}"] = v
+    return out
+
+
+def write_records(path: os.PathLike | str, records: Sequence[dict]) -> Path:
+    """Write records as JSONL (atomically: a temp file renamed into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_records(path: os.PathLike | str) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

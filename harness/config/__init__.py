@@ -1,0 +1,1 @@
+"""Run configuration: the frozen, documented dataclasses of a run (schema) and the strict YAML machinery under them (base)."""

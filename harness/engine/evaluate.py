@@ -1,0 +1,102 @@
+"""Evaluation of a policy on a task with a sampler: greedy accuracy, pass@k and maj@k curves.
+
+:func:`evaluate` generates with the harness sampler (:func:`harness.engine.sampling.sample`
+unless another is passed), grades each completion with the task into per-problem records
+(:mod:`evals.records`, which also documents the metric names and record format), writes
+them as JSONL and returns flat ``eval/<task>/...`` metrics.
+
+Sampling is deterministic given ``seed`` and ``batch_size``: prompts are processed in
+chunks of ``batch_size`` sequences and chunk ``c`` is sampled with seed
+``seed * 1_000_003 + c``.
+
+Side effect: ``evaluate`` binds ``tokenizer`` to the task (``task.bind_tokenizer``) when the
+task supports it, so prompts use the tokenizer's chat template; the trainer binds the same
+tokenizer before training so training and evaluation prompts agree.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from typing import Callable, Optional, Sequence
+
+from tqdm.auto import tqdm
+
+from evals.metrics import problem_curves
+from evals.records import record_item, summarize, write_records
+from harness.engine.sampling import sample
+
+
+def _run_sampler(sampler, model, tokenizer, prompts, *, n, greedy, temperature, top_p, max_new_tokens, seed,
+                 batch_size, bar_desc, progress):
+    """Chunks of prompts through the sampler; returns [(completion, finished, ntok)] per prompt."""
+    per_chunk = max(1, batch_size // max(n, 1))
+    accepts = set(inspect.signature(sampler).parameters)
+    extra = {"offsets": False} if "offsets" in accepts else {}
+    chunks = list(range(0, len(prompts), per_chunk))
+    it = chunks
+    if progress:
+        it = tqdm(chunks, desc=bar_desc, unit="batch", leave=False)
+    out: list[list[tuple[str, bool, int]]] = []
+    for c, s in enumerate(it):
+        part = prompts[s:s + per_chunk]
+        ro = sampler(model, tokenizer, part, n=n, max_new_tokens=max_new_tokens, temperature=temperature,
+                     top_p=top_p, greedy=greedy, seed=seed * 1_000_003 + c, batch_size=batch_size, **extra)
+        lengths = ro.completion_mask.sum(1).tolist() if getattr(ro, "completion_mask", None) is not None \
+            else [0] * len(ro.completions)
+        if len(ro.completions) != len(part) * n:
+            raise RuntimeError(f"sampler returned {len(ro.completions)} completions for {len(part)} prompts x {n}")
+        for i in range(len(part)):
+            out.append([(ro.completions[i * n + j], bool(ro.finished[i * n + j]), int(lengths[i * n + j]))
+                        for j in range(n)])
+    return out
+
+
+def evaluate(model, tokenizer, task, problems: Optional[Sequence] = None, *, greedy: bool = True, n: int = 0,
+             temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 256, seed: int = 0,
+             batch_size: int = 64, out_path: Optional[os.PathLike | str] = None, progress: bool = False,
+             keep_completions: bool = True, sampler: Optional[Callable] = None) -> dict:
+    """Evaluate ``model`` on ``problems`` (default ``task.eval_problems()``); see the module doc.
+
+    ``greedy``: one greedy completion per problem (``eval/<task>/acc``). ``n``: samples per
+    problem at ``temperature`` / ``top_p`` for pass@k / maj@k (0 = none). ``batch_size``:
+    sequences decoded at once. ``out_path``: per-problem JSONL (parent folders are created;
+    written atomically). ``keep_completions=False`` leaves completion texts out of the
+    records. ``sampler``: defaults to ``harness.engine.sampling.sample``."""
+    t0 = time.time()
+    sampler = sampler or sample
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    bind = getattr(task, "bind_tokenizer", None)
+    if bind is not None:
+        bind(tokenizer)
+    problems = list(task.eval_problems() if problems is None else problems)
+    prompts = [task.format_prompt(p) for p in problems]
+    name = task.name
+    kw = dict(max_new_tokens=max_new_tokens, top_p=top_p, batch_size=max(1, int(batch_size)), progress=progress)
+    greedy_out = None
+    if greedy and problems:
+        greedy_out = _run_sampler(sampler, model, tokenizer, prompts, n=1, greedy=True, temperature=1.0,
+                                  seed=seed, bar_desc=f"eval {name} greedy", **kw)
+    sampled_out = None
+    if n > 0 and problems:
+        sampled_out = _run_sampler(sampler, model, tokenizer, prompts, n=n, greedy=False, temperature=temperature,
+                                   seed=seed + 1, bar_desc=f"eval {name} n={n}", **kw)
+    records = []
+    for i, p in enumerate(problems):
+        rec = {"id": p.id, "question": p.question, "gold": p.answer, "greedy": None, "samples": []}
+        if greedy_out is not None:
+            c, f, L = greedy_out[i][0]
+            rec["greedy"] = record_item(task, c, p, f, L, keep_completions)
+        if sampled_out is not None:
+            rec["samples"] = [record_item(task, c, p, f, L, keep_completions) for c, f, L in sampled_out[i]]
+            curves = problem_curves([s["key"] for s in rec["samples"]], [s["correct"] for s in rec["samples"]])
+            rec["num_correct"] = curves["num_correct"]
+            rec["pass@k"] = curves["pass@k"]
+            rec["maj@k"] = curves["maj@k"]
+        records.append(rec)
+    metrics = summarize(records, name)
+    metrics[f"eval/{name}/seconds"] = time.time() - t0
+    if out_path is not None:
+        write_records(out_path, records)
+    return metrics
