@@ -18,14 +18,14 @@ import yaml
 
 from evals.tasks import TaskSpec
 from harness.config.base import ConfigError, check, check_choice, field_docs, from_dict, set_dotted, to_dict
+from harness.rundir.budget import BUDGET_UNITS  # noqa: F401  (owner: harness.rundir.budget)
+from harness.rundir.ids import run_id  # noqa: F401  (owner: harness.rundir.ids)
 
 __all__ = [
     "Config", "ModelConfig", "TaskConfig", "WarmupConfig", "SamplingConfig", "TrainConfig",
     "AlgorithmConfig", "BudgetConfig", "EvalConfig", "TrackingConfig", "ConfigError",
     "load_config", "save_config", "config_hash", "config_from_dict", "field_docs",
 ]
-
-BUDGET_UNITS = ("samples", "tokens", "steps", "seconds")
 
 
 @dataclass(frozen=True)
@@ -404,15 +404,3 @@ def describe(cls=Config, prefix: str = "") -> list[tuple[str, str, str]]:
         else:
             rows.append((f"{prefix}{f.name}", repr(v), docs.get(f.name, "")))
     return rows
-
-
-def run_id(cfg: Config) -> str:
-    """Run id from the resolved config and seed: ``<algorithm>-s<seed>-<hash>``.
-
-    The hash covers every field that changes what a run computes; ``name``,
-    ``output_dir`` and ``tracking`` do not, so the same cell in two sweeps (or a
-    re-launch with a tracker switched on) is the same run."""
-    d = to_dict(cfg)
-    for k in ("name", "output_dir", "tracking"):
-        d.pop(k, None)
-    return f"{cfg.algorithm.name}-s{cfg.seed}-{config_hash(d, 8)}"

@@ -1,0 +1,60 @@
+"""Run ids, defined once: ``<algorithm>-s<seed>-<hash8>`` made from a resolved config, and parsed back.
+
+The hash covers every field that changes what a run computes; ``name``, ``output_dir`` and
+``tracking`` do not, so the same cell in two sweeps (or a re-launch with a tracker switched
+on) is the same run. It is the first 8 hex digits of the SHA-256 of the remaining config as
+sorted JSON (the same digest as :func:`harness.config.schema.config_hash`).
+
+:func:`parse_run_id` is the inverse used wherever only the id is at hand (a run directory
+without a summary, a tracker given a bare id). Imports nothing of the project but
+:mod:`harness.config.base`, so :mod:`harness.config.schema` can re-export :func:`run_id`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, NamedTuple, Optional
+
+from harness.config.base import to_dict
+
+__all__ = ["run_id", "format_run_id", "parse_run_id", "RunIdParts", "HASH_LENGTH", "NOT_HASHED"]
+
+HASH_LENGTH = 8
+NOT_HASHED = ("name", "output_dir", "tracking")
+"""Config sections that do not enter the hash (they do not change what a run computes)."""
+
+_RUN_ID = re.compile(r"^(?P<algorithm>.+?)-s(?P<seed>-?\d+)-(?P<hash>[0-9a-f]+)$")
+
+
+class RunIdParts(NamedTuple):
+    algorithm: str
+    seed: Optional[int]
+    hash: Optional[str]
+
+
+def _digest(obj: Any, length: int) -> str:
+    blob = json.dumps(to_dict(obj), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
+def format_run_id(algorithm: str, seed: int, digest: str) -> str:
+    """``<algorithm>-s<seed>-<digest>``."""
+    return f"{algorithm}-s{seed}-{digest}"
+
+
+def run_id(cfg) -> str:
+    """Run id of a resolved :class:`~harness.config.schema.Config` (its algorithm, seed and hash)."""
+    d = to_dict(cfg)
+    for k in NOT_HASHED:
+        d.pop(k, None)
+    return format_run_id(cfg.algorithm.name, cfg.seed, _digest(d, HASH_LENGTH))
+
+
+def parse_run_id(rid: str) -> RunIdParts:
+    """``"grpo-s0-23bf9b10"`` -> ``("grpo", 0, "23bf9b10")``. An id of another shape keeps
+    everything before its first ``-s`` as the algorithm (seed and hash None)."""
+    m = _RUN_ID.match(str(rid))
+    if m:
+        return RunIdParts(m.group("algorithm"), int(m.group("seed")), m.group("hash"))
+    return RunIdParts(str(rid).split("-s")[0], None, None)
