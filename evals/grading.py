@@ -1,9 +1,19 @@
 """Answer extraction and grading for GSM8K / MATH-style tasks.
 
-Extraction (:func:`extract_answer`) looks, in this order of preference, for the *last*
-explicit final-answer marker in a completion -- ``#### N`` (GSM8K), ``\\boxed{...}`` /
-``\\fbox{...}`` (nested braces allowed), or "the (final) answer is X" -- taking whichever of
-them ends last in the text; only when there is none does it fall back to the last number.
+Extraction (:func:`extract_answer`) applies these rules in order; the first that yields a
+non-empty answer wins:
+
+1. a box: the *last* non-empty ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces allowed,
+   also ``\\boxed 5``), by where it starts. A box beats every other marker, wherever they
+   are: "... $\\boxed{18}$ dollars. The final answer is reasonable." gives ``18``, and
+   ``#### N`` or "the answer is X" after a box do not override it. An empty ``\\boxed{}`` is
+   no answer and is skipped (an earlier box, or the rules below, decide). A box that is never
+   closed (``\\boxed{\\frac{1}{2}`` at the end of a truncated or sloppy completion) runs to
+   the end of the text -- or of its math span, i.e. up to the first unescaped ``$``, ``\\]``
+   or ``\\)`` or a blank line after it -- so it gives ``\\frac{1}{2}``, not the last number.
+2. without a non-empty box: the last of ``#### X`` (GSM8K) and "the (final) answer is X" /
+   "answer: X", taking whichever ends last in the text;
+3. without any of those (and only if ``fallback_last_number``): the last number.
 
 Normalisation (:func:`clean_answer`, :func:`normalize_answer`) removes presentation:
 ``$`` and math delimiters, thousands commas (``1,000``, ``1{,}000``, ``1,\\!000``), ``%``,
@@ -81,8 +91,10 @@ def _match_brace(s: str, i: int) -> int:
     return -1
 
 
-def _boxed_spans(text: str) -> list[tuple[int, int, str]]:
-    """(start, end, content) of every complete ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed N``."""
+def _boxed_spans(text: str, unclosed: bool = False) -> list[tuple[int, int, str]]:
+    """(start, end, content) of every complete ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed N``,
+    in order of start. With ``unclosed``, a box whose brace is never closed is included too,
+    its content running to the end of its math span (see :func:`_unclosed_end`)."""
     out = []
     for m in _BOX_RE.finditer(text):
         j = m.end()
@@ -90,11 +102,31 @@ def _boxed_spans(text: str) -> list[tuple[int, int, str]]:
             e = _match_brace(text, j)
             if e > 0:
                 out.append((m.start(), e, text[j + 1:e - 1]))
+            elif unclosed:
+                e = _unclosed_end(text, j + 1)
+                out.append((m.start(), e, text[j + 1:e]))
         elif m.group(0).endswith(" ") or (j < len(text) and text[j].isalnum()):
             mm = re.match(r"[^\s$.,;]+", text[j:])  # "\boxed 5"
             if mm:
                 out.append((m.start(), j + mm.end(), mm.group(0)))
     return out
+
+
+def _unclosed_end(s: str, i: int) -> int:
+    """Where the content of a box left open at ``s[i]`` ends: the first unescaped ``$``,
+    ``\\]`` or ``\\)`` (the end of the math span holding it) or blank line, else the end."""
+    j = i
+    while j < len(s):
+        c = s[j]
+        if c == "\\" and j + 1 < len(s):
+            if s[j + 1] in "])":
+                return j
+            j += 2
+            continue
+        if c == "$" or (c == "\n" and s.startswith("\n\n", j)):
+            return j
+        j += 1
+    return len(s)
 
 
 def last_boxed(text: str) -> Optional[str]:
@@ -124,18 +156,20 @@ def _answer_is_value(raw: str) -> Optional[str]:
 def extract_answer(text: str, *, fallback_last_number: bool = True) -> Optional[str]:
     """The final answer of a completion (raw, before normalisation), or None.
 
-    The last of ``#### X``, ``\\boxed{X}`` and "the answer is X" wins (by where it ends);
-    without any of them, the last number in the text (if ``fallback_last_number``)."""
+    In order (see the module docstring): the last non-empty ``\\boxed{X}`` (an unclosed one
+    runs to the end of its math span); else the last of ``#### X`` and "the answer is X"
+    (by where it ends); else the last number in the text (if ``fallback_last_number``)."""
     if not isinstance(text, str) or not text.strip():
         return None
     try:
+        for _s, _e, content in reversed(_boxed_spans(text, unclosed=True)):
+            if content.strip():
+                return content.strip()
         cands: list[tuple[int, str]] = []
         for m in _HASH_RE.finditer(text):
             v = m.group(1).strip()
             if v:
                 cands.append((m.end(), v))
-        for s, e, content in _boxed_spans(text):
-            cands.append((e, content))
         for m in _ANSWER_IS_RE.finditer(text):
             v = _answer_is_value(m.group(1))
             if v:
@@ -181,6 +215,8 @@ _WORDS_AFTER_NUMBER_RE = re.compile(  # "18 apples", "5 more dollars" (not "5 an
 _THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?$")
 _TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname)\s*\{")
 _LHS_VAR_RE = re.compile(r"^\s*[a-zA-Z](?:_\{?[\w]+\}?)?\s*=\s*(?!=)(.+)$")
+_SPACING_RE = re.compile(r"\\[\\ !,;:]")
+_SPACING = {"\\!": "", "\\,": " ", "\\;": " ", "\\:": " ", "\\ ": " "}  # "\\\\" stays
 _CHOICE_RE = re.compile(r"^\(([A-Ea-e])\)\.?$|^([A-E])\.?$")
 
 
@@ -211,8 +247,10 @@ def clean_answer(ans: Optional[str]) -> str:
             s = b[0][2].strip()
         else:
             break
-    s = s.replace("\\!", "").replace("{,}", ",").replace("\\,", " ").replace("\\;", " ").replace("\\:", " ")
-    s = s.replace("\\ ", " ").replace("~", " ").replace("\\quad", " ").replace("\\qquad", " ")
+    # LaTeX spacing: one pass over backslash pairs, so a row break ``\\\\`` is one token and the
+    # ``\\ `` inside ``\\\\ `` (row break + space) is never read as a spacing command.
+    s = _SPACING_RE.sub(lambda m: _SPACING.get(m.group(0), m.group(0)), s).replace("{,}", ",")
+    s = s.replace("~", " ").replace("\\qquad", " ").replace("\\quad", " ")
     s = re.sub(r"\\(?:left|right)(?![a-zA-Z])", "", s)
     s = s.replace("\\displaystyle", "")
     s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)

@@ -72,12 +72,12 @@ def test_math500_answers_in_other_forms(data_dir):
     ("The final answer is $\\frac{3}{4}$. I hope it is correct.", "\\frac{3}{4}"),
     ("Final Answer: The final answer is $5$. I hope it is correct.", "5"),
     ("He pays 3 + 4 = 7 dollars, then 7 * 2 = 14 dollars in total", "14"),
-    ("\\boxed{3} wait, the answer is 4.", "4"),        # the last marker wins
+    ("\\boxed{3} wait, the answer is 4.", "3"),        # a box beats any later prose
     ("the answer is 4. Double-check: \\boxed{5}", "5"),
     ("a temperature of -5 degrees", "-5"),
     ("no digits here", None),
     ("", None),
-    ("\\boxed{unbalanced", None),
+    ("\\boxed{unbalanced", "unbalanced"),               # an unclosed box runs to the end
 ])
 def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
@@ -267,3 +267,51 @@ def test_fuzzed_latex_never_raises():
         assert isinstance(is_equiv(s, "(1,2)", timeout=3), bool)
     assert time.time() - t0 < 60
     assert get_pool().stats["calls"] > 0
+
+
+# -- regressions: grading real model output -----------------------------------------------------
+def test_row_break_followed_by_a_space_is_not_a_spacing_command():
+    """``\\ `` (LaTeX space) was removed before row breaks were seen, so ``\\\\ 2`` (row break,
+    space) lost a backslash: the same matrix graded differently with and without the space."""
+    spaced = "\\begin{pmatrix} -1/3 \\\\ 2/3 \\\\ 5/3 \\end{pmatrix}"  # MATH-500 gold, as stored
+    tight = "\\begin{pmatrix}-1/3\\\\2/3\\\\5/3\\end{pmatrix}"
+    assert normalize_answer(spaced) == normalize_answer(tight) == tight
+    assert clean_answer(spaced) == spaced  # only presentation goes; the row breaks stay
+    assert clean_answer("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}") == "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"
+    assert is_equiv(spaced, tight) and is_equiv(tight, spaced)
+    assert grade(f"so $\\boxed{{{tight}}}$", spaced).correct
+    assert grade(f"so $\\boxed{{{spaced}}}$", tight).correct
+    assert not is_equiv(spaced, "\\begin{pmatrix}-1/3\\\\5/3\\\\2/3\\end{pmatrix}")
+    # the spacing commands themselves still go, including next to a row break
+    assert normalize_answer("10\\ 000") == "10000" and normalize_answer("1,\\!000") == "1000"
+    assert normalize_answer("a\\\\\\ b") == "a\\\\b"  # row break, then a LaTeX space
+    assert normalize_answer("x\\,y\\;z\\:w") == "xyzw"
+
+
+def test_box_beats_trailing_answer_phrase():
+    """"answer is / answer:" after a box used to win over the box (4 MATH test golds)."""
+    assert extract_answer("It costs $\\boxed{18}$ dollars. The final answer is reasonable.") == "18"
+    assert grade("It costs $\\boxed{18}$ dollars. The final answer is reasonable.", "18").correct
+    assert extract_answer("\\boxed{-5}. Checking, the answer is correct.") == "-5"
+    assert extract_answer("so $x=\\boxed{7}$.\nAnswer: yes, that is it") == "7"
+    assert extract_answer("\\boxed{12}\n#### 13") == "12"  # a box beats #### too
+    assert extract_answer("\\boxed{1} and later \\boxed{2}. The answer is 3.") == "2"  # the last box
+
+
+def test_empty_box_does_not_win():
+    assert extract_answer("The answer is 5. $\\boxed{}$") == "5"
+    assert extract_answer("So \\boxed{6}, and then \\boxed{ }.") == "6"
+    assert grade("The answer is 5. $\\boxed{}$", "5").correct
+    assert extract_answer("$\\boxed{}$ primes in 3 ranges") == "3"  # no box: the last number
+    assert extract_answer("$\\boxed{}$ primes", fallback_last_number=False) is None
+
+
+def test_unclosed_box_runs_to_the_end():
+    assert extract_answer("so the answer is \\boxed{\\frac{1}{2}") == "\\frac{1}{2}"
+    assert grade("so the answer is \\boxed{\\frac{1}{2}", "0.5").correct
+    assert extract_answer("then $\\boxed{\\frac{1}{2}$. Done, 3 steps.") == "\\frac{1}{2}"  # up to the $
+    assert extract_answer("\\[\\boxed{x^{2}\\]\n\nSo 4 it is") == "x^{2}"
+    assert extract_answer("\\boxed{3} first, then \\boxed{\\sqrt{2}") == "\\sqrt{2}"  # the last box
+    assert extract_answer("\\boxed{\\$18") == "\\$18"  # an escaped dollar is not the end of math
+    assert extract_answer("\\boxed{ $ then 7") == "7"  # empty unclosed box: no box
+    assert last_boxed("\\boxed{\\frac{1}{2}") is None  # last_boxed still wants a complete box
