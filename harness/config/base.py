@@ -24,6 +24,42 @@ class ConfigError(ValueError):
     """A config could not be loaded; the message names the offending key and value."""
 
 
+NAMED_SECTIONS = ("algorithm", "task")
+"""Top-level sections with the ``section: name`` shorthand (``algorithm: ppo`` is
+``algorithm: {name: ppo}``)."""
+
+
+def did_you_mean(word: Any, options, n: int = 3) -> str:
+    """``"; did you mean 'a', 'b'?"`` naming the options closest to ``word``, or ``""``."""
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=n, cutoff=0.5)
+    return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
+
+def expand_shorthand(value: Any) -> Any:
+    """The one reading of the ``section: name`` shorthand: a string names the section
+    (``"ppo"`` -> ``{"name": "ppo"}``); anything else is returned as is."""
+    return {"name": value} if isinstance(value, str) else value
+
+
+def deep_merge(a: dict, b: dict, top: bool = True) -> dict:
+    """``b`` layered onto ``a`` (a new dict; nested mappings merge, other values replace).
+    At the top level a named section given as a string on one side and a mapping on the
+    other merges as ``{name: ...}`` (``algorithm: ppo`` + ``algorithm: {kl_coef: 0}``)."""
+    out = dict(a)
+    for k, v in b.items():
+        cur = out.get(k)
+        if top and k in NAMED_SECTIONS:
+            if isinstance(v, dict):
+                cur = expand_shorthand(cur)
+            elif isinstance(cur, dict):
+                v = expand_shorthand(v)
+        if isinstance(v, dict) and isinstance(cur, dict):
+            out[k] = deep_merge(cur, v, top=False)
+        else:
+            out[k] = v
+    return out
+
+
 def _origin(tp):
     return typing.get_origin(tp)
 
@@ -52,8 +88,8 @@ def _coerce(value: Any, tp, where: str):
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
-        if isinstance(value, str) and "name" in {f.name for f in dataclasses.fields(tp)}:
-            value = {"name": value}  # shorthand: `algorithm: ppo`
+        if "name" in {f.name for f in dataclasses.fields(tp)}:
+            value = expand_shorthand(value)  # `algorithm: ppo`
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping for section '{tp.__name__}', got {value!r}")
         return from_dict(tp, value, where)
@@ -111,11 +147,9 @@ def from_dict(cls, data: dict, where: str = ""):
     names = [f.name for f in dataclasses.fields(cls)]
     for key in data:
         if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             full = f"{where}.{key}" if where else str(key)
             raise ConfigError(
-                f"unknown config key '{full}'{hint} (valid keys{' in ' + where if where else ''}: {', '.join(names)})"
+                f"unknown config key '{full}'{did_you_mean(key, names)} (valid keys{' in ' + where if where else ''}: {', '.join(names)})"
             )
     hints = _hints(cls)
     kwargs = {}
@@ -179,9 +213,8 @@ def check_choice(field: str, value: Any, choices) -> None:
     """Raise a ConfigError naming ``field``, ``value``, the valid choices and the nearest one."""
     choices = list(choices)
     if value not in choices:
-        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.5)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise ConfigError(f"{field}={value!r} is invalid: must be one of {', '.join(map(str, choices))}{hint}")
+        raise ConfigError(f"{field}={value!r} is invalid: must be one of {', '.join(map(str, choices))}"
+                          f"{did_you_mean(value, choices, n=1)}")
 
 
 def set_dotted(data: dict, dotted: str, value: Any) -> None:
@@ -190,8 +223,7 @@ def set_dotted(data: dict, dotted: str, value: Any) -> None:
     cur = data
     for k in keys[:-1]:
         nxt = cur.get(k)
-        if isinstance(nxt, str):  # `algorithm: grpo` shorthand, now being refined
-            nxt = {"name": nxt}
+        nxt = expand_shorthand(nxt)  # `algorithm: grpo` shorthand, now being refined
         if nxt is None:
             nxt = {}
         if not isinstance(nxt, dict):

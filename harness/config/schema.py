@@ -16,15 +16,18 @@ from typing import Any, Optional
 
 import yaml
 
+from algorithms.presets import GROUP_ESTIMATORS, resolve
+from algorithms.registry import UnknownComponentError
 from evals.tasks import TaskSpec
-from harness.config.base import ConfigError, check, check_choice, field_docs, from_dict, set_dotted, to_dict
+from harness.config.base import (ConfigError, check, check_choice, deep_merge, expand_shorthand, field_docs,
+                                 from_dict, set_dotted, to_dict)
 from harness.rundir.budget import BUDGET_UNITS  # noqa: F401  (owner: harness.rundir.budget)
 from harness.rundir.ids import run_id  # noqa: F401  (owner: harness.rundir.ids)
 
 __all__ = [
     "Config", "ModelConfig", "TaskConfig", "WarmupConfig", "SamplingConfig", "TrainConfig",
     "AlgorithmConfig", "BudgetConfig", "EvalConfig", "TrackingConfig", "ConfigError",
-    "load_config", "save_config", "config_hash", "config_from_dict", "field_docs",
+    "load_config", "save_config", "config_hash", "config_from_dict", "field_docs", "algorithm_name",
 ]
 
 
@@ -306,9 +309,6 @@ class Config:
         check(bool(self.name) and "/" not in self.name, "name", self.name, "must be a non-empty name without '/'")
         check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
               self.device, "must be auto, cpu, cuda or cuda:N")
-        from algorithms.presets import GROUP_ESTIMATORS, resolve
-        from algorithms.registry import UnknownComponentError
-
         try:
             algo = resolve(self.algorithm)
         except UnknownComponentError as e:
@@ -325,6 +325,13 @@ class Config:
 
 def config_from_dict(data: dict | None) -> Config:
     return from_dict(Config, dict(data or {}))
+
+
+def algorithm_name(data: dict) -> str:
+    """The algorithm a config mapping names, whether as ``algorithm: ppo`` or
+    ``algorithm: {name: ppo}`` (the default algorithm when it names none)."""
+    a = expand_shorthand(data.get("algorithm", AlgorithmConfig.name))
+    return str(a.get("name", AlgorithmConfig.name)) if isinstance(a, dict) else str(a)
 
 
 def parse_overrides(overrides: list[str] | None) -> list[tuple[str, Any]]:
@@ -361,7 +368,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
     """YAML file (optional) + ``key.sub=value`` overrides -> validated Config."""
     data: dict = dict(base or {})
     if path is not None:
-        data = _deep_merge(data, load_yaml(path))
+        data = deep_merge(data, load_yaml(path))
     for key, value in parse_overrides(overrides):
         set_dotted(data, key, value)
     where = f" (in {path})" if path else ""
@@ -369,16 +376,6 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
         return config_from_dict(data)
     except ConfigError as e:
         raise ConfigError(f"{e}{where}") from None
-
-
-def _deep_merge(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for k, v in b.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = v
-    return out
 
 
 def save_config(cfg: Config, path: str | os.PathLike) -> None:

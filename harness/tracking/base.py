@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from harness.config.base import to_dict
+from harness.config.base import expand_shorthand, to_dict
 
 
 class Tracker:
@@ -69,7 +69,7 @@ def cfg_get(cfg: Any, dotted: str, default: Any = None) -> Any:
         else:
             cur = getattr(cur, part, None)
         if isinstance(cur, str) and part == "algorithm" and dotted != "algorithm":
-            cur = {"name": cur}  # `algorithm: ppo` shorthand
+            cur = expand_shorthand(cur)  # `algorithm: ppo`
     return default if cur is None else cur
 
 
