@@ -8,7 +8,7 @@ import torch
 from algorithms.presets import resolve
 from harness.engine import fastlm
 from harness.config.schema import ModelConfig, load_config
-from harness.engine.learner import Learner
+from harness.engine.learner import Learner, ValueModel, make_batch, token_logprobs
 from harness.engine.models import build_char_tokenizer, build_tiny_model
 from harness.engine.perf import PerfTracker
 from harness.engine.sampling import sample
@@ -72,7 +72,8 @@ def test_mu_one_runs_no_extra_policy_forward(fast):
             _, policy, ref, cfg, algo, ro, rewards = setup(["train.micro_batch_size=4", "train.inner_epochs=2"])
             pol = count_forwards(policy)
             learner = Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref)
-            learner.reuse_sampler_logprobs = reuse
+            if not reuse:  # the test seam: no sampler log-probs, so the old ones are recomputed
+                learner._sampler_logprobs = lambda rollouts, b: None
             try:
                 learner.step(ro, rewards, [], 0)
             finally:
@@ -82,7 +83,6 @@ def test_mu_one_runs_no_extra_policy_forward(fast):
 
 
 def test_sampler_logprobs_stand_in_for_the_old_policy_forward():
-    from harness.engine.learner import make_batch, token_logprobs
     for overrides in ([], ["sampling.temperature=0.7"], ["model.dtype=bfloat16"]):
         _, policy, ref, cfg, algo, _, _ = setup(["train.inner_epochs=2", *overrides])
         policy = policy.to(getattr(torch, cfg.model.dtype))
@@ -103,7 +103,6 @@ def test_sampler_logprobs_stand_in_for_the_old_policy_forward():
 def test_ppo_mu_one_trains_the_critic_in_the_pass_that_computes_its_values():
     """With mu = 1 the critic's values for GAE come from its one training pass (weights not yet
     moved), not from a separate forward: same update, same metrics, half the critic passes."""
-    from harness.engine.learner import ValueModel
     runs = []
     for fused in (True, False):
         _, policy, ref, cfg, algo, ro, rewards = setup(["algorithm=ppo", "train.micro_batch_size=4",
@@ -111,7 +110,8 @@ def test_ppo_mu_one_trains_the_critic_in_the_pass_that_computes_its_values():
         critic = ValueModel(policy)
         torch.nn.init.normal_(critic.head.weight, std=0.5)  # nonzero values, so GAE depends on them
         learner = Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref, critic=critic)
-        learner.fuse_critic = fused
+        if not fused:  # the test seam: the separate value forward, then the training pass
+            learner._fuses_critic = lambda keep: False
         calls = {"n": 0}
         critic.register_forward_pre_hook(lambda *a: calls.__setitem__("n", calls["n"] + 1))
         m = learner.step(ro, rewards, [], 0)

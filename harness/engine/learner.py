@@ -2,7 +2,9 @@
 
 Rollouts -> (filter) -> reference / critic / old log-probs (only what the algorithm
 needs) -> advantages -> mu passes of micro-batched clipped-surrogate (or SFT) updates.
-Nothing here branches on an algorithm's name: the resolved components decide.
+Nothing here branches on an algorithm's name: the resolved components decide. The maths of
+the update (policy loss, aggregation, KL in the loss or in the reward, value loss, ratio
+statistics) is ``algorithms.objective``'s; this module runs the models and micro-batches.
 
 Memory and time discipline:
 - logits are computed only for completion positions (``logits_to_keep``), never for the
@@ -36,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Optional
 
 import torch
@@ -44,7 +46,8 @@ from torch import nn
 
 from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, outcome_token_rewards
 from algorithms.filters import FILTERS
-from algorithms.losses import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, AggContext, clipped_value_loss
+from algorithms.losses import AggContext
+from algorithms.objective import clip_stats, kl_reward_token_rewards, policy_objective, value_objective
 from algorithms.presets import ResolvedAlgorithm
 from harness.engine import fastlm
 
@@ -88,6 +91,32 @@ class Batch:
     def rows(self, idx) -> "Batch":
         return Batch(self.input_ids[idx], self.attention_mask[idx], self.position_ids[idx], self.targets[idx],
                      self.mask[idx])
+
+
+@dataclass
+class _Rows:
+    """A batch with what the update reads per row: advantages [B, T], and the reference / old
+    log-probs, critic values and returns [B, T] where the algorithm has them (else None)."""
+    b: Batch
+    adv: torch.Tensor
+    ref_logp: Optional[torch.Tensor]
+    old_logp: Optional[torch.Tensor]
+    values: Optional[torch.Tensor]
+    returns: Optional[torch.Tensor]
+
+    def rows(self, idx) -> "_Rows":
+        pick = lambda x: x[idx] if x is not None else None  # noqa: E731
+        return _Rows(self.b.rows(idx), self.adv[idx], pick(self.ref_logp), pick(self.old_logp), pick(self.values),
+                     pick(self.returns))
+
+
+@dataclass
+class _Kept(_Rows):
+    """This rank's kept rows (a zero-mask stand-in row where it kept none), with the counts the
+    losses normalise by and the micro-batch slices (``None``: a zero-weight padding one)."""
+    n_kept: int
+    ctx: AggContext
+    slices: list
 
 
 def make_batch(rollouts, device) -> Batch:
@@ -143,15 +172,10 @@ class Learner:
             if critic is not None:
                 critic, critic_opt = dist.prepare(critic, critic_opt)
         self.policy, self.opt, self.reference, self.critic, self.critic_opt = policy, opt, reference, critic, critic_opt
-        self.policy_loss = POLICY_LOSSES.get(algo.policy_loss)
-        self.aggregate = AGGREGATIONS.get(algo.aggregation)
-        self.kl = KL_ESTIMATORS.get(algo.kl_estimator)
         self.advantage = ADVANTAGES.get(algo.advantage)
         self.filter = FILTERS.get(algo.filter)
         self.temperature = cfg.sampling.temperature
         self.updates = 0
-        self.fuse_critic = True  # PPO with mu = 1: value forward and critic update in one pass (see step)
-        self.reuse_sampler_logprobs = True  # old log-probs from the sampler when exact (_sampler_logprobs)
         self.progress = 0.0  # fraction of the budget consumed before this step (set by the trainer)
 
     def init_optimizer_from(self, path: str) -> None:
@@ -223,157 +247,79 @@ class Learner:
         """One exploration stage's update. Returns train/* metrics.
 
         ``valid`` (several processes): bool [B], False on the padding rows of a shard
-        (they take part in the collective forward passes, never in the loss or metrics)."""
-        algo, acfg, tc = self.algo, self.cfg.algorithm, self.cfg.train
-        n = rollouts.n
+        (they take part in the collective forward passes, never in the loss or metrics).
+
+        Filter -> reference / old log-probs -> critic values (or the fused critic pass) ->
+        advantages and returns -> this rank's kept rows -> ``inner_epochs`` policy (and
+        critic) passes -> metrics."""
+        acfg = self.cfg.algorithm
         m: dict[str, float] = {}
         raw: dict[str, float] = {}  # local sums, combined over ranks at the end (several processes)
-        keep = self.filter(rewards, rollouts.completions, n)
-        if valid is not None:
-            valid = valid.to(keep.device).bool()
-            keep = keep & valid
-            raw["rows"] = float(valid.sum().item())
-        m["train/kept_fraction"] = keep.float().mean().item()
+        keep, valid = self._keep(rewards, rollouts, valid, m, raw)
         b = make_batch(rollouts, self.device)
-        B = b.input_ids.shape[0]
-        needs_old = tc.inner_epochs > 1 or algo.kl_placement == "reward"
         const_len = acfg.dr_grpo_norm or self.cfg.sampling.max_new_tokens  # constant normaliser (Dr. GRPO)
-        with self.perf.phase("reference"):
-            ref_logp = (self._forward_nograd(self.reference, b, lambda mdl, x: token_logprobs(mdl, x, self.temperature))
-                        if self.reference is not None and algo.uses_reference else None)
-        with self.perf.phase("old_logprobs"):
-            old_logp = self._sampler_logprobs(rollouts, b) if needs_old else None
-            if needs_old and old_logp is None:
-                old_logp = self._forward_nograd(self.policy, b,
-                                                lambda mdl, x: token_logprobs(mdl, x, self.temperature))
-        values = None
-        # mu = 1, one process, every row kept: the critic's single training pass over the batch
-        # computes, before its update, exactly the values the advantages need (GAE is per row),
-        # so that pass runs first and no separate value forward does
-        fused_critic = (self.fuse_critic and self.critic is not None and tc.inner_epochs == 1
-                        and not self.distributed and bool(keep.all()))
-        if self.critic is not None and not fused_critic:
-            with self.perf.phase("critic_forward"):
-                values = self._forward_nograd(
-                    self.critic, b, lambda mdl, x: mdl(x.input_ids, x.attention_mask, x.position_ids, x.T)) * b.mask
-        token_rewards = None
-        if algo.kl_placement == "reward" and ref_logp is not None:
-            kl_tok = self.kl(old_logp, ref_logp) * b.mask
-            token_rewards = -algo.kl_coef * kl_tok
-            m["train/kl_reward_penalty"] = (kl_tok.sum(1).mean()).item()
-            if valid is not None:
-                raw["kl_pen_sum"] = kl_tok.sum(1)[valid.to(self.device)].sum().item()
-        inp = AdvantageInput(rewards=rewards.float().to(self.device), mask=b.mask, n=n, step_rewards=step_rewards,
-                             values=values, token_rewards=token_rewards, std_eps=acfg.std_eps,
-                             gamma=acfg.gae_gamma, lam=acfg.gae_lambda)
-        fused_value_loss = 0.0
+        ref_logp = self._reference_logprobs(b)
+        old_logp = self._old_logprobs(rollouts, b)
+        fused_critic = self._fuses_critic(keep)
+        values = self._critic_values(b) if self.critic is not None and not fused_critic else None
+        inp = AdvantageInput(rewards=rewards.float().to(self.device), mask=b.mask, n=rollouts.n,
+                             step_rewards=step_rewards, values=values,
+                             token_rewards=self._kl_reward(old_logp, ref_logp, b, valid, m, raw),
+                             std_eps=acfg.std_eps, gamma=acfg.gae_gamma, lam=acfg.gae_lambda)
+        fused_value_loss = None
         if fused_critic:
-            vctx = AggContext(num_seqs=B, num_tokens=int(b.mask.sum().item()), const_len=const_len)
-
-            def fused_targets(sl, mb, v):  # (old values, returns) of a micro-batch from its own values
-                old = v.detach() * mb.mask
-                tr = inp.token_rewards[sl] if inp.token_rewards is not None else None
-                rows = replace(inp, rewards=inp.rewards[sl], mask=mb.mask, token_rewards=tr, step_rewards=[])
-                return old, gae(outcome_token_rewards(rows), old, mb.mask, acfg.gae_gamma, acfg.gae_lambda)[1]
-            fused_value_loss, seen = self._critic_pass(b, list(_chunks(B, tc.micro_batch_size)), vctx, fused_targets,
-                                                        step)
-            values = torch.cat(seen, 0)
+            fused_value_loss, values = self._fused_critic_pass(b, inp, const_len, step)
             inp = replace(inp, values=values)
         adv = self.advantage(inp)
         returns = None
         if values is not None and not fused_critic:
             _, returns = gae(outcome_token_rewards(inp), values, b.mask, acfg.gae_gamma, acfg.gae_lambda)
-        idx = keep.nonzero().squeeze(-1).to(self.device)
-        n_kept = int(idx.numel())
-        n_mb = -(-n_kept // tc.micro_batch_size)
-        kept_any = n_kept > 0
-        if self.distributed:  # the same decisions and micro-batch counts on every rank
-            counts = self.dist.gather_objects(n_kept)
-            kept_any = sum(counts) > 0
-            n_mb = max(-(-c // tc.micro_batch_size) for c in counts)
-        raw["kept"] = float(n_kept)
-        if not kept_any:  # e.g. RFT with no correct completion: nothing to learn from
+        k = self._select_kept(keep, _Rows(b, adv, ref_logp, old_logp, values, returns), const_len, raw)
+        if k is None:  # e.g. RFT with no correct completion: nothing to learn from
             m.update({"train/loss": 0.0, "train/skipped": 1.0})
             return self._combine(m, raw) if self.distributed else m
-        if n_kept == 0:  # this rank kept nothing, others did: zero-weight stand-in row
-            idx = torch.zeros(1, dtype=torch.long, device=self.device)
-        b = b.rows(idx)
-        if n_kept == 0:
-            b = replace(b, mask=torch.zeros_like(b.mask))
-        adv, ref_logp = adv[idx], (ref_logp[idx] if ref_logp is not None else None)
-        old_logp = old_logp[idx] if old_logp is not None else None
-        values = values[idx] if values is not None else None
-        returns = returns[idx] if returns is not None else None
-        nz = b.mask.bool()
-        if n_kept:
-            m["train/adv_mean"] = adv[nz].mean().item()
-            m["train/adv_abs_mean"] = adv[nz].abs().mean().item()
-            raw["adv_sum"], raw["adv_abs_sum"] = adv[nz].sum().item(), adv[nz].abs().sum().item()
-        ctx = AggContext(num_seqs=n_kept, num_tokens=int(b.mask.sum().item()), const_len=const_len)
-        raw["tokens"] = float(ctx.num_tokens)
-        slices: list = list(_chunks(n_kept, tc.micro_batch_size))
-        slices += [None] * (n_mb - len(slices))  # padding micro-batches (several processes)
+        self._advantage_metrics(k, m, raw)
         policy_frozen = step < acfg.critic_warmup_steps
         for g in self.opt.param_groups:
-            g["lr"] = tc.lr * self._lr_scale(step)
-        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "value_loss": 0.0, "ratio_max": 0.0}
-        for epoch in range(tc.inner_epochs):
-            if not policy_frozen:
-                if not self.distributed:
-                    self.opt.zero_grad(set_to_none=True)
-                for i, part in enumerate(slices):
-                    mb, sl = self._micro(b, part)
-                    with self._accumulate(self.policy, last=i == len(slices) - 1):
-                        with self.perf.phase("policy_forward"):
-                            logp = token_logprobs(self.policy, mb, self.temperature)
-                            old = old_logp[sl] if old_logp is not None else logp.detach()
-                            pg_tok = self.policy_loss(logp, old, adv[sl], acfg.clip_eps)
-                            pg = self.aggregate(pg_tok, mb.mask, ctx)
-                            loss = pg
-                            if algo.kl_placement == "loss" and ref_logp is not None:
-                                kl = self.aggregate(self.kl(logp, ref_logp[sl]), mb.mask, ctx)
-                                loss = loss + algo.kl_coef * kl
-                                sums["kl"] += kl.item()
-                        if not torch.isfinite(loss):
-                            raise FloatingPointError(
-                                f"policy loss is {loss.item()} at step {step} (epoch {epoch}); "
-                                f"try a lower train.lr or check the rewards")
-                        with self.perf.phase("backward"):
-                            self._backward(self.policy, loss)
-                    with torch.no_grad():
-                        ratio = torch.exp(logp.detach() - old)
-                        clipped = ((ratio - 1).abs() > acfg.clip_eps).float() * mb.mask
-                        sums["clip_frac"] += clipped.sum().item()
-                        sums["ratio_max"] = max(sums["ratio_max"], (ratio * mb.mask).max().item())
-                    sums["loss"] += loss.item()
-                    sums["pg_loss"] += pg.item()
-                with self.perf.phase("optimizer"):
-                    gn = self._optimizer_step(self.policy, self.opt)
-                    if gn is not None:
-                        m["train/grad_norm"] = gn
-            if fused_critic:
-                sums["value_loss"] += fused_value_loss  # trained above, before the advantages
-            elif self.critic is not None:
-                vctx = AggContext(num_seqs=n_kept, num_tokens=ctx.num_tokens, const_len=ctx.const_len)
-                sums["value_loss"] += self._critic_pass(
-                    b, slices, vctx, lambda sl, mb, v: (values[sl], returns[sl]), step)[0]
-        E = tc.inner_epochs
-        m["train/loss"] = sums["loss"] / E
-        m["train/pg_loss"] = sums["pg_loss"] / E
-        if algo.kl_placement == "loss" and ref_logp is not None:
-            m["train/kl"] = sums["kl"] / E
-        m["train/clip_frac"] = sums["clip_frac"] / max(ctx.num_tokens * E, 1)
-        raw["clipped"] = sums["clip_frac"]
-        m["train/ratio_max"] = sums["ratio_max"]
-        if self.critic is not None:
-            m["train/value_loss"] = sums["value_loss"] / E
-            if n_kept:
-                m["train/value_mean"] = (values[b.mask.bool()].mean().item())
-                raw["value_sum"] = values[b.mask.bool()].sum().item()
-        m["train/lr"] = tc.lr * self._lr_scale(step)
-        m["train/policy_frozen"] = float(policy_frozen)
+            g["lr"] = self.cfg.train.lr * self._lr_scale(step)
+        sums = self._epochs(k, step, policy_frozen, fused_value_loss, m)
+        self._update_metrics(k, sums, step, policy_frozen, m, raw)
         self.updates += 1
         return self._combine(m, raw) if self.distributed else m
+
+    def _keep(self, rewards: torch.Tensor, rollouts, valid: Optional[torch.Tensor], m: dict,
+              raw: dict) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """The filter's kept rows (bool [B]), less a shard's padding rows; and ``valid`` as bool."""
+        keep = self.filter(rewards, rollouts.completions, rollouts.n)
+        if valid is not None:
+            valid = valid.to(keep.device).bool()
+            keep = keep & valid
+            raw["rows"] = float(valid.sum().item())
+        m["train/kept_fraction"] = keep.float().mean().item()
+        return keep, valid
+
+    def _logprobs(self, model, b: Batch) -> torch.Tensor:
+        return token_logprobs(model, b, self.temperature)
+
+    def _reference_logprobs(self, b: Batch) -> Optional[torch.Tensor]:
+        """The reference's log-probs [B, T], where a KL term is on (None otherwise)."""
+        with self.perf.phase("reference"):
+            if self.reference is None or not self.algo.uses_reference:
+                return None
+            return self._forward_nograd(self.reference, b, self._logprobs)
+
+    def _old_logprobs(self, rollouts, b: Batch) -> Optional[torch.Tensor]:
+        """The sampling policy's log-probs [B, T] where they differ from the current ones'
+        detached values at some point of the update (mu > 1) or feed the KL in the reward;
+        None otherwise (mu = 1: old = current, see ``algorithms.objective.policy_objective``).
+        The sampler's own where they stand in exactly (:meth:`_sampler_logprobs`), else a
+        no-grad forward of the policy."""
+        needs_old = self.cfg.train.inner_epochs > 1 or self.algo.kl_placement == "reward"
+        with self.perf.phase("old_logprobs"):
+            old_logp = self._sampler_logprobs(rollouts, b) if needs_old else None
+            if needs_old and old_logp is None:
+                old_logp = self._forward_nograd(self.policy, b, self._logprobs)
+            return old_logp
 
     def _sampler_logprobs(self, rollouts, b: Batch) -> Optional[torch.Tensor]:
         """The old log-probs (those of the policy that sampled) as the sampler recorded them, or
@@ -382,13 +328,168 @@ class Learner:
         samples right before each step, so nothing has updated them since, and the values agree
         with a recomputation up to float rounding (~1e-6). Saves the no-grad policy forward of
         PPO (KL in the reward) and of every mu > 1 run. Lower precisions recompute, as
-        inference/training mismatches there are not rounding-sized."""
+        inference/training mismatches there are not rounding-sized.
+
+        Test seam (no production switch): a test that needs the recomputing path replaces this
+        method on its learner instance with one that returns None
+        (``learner._sampler_logprobs = lambda rollouts, b: None``)."""
         lp = getattr(rollouts, "logprobs", None)
-        if (not self.reuse_sampler_logprobs or lp is None or self.cfg.sampling.backend != "hf"
+        if (lp is None or self.cfg.sampling.backend != "hf"
                 or tuple(lp.shape) != tuple(b.targets.shape)
                 or any(p.dtype != torch.float32 for p in self.policy.parameters())):
             return None
         return lp.to(self.device, torch.float32) * b.mask
+
+    def _fuses_critic(self, keep: torch.Tensor) -> bool:
+        """Whether the critic trains in the pass that yields the values for GAE: mu = 1, one
+        process, every row kept. The critic's single training pass over the batch then computes,
+        before its update, exactly the values the advantages need (GAE is per row), so that pass
+        runs first and no separate value forward does (:meth:`_fused_critic_pass`).
+
+        Test seam (no production switch): a test that compares with the unfused path replaces
+        this method on its learner instance (``learner._fuses_critic = lambda keep: False``)."""
+        return (self.critic is not None and self.cfg.train.inner_epochs == 1 and not self.distributed
+                and bool(keep.all()))
+
+    def _critic_values(self, b: Batch) -> torch.Tensor:
+        """The critic's values V(s_t) [B, T] (zero on padding), no gradient."""
+        with self.perf.phase("critic_forward"):
+            return self._forward_nograd(
+                self.critic, b, lambda mdl, x: mdl(x.input_ids, x.attention_mask, x.position_ids, x.T)) * b.mask
+
+    def _kl_reward(self, old_logp, ref_logp, b: Batch, valid: Optional[torch.Tensor], m: dict,
+                   raw: dict) -> Optional[torch.Tensor]:
+        """KL in the reward (PPO): the per-token rewards ``-kl_coef * KL`` [B, T]; None otherwise."""
+        if self.algo.kl_placement != "reward" or ref_logp is None:
+            return None
+        token_rewards, kl_tok = kl_reward_token_rewards(old_logp, ref_logp, b.mask,
+                                                        kl_estimator=self.algo.kl_estimator,
+                                                        kl_coef=self.algo.kl_coef)
+        m["train/kl_reward_penalty"] = (kl_tok.sum(1).mean()).item()
+        if valid is not None:
+            raw["kl_pen_sum"] = kl_tok.sum(1)[valid.to(self.device)].sum().item()
+        return token_rewards
+
+    def _fused_critic_pass(self, b: Batch, inp: AdvantageInput, const_len: int, step: int) -> tuple[float, torch.Tensor]:
+        """The critic's one training pass over the whole batch, each micro-batch's GAE targets
+        computed from its own values before the update. Returns (value loss, values [B, T])."""
+        acfg, B = self.cfg.algorithm, b.input_ids.shape[0]
+        vctx = AggContext(num_seqs=B, num_tokens=int(b.mask.sum().item()), const_len=const_len)
+
+        def fused_targets(sl, mb, v):  # (old values, returns) of a micro-batch from its own values
+            old = v.detach() * mb.mask
+            tr = inp.token_rewards[sl] if inp.token_rewards is not None else None
+            rows = replace(inp, rewards=inp.rewards[sl], mask=mb.mask, token_rewards=tr, step_rewards=[])
+            return old, gae(outcome_token_rewards(rows), old, mb.mask, acfg.gae_gamma, acfg.gae_lambda)[1]
+        loss, seen = self._critic_pass(b, list(_chunks(B, self.cfg.train.micro_batch_size)), vctx, fused_targets,
+                                       step)
+        return loss, torch.cat(seen, 0)
+
+    def _select_kept(self, keep: torch.Tensor, rows: "_Rows", const_len: int, raw: dict) -> Optional["_Kept"]:
+        """This rank's kept rows and its micro-batches; None when no rank kept anything.
+
+        Several processes: every rank runs as many micro-batches as the rank with the most
+        (``None`` slices: zero-weight padding, see :meth:`_micro`), and a rank that kept nothing
+        learns from a zero-mask stand-in row."""
+        mbs = self.cfg.train.micro_batch_size
+        idx = keep.nonzero().squeeze(-1).to(self.device)
+        n_kept = int(idx.numel())
+        n_mb = -(-n_kept // mbs)
+        kept_any = n_kept > 0
+        if self.distributed:  # the same decisions and micro-batch counts on every rank
+            counts = self.dist.gather_objects(n_kept)
+            kept_any = sum(counts) > 0
+            n_mb = max(-(-c // mbs) for c in counts)
+        raw["kept"] = float(n_kept)
+        if not kept_any:
+            return None
+        if n_kept == 0:  # this rank kept nothing, others did: zero-weight stand-in row
+            idx = torch.zeros(1, dtype=torch.long, device=self.device)
+        kept = rows.rows(idx)
+        if n_kept == 0:
+            kept = replace(kept, b=replace(kept.b, mask=torch.zeros_like(kept.b.mask)))
+        ctx = AggContext(num_seqs=n_kept, num_tokens=int(kept.b.mask.sum().item()), const_len=const_len)
+        slices: list = list(_chunks(n_kept, mbs))
+        slices += [None] * (n_mb - len(slices))  # padding micro-batches (several processes)
+        return _Kept(**{f.name: getattr(kept, f.name) for f in fields(_Rows)}, n_kept=n_kept, ctx=ctx,
+                     slices=slices)
+
+    @staticmethod
+    def _advantage_metrics(k: "_Kept", m: dict, raw: dict) -> None:
+        nz = k.b.mask.bool()
+        if k.n_kept:
+            m["train/adv_mean"] = k.adv[nz].mean().item()
+            m["train/adv_abs_mean"] = k.adv[nz].abs().mean().item()
+            raw["adv_sum"], raw["adv_abs_sum"] = k.adv[nz].sum().item(), k.adv[nz].abs().sum().item()
+        raw["tokens"] = float(k.ctx.num_tokens)
+
+    def _epochs(self, k: "_Kept", step: int, policy_frozen: bool, fused_value_loss: Optional[float],
+                m: dict) -> dict:
+        """``inner_epochs`` passes over the kept rows: a policy step each (not while the policy is
+        frozen for the critic's warm-up), then a critic step (the fused pass's loss where the
+        critic already trained). Returns the summed losses and ratio statistics."""
+        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "value_loss": 0.0, "ratio_max": 0.0}
+        for epoch in range(self.cfg.train.inner_epochs):
+            if not policy_frozen:
+                self._policy_epoch(k, step, epoch, sums, m)
+            if fused_value_loss is not None:
+                sums["value_loss"] += fused_value_loss  # trained before the advantages
+            elif self.critic is not None:
+                sums["value_loss"] += self._critic_pass(
+                    k.b, k.slices, k.ctx, lambda sl, mb, v: (k.values[sl], k.returns[sl]), step)[0]
+        return sums
+
+    def _policy_epoch(self, k: "_Kept", step: int, epoch: int, sums: dict, m: dict) -> None:
+        """One optimizer step of the policy over the micro-batches ``k.slices``; the loss of each
+        is :func:`algorithms.objective.policy_objective`."""
+        acfg, algo = self.cfg.algorithm, self.algo
+        if not self.distributed:
+            self.opt.zero_grad(set_to_none=True)
+        for i, part in enumerate(k.slices):
+            mb, sl = self._micro(k.b, part)
+            old = k.old_logp[sl] if k.old_logp is not None else None
+            with self._accumulate(self.policy, last=i == len(k.slices) - 1):
+                with self.perf.phase("policy_forward"):
+                    logp = token_logprobs(self.policy, mb, self.temperature)
+                    obj = policy_objective(logp, old, k.ref_logp[sl] if k.ref_logp is not None else None, k.adv[sl],
+                                           mb.mask, k.ctx, policy_loss=algo.policy_loss,
+                                           aggregation=algo.aggregation, kl_estimator=algo.kl_estimator,
+                                           kl_coef=algo.kl_coef, kl_placement=algo.kl_placement,
+                                           clip_eps=acfg.clip_eps)
+                    if obj.kl is not None:
+                        sums["kl"] += obj.kl.item()
+                if not torch.isfinite(obj.loss):
+                    raise FloatingPointError(f"policy loss is {obj.loss.item()} at step {step} (epoch {epoch}); "
+                                             f"try a lower train.lr or check the rewards")
+                with self.perf.phase("backward"):
+                    self._backward(self.policy, obj.loss)
+            clipped, ratio_max = clip_stats(logp, old, mb.mask, acfg.clip_eps)
+            sums["clip_frac"] += clipped
+            sums["ratio_max"] = max(sums["ratio_max"], ratio_max)
+            sums["loss"] += obj.loss.item()
+            sums["pg_loss"] += obj.pg_loss.item()
+        with self.perf.phase("optimizer"):
+            gn = self._optimizer_step(self.policy, self.opt)
+            if gn is not None:
+                m["train/grad_norm"] = gn
+
+    def _update_metrics(self, k: "_Kept", sums: dict, step: int, policy_frozen: bool, m: dict, raw: dict) -> None:
+        """train/* metrics of an update from the epochs' sums (per epoch: means over epochs)."""
+        tc, E = self.cfg.train, self.cfg.train.inner_epochs
+        m["train/loss"] = sums["loss"] / E
+        m["train/pg_loss"] = sums["pg_loss"] / E
+        if self.algo.kl_placement == "loss" and k.ref_logp is not None:
+            m["train/kl"] = sums["kl"] / E
+        m["train/clip_frac"] = sums["clip_frac"] / max(k.ctx.num_tokens * E, 1)
+        raw["clipped"] = sums["clip_frac"]
+        m["train/ratio_max"] = sums["ratio_max"]
+        if self.critic is not None:
+            m["train/value_loss"] = sums["value_loss"] / E
+            if k.n_kept:
+                m["train/value_mean"] = (k.values[k.b.mask.bool()].mean().item())
+                raw["value_sum"] = k.values[k.b.mask.bool()].sum().item()
+        m["train/lr"] = tc.lr * self._lr_scale(step)
+        m["train/policy_frozen"] = float(policy_frozen)
 
     def _critic_pass(self, b: Batch, slices: list, vctx: AggContext, targets, step: int) -> tuple[float, list]:
         """One optimizer step of the critic over the micro-batches ``slices`` of ``b``.
@@ -404,8 +505,8 @@ class Learner:
                 with self.perf.phase("critic_forward"):
                     v = self.critic(mb.input_ids, mb.attention_mask, mb.position_ids, mb.T)
                     old, ret = targets(sl, mb, v)
-                    vl = acfg.value_coef * self.aggregate(clipped_value_loss(v, old, ret, acfg.value_clip), mb.mask,
-                                                          vctx)
+                    vl = value_objective(v, old, ret, mb.mask, vctx, aggregation=self.algo.aggregation,
+                                         value_coef=acfg.value_coef, value_clip=acfg.value_clip)
                 if not torch.isfinite(vl):
                     raise FloatingPointError(f"value loss is {vl.item()} at step {step}; "
                                              f"try a lower algorithm.critic_lr")

@@ -1,0 +1,87 @@
+"""GRPO's objective (and PPO's and online RFT's) as pure functions of per-token log-probs.
+
+The learner (``harness.engine.learner``) runs the models and feeds micro-batches; every formula
+of the update lives here:
+
+- :func:`policy_objective`: the loss one micro-batch back-propagates, per-token policy loss
+  (``POLICY_LOSSES``) aggregated over the batch (``AGGREGATIONS``), plus ``kl_coef`` times the
+  aggregated KL to the reference (``KL_ESTIMATORS``) when the KL is placed in the loss
+  (GRPO, DeepSeekMath eq. 3);
+- :func:`kl_reward_token_rewards`: the per-token reward ``-kl_coef * KL(old || ref)`` when the KL
+  is placed in the reward instead (PPO, DeepSeekMath eq. 1-2), for the advantage estimator;
+- :func:`value_objective`: PPO's clipped critic loss, aggregated like the policy loss;
+- :func:`clip_stats`: the diagnostics of the ratio (tokens outside the clip range, largest ratio).
+
+Components are given by their registered names (``algorithms.presets.ResolvedAlgorithm``'s
+fields); aggregations take the *whole batch's* counts (:class:`AggContext`), so micro-batch
+losses add up to the full-batch loss.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+
+from algorithms.losses import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, AggContext, clipped_value_loss
+
+
+class PolicyObjective(NamedTuple):
+    loss: torch.Tensor
+    """What is back-propagated: ``pg_loss`` (+ ``kl_coef * kl`` with the KL in the loss)."""
+    pg_loss: torch.Tensor
+    """The aggregated policy (surrogate or SFT) loss."""
+    kl: Optional[torch.Tensor]
+    """The aggregated KL to the reference; None when the loss holds no KL term."""
+
+
+class KLReward(NamedTuple):
+    token_rewards: torch.Tensor
+    """[B, T] ``-kl_coef * kl`` (zero on padding), added to the outcome reward."""
+    kl: torch.Tensor
+    """[B, T] the per-token KL estimate times the mask."""
+
+
+def policy_objective(logp: torch.Tensor, old_logp: Optional[torch.Tensor], ref_logp: Optional[torch.Tensor],
+                     advantages: torch.Tensor, mask: torch.Tensor, ctx: AggContext, *, policy_loss: str,
+                     aggregation: str, kl_estimator: str, kl_coef: float, kl_placement: str,
+                     clip_eps: float) -> PolicyObjective:
+    """The loss of one micro-batch: ``agg(policy_loss(logp, old, A)) [+ kl_coef * agg(kl(logp, ref))]``.
+
+    ``logp``, ``old_logp``, ``ref_logp``, ``advantages``, ``mask``: [B, T] for the micro-batch's
+    rows; ``ctx``: the whole batch's counts. ``old_logp`` None: the policy that sampled is the
+    current one (mu = 1, no KL in the reward), so ``old = logp.detach()``: ratio 1, gradient of
+    ``logp``. ``ref_logp`` None: no reference model, no KL term. The KL term is in the loss only
+    for ``kl_placement == "loss"`` (``"reward"``: see :func:`kl_reward_token_rewards`)."""
+    agg = AGGREGATIONS.get(aggregation)
+    old = old_logp if old_logp is not None else logp.detach()
+    pg = agg(POLICY_LOSSES.get(policy_loss)(logp, old, advantages, clip_eps), mask, ctx)
+    if kl_placement != "loss" or ref_logp is None:
+        return PolicyObjective(pg, pg, None)
+    kl = agg(KL_ESTIMATORS.get(kl_estimator)(logp, ref_logp), mask, ctx)
+    return PolicyObjective(pg + kl_coef * kl, pg, kl)
+
+
+def kl_reward_token_rewards(old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, *,
+                            kl_estimator: str, kl_coef: float) -> KLReward:
+    """KL placed in the reward: per-token reward ``-kl_coef * kl(old_logp, ref_logp) * mask``, with
+    the KL of the policy that sampled (``old_logp``) to the reference, [B, T]."""
+    kl = KL_ESTIMATORS.get(kl_estimator)(old_logp, ref_logp) * mask
+    return KLReward(-kl_coef * kl, kl)
+
+
+def value_objective(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+                    ctx: AggContext, *, aggregation: str, value_coef: float, value_clip: float) -> torch.Tensor:
+    """PPO's critic loss of one micro-batch: ``value_coef * agg(clipped_value_loss(V, V_old, R))``."""
+    return value_coef * AGGREGATIONS.get(aggregation)(clipped_value_loss(values, old_values, returns, value_clip),
+                                                      mask, ctx)
+
+
+def clip_stats(logp: torch.Tensor, old_logp: Optional[torch.Tensor], mask: torch.Tensor,
+               clip_eps: float) -> tuple[float, float]:
+    """(number of masked tokens whose ratio lies outside [1 - eps, 1 + eps], largest masked ratio);
+    ``old_logp`` None as in :func:`policy_objective` (every ratio 1). No gradient."""
+    with torch.no_grad():
+        logp = logp.detach()
+        ratio = torch.exp(logp - (old_logp if old_logp is not None else logp))
+        clipped = ((ratio - 1).abs() > clip_eps).float() * mask
+        return clipped.sum().item(), (ratio * mask).max().item()
