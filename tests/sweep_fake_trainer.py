@@ -23,8 +23,9 @@ import time
 import traceback
 from pathlib import Path
 
-from harness.config.schema import run_id
 from harness.config.base import to_dict
+from harness.rundir.budget import counter_key
+from harness.rundir.ids import run_id
 from harness.rundir.layout import MetricsWriter, read_json, write_json_atomic
 
 
@@ -64,7 +65,7 @@ def train(cfg, *, resume=True, progress=True):
     write_json_atomic(rd / "summary.json", summary)
     per_step = cfg.train.prompts_per_step * cfg.sampling.samples_per_prompt
     step_s = float(os.environ.get("FAKE_STEP_SECONDS", "0"))
-    key = {"steps": "step"}.get(cfg.budget.unit, cfg.budget.unit)
+    key = counter_key(cfg.budget.unit)
     try:
         if state["step"] == 0:
             mw.write({"step": 0, "samples": 0, "tokens": 0, "seconds": 0.0, f"eval/{cfg.task.name}/acc": 0.1})

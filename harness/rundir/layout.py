@@ -3,10 +3,12 @@
 ``<output_dir>/<name>/<run_id>/``
   - ``config.yaml``   the resolved config (every default filled in)
   - ``metrics.jsonl`` one JSON object per line: the budget counters ``step``, ``samples``,
-    ``tokens``, ``seconds`` (training wall-clock, evaluation excluded), ``time`` (unix),
-    then namespaced metrics ``train/…``, ``rollout/…``, ``eval/…``, ``perf/…``
-  - ``summary.json``  status (running | finished | failed), budget consumed in every
-    unit, final and initial evaluation metrics, peak memory, parameter counts, error
+    ``tokens``, ``seconds`` (training wall-clock, evaluation excluded; the vocabulary is
+    :mod:`harness.rundir.budget`), ``time`` (unix), then namespaced metrics ``train/…``,
+    ``rollout/…``, ``eval/…``, ``perf/…``
+  - ``summary.json``  status (running | finished | failed | interrupted), budget consumed in
+    every unit, final and initial evaluation metrics, peak memory, parameter counts, error
+    (schema and writers: :mod:`harness.rundir.summary`)
   - ``eval/``         per-problem evaluation records, ``<task>_<step>.jsonl``
   - ``checkpoint/``   latest resumable state (policy, critic, optimizers, RNG, counters)
   - ``error.txt``     traceback of a failed run
@@ -20,9 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.rundir.budget import STEP
+
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 CONFIG = "config.yaml"
+ERROR_TXT = "error.txt"
 
 
 def _clean(v: Any) -> Any:
@@ -87,7 +92,7 @@ class MetricsWriter:
     def truncate_after(self, step: int) -> None:
         """On resume: drop rows logged after the checkpoint's step (they will be redone)."""
         self._f.close()
-        rows = [r for r in read_jsonl(self.path) if r.get("step", 0) <= step]
+        rows = [r for r in read_jsonl(self.path) if r.get(STEP, 0) <= step]
         with open(self.path, "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.rundir.budget import COUNTERS, row_consumed
+from harness.rundir.ids import parse_run_id
 from harness.rundir.layout import CONFIG, METRICS, SUMMARY, read_json, read_jsonl
-
-COUNTERS = ("step", "samples", "tokens", "seconds")
-"""Budget counters carried by every metrics.jsonl row (``steps`` is spelled ``step`` there)."""
 
 _SKIP_DIRS = {"checkpoint", "eval", "wandb", "mlartifacts", "mlruns", "report", "plots", "_cache",
               "__pycache__", "superseded"}
@@ -142,8 +141,7 @@ class RunData:
 
     def counter(self, row: dict) -> Optional[float]:
         """Budget consumed at ``row`` in the run's unit."""
-        key = "step" if self.budget_unit == "steps" else self.budget_unit
-        v = row.get(key)
+        v = row_consumed(row, self.budget_unit)
         return float(v) if is_number(v) else None
 
     @property
@@ -223,7 +221,7 @@ def load_run(run_dir: str | os.PathLike) -> RunData:
         algo = algo.get("name")
     run_id = summary.get("run_id") or run_dir.name
     if not algo:
-        algo = run_id.split("-s")[0]
+        algo = parse_run_id(run_id).algorithm
     seed = summary.get("seed", config.get("seed"))
     unit = (summary.get("budget") or {}).get("unit") or (config.get("budget") or {}).get("unit") or "steps"
     status = summary.get("status")

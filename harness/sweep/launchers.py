@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from harness.rundir.layout import METRICS, SUMMARY, read_json, read_jsonl, write_json_atomic
+from harness.rundir.layout import SUMMARY, read_json, write_json_atomic
+from harness.rundir.summary import _base_summary, _consumed, mark_interrupted, record_failure  # noqa: F401  (re-exported)
 
 __all__ = ["RunSpec", "LaunchOptions", "RunResult", "LocalLauncher", "RayLauncher", "run_worker",
            "callable_path", "resolve_callable", "gpu_count", "gpu_slots", "default_workers",
@@ -194,51 +195,8 @@ def default_workers(n_runs: int, cpus_per_run: int, n_slots: Optional[int] = Non
 # --------------------------------------------------------------------------- run-dir records
 
 
-def _consumed(run_dir: Path) -> dict:
-    rows = read_jsonl(run_dir / METRICS)
-    last = rows[-1] if rows else {}
-    return {"samples": last.get("samples", 0), "tokens": last.get("tokens", 0), "steps": last.get("step", 0),
-            "seconds": last.get("seconds", 0.0)}
-
-
-def _base_summary(run_dir: Path, run_id: str, config: dict) -> dict:
-    s = read_json(run_dir / SUMMARY)
-    if isinstance(s, dict) and s:
-        return s
-    b = config.get("budget", {})
-    alg = config.get("algorithm", {})
-    return {"run_id": run_id, "name": config.get("name"),
-            "algorithm": alg.get("name") if isinstance(alg, dict) else alg, "seed": config.get("seed"),
-            "status": "running", "budget": {"unit": b.get("unit"), "amount": b.get("amount"),
-                                            "consumed": _consumed(run_dir)},
-            "initial_eval": {}, "final_eval": {}, "peak": {}, "params": {}, "wall_seconds": None,
-            "error": None, "config": config}
-
-
-def record_failure(run_dir: str | Path, run_id: str, config: dict, error: str, details: str = "") -> None:
-    """Mark a run failed: summary status/error, and error.txt unless the trainer wrote one."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    s = _base_summary(run_dir, run_id, config)
-    s["status"] = "failed"
-    if not (s.get("error") and (run_dir / ERROR_TXT).exists()):
-        s["error"] = error
-    write_json_atomic(run_dir / SUMMARY, s)
-    if not (run_dir / ERROR_TXT).exists():
-        (run_dir / ERROR_TXT).write_text(f"{error}\n\n{details}".rstrip() + "\n")
-
-
-def mark_interrupted(run_dir: str | Path, run_id: str, config: dict) -> str:
-    """After a stop: ``interrupted`` unless the run managed to finish (returns the status)."""
-    run_dir = Path(run_dir)
-    s = _base_summary(run_dir, run_id, config)
-    if s.get("status") == "finished":
-        return "finished"
-    s["status"] = "interrupted"
-    s["error"] = "interrupted by the sweep launcher; re-launch the sweep to resume from the checkpoint"
-    s.setdefault("budget", {})["consumed"] = _consumed(run_dir)
-    write_json_atomic(run_dir / SUMMARY, s)
-    return "interrupted"
+# ``_consumed``, ``_base_summary``, ``record_failure`` and ``mark_interrupted`` live in
+# harness.rundir.summary (the one summary.json writer); imported above and re-exported.
 
 
 def _prepare_run_dir(run_dir: Path) -> None:

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.rundir.budget import UNIT_COUNTER
 from harness.rundir.layout import METRICS, SUMMARY, read_json
 
 __all__ = ["Progress", "RunProgress", "reward_of", "accuracy_of"]
 
 _REWARD_KEYS = ("rollout/reward_mean", "rollout/reward", "train/reward_mean", "train/reward")
-_COUNTER = {"samples": "samples", "tokens": "tokens", "steps": "step", "seconds": "seconds"}
 
 
 def reward_of(row: dict) -> Optional[float]:
@@ -85,7 +85,7 @@ class RunProgress:
             self._take(row)
 
     def _take(self, row: dict) -> None:
-        for unit, key in _COUNTER.items():
+        for unit, key in UNIT_COUNTER.items():
             if isinstance(row.get(key), (int, float)):
                 self.consumed[unit] = row[key]
         r = reward_of(row)
@@ -100,7 +100,7 @@ class RunProgress:
         if not isinstance(s, dict):
             return
         cons = (s.get("budget") or {}).get("consumed") or {}
-        for unit in _COUNTER:
+        for unit in UNIT_COUNTER:
             if isinstance(cons.get(unit), (int, float)):
                 self.consumed[unit] = cons[unit]
         if self.acc is None:

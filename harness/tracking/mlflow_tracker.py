@@ -45,7 +45,9 @@ for _k, _v in {
 }.items():
     os.environ.setdefault(_k, _v)
 
-from harness.rundir.read import COUNTERS, flatten, is_number  # noqa: E402
+from harness.rundir.budget import row_consumed, unit_of  # noqa: E402
+from harness.rundir.ids import parse_run_id  # noqa: E402
+from harness.rundir.read import flatten, is_number  # noqa: E402
 from harness.rundir.read import summary_metrics as results_summary_metrics  # noqa: E402
 from harness.tracking.base import Tracker, cfg_get, config_dict  # noqa: E402
 
@@ -122,13 +124,13 @@ def row_metrics(row: dict, step: Any, unit: str) -> list[tuple[str, float, int, 
     """(key, value, timestamp_ms, step) for every numeric entry of a metrics.jsonl row."""
     ts = int(round(float(row["time"]) * 1000)) if is_number(row.get("time")) else int(time.time() * 1000)
     if step is None:
-        step = row.get("step" if unit == "steps" else unit)
+        step = row_consumed(row, unit)
     st = budget_step(step, unit)
     out = []
     for k, v in row.items():
         if k == "time" or not is_number(v):
             continue
-        key = f"budget/{'steps' if k == 'step' else k}" if k in COUNTERS else metric_key(k)
+        key = f"budget/{unit_of(k)}" if unit_of(k) else metric_key(k)
         out.append((key, float(v), ts, st))
     return out
 
@@ -162,7 +164,7 @@ class MlflowTracker(Tracker):
         self.sweep = str(sweep)
         self.uri = resolve_uri(cfg, self.results_root, uri)
         self.unit = str(cfg_get(cfg, "budget.unit", "steps"))
-        self.algorithm = str(cfg_get(cfg, "algorithm.name", "") or self.run_id.split("-s")[0])
+        self.algorithm = str(cfg_get(cfg, "algorithm.name", "") or parse_run_id(self.run_id).algorithm)
         self.seed = cfg_get(cfg, "seed")
         self.task = str(cfg_get(cfg, "task.name", "task"))
         self.client = None

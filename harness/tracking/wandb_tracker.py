@@ -30,7 +30,9 @@ from typing import Any, Optional
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")  # no crash reports to sentry
 os.environ.setdefault("WANDB_DISABLE_CODE", "true")
 
-from harness.rundir.read import COUNTERS, is_number, summary_metrics  # noqa: E402
+from harness.rundir.budget import row_consumed, unit_of  # noqa: E402
+from harness.rundir.ids import parse_run_id  # noqa: E402
+from harness.rundir.read import is_number, summary_metrics  # noqa: E402
 from harness.tracking.base import Tracker, cfg_get, config_dict  # noqa: E402
 
 MARKER = "harness_sync.json"
@@ -63,9 +65,9 @@ def row_history(row: dict, step: Any, unit: str) -> dict[str, float]:
     for k, v in row.items():
         if k == "time" or not is_number(v):
             continue
-        out[f"budget/{'steps' if k == 'step' else k}" if k in COUNTERS else k] = float(v)
+        out[f"budget/{unit_of(k)}" if unit_of(k) else k] = float(v)
     if step is None:
-        step = row.get("step" if unit == "steps" else unit)
+        step = row_consumed(row, unit)
     if is_number(step):
         out["budget/consumed"] = float(step)
     return out
@@ -87,7 +89,7 @@ class WandbTracker(Tracker):
         self.mode = mode or wandb_mode(cfg)
         self.project = project or str(cfg_get(cfg, "tracking.wandb_project", "grpo-harness"))
         self.unit = str(cfg_get(cfg, "budget.unit", "steps"))
-        self.algorithm = str(cfg_get(cfg, "algorithm.name", "") or self.run_id.split("-s")[0])
+        self.algorithm = str(cfg_get(cfg, "algorithm.name", "") or parse_run_id(self.run_id).algorithm)
         self.seed = cfg_get(cfg, "seed")
         self.task = str(cfg_get(cfg, "task.name", "task"))
         self.id = wandb_id(self.sweep, self.run_id)

@@ -26,50 +26,52 @@ a step is one stage of all ranks, seconds the slowest rank's. Only the main rank
 files (config, metrics, summary, evaluation records, final model) and talks to trackers;
 it evaluates with the gathered weights while the others wait. Checkpoints: every rank
 writes ``dist.save_state`` into ``checkpoint/dist_<step>/`` and the main rank's
-``checkpoint/state.pt`` (counters, RNG, evaluation so far) names it. The Adam hand-over
-from the warm-up (``train.reuse_warmup_optimizer``) is single-process only.
+``checkpoint/state.pt`` (counters, RNG, evaluation so far) names it
+(:mod:`harness.train.checkpoint`). The Adam hand-over from the warm-up
+(``train.reuse_warmup_optimizer``) is single-process only.
+
+The budget vocabulary (units, row counters, thresholds) is :mod:`harness.rundir.budget`;
+summary.json is written through :mod:`harness.rundir.summary`.
 """
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
-import os
 import random
-import shutil
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from algorithms.presets import resolve
 from evals.catalog import get_task
-from harness.config.schema import Config, run_id, save_config
 from harness.config.base import flatten, to_dict
+from harness.config.schema import Config, save_config
 from harness.engine.distributed import Distributed
+from harness.engine.evaluate import evaluate as run_evaluation
 from harness.engine.learner import Learner, ValueModel
 from harness.engine.models import build_tiny_model, load_prm, load_policy, resolve_device, save_policy
 from harness.engine.perf import PerfTracker
-from harness.rundir.layout import CONFIG, METRICS, SUMMARY, MetricsWriter, read_json, write_json_atomic
 from harness.engine.sampling import char_to_token_index, sample
+from harness.rundir.budget import (STEP, budget_reached, consumed, eval_thresholds, new_counters, row_counters,
+                                   thresholds_passed)
+from harness.rundir.ids import run_id
+from harness.rundir.layout import CONFIG, METRICS, SUMMARY, MetricsWriter
+from harness.rundir.summary import new_summary, read_summary, record_end, record_exception, write_summary
 from harness.tracking.base import TrackerSet
 from harness.tracking.mirrors import open_trackers
+from harness.train.checkpoint import checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint
 from harness.train.warmup import WARMUP_SEED, _locked, starting_checkpoint, train_warmup, warmup_dir
 
 log_ = logging.getLogger(__name__)
 
-COUNTERS = ("step", "samples", "tokens", "seconds")
 RANK_SEED_STRIDE = 1_000_000_007  # rank r samples stage k with stage_seed(seed, k) + r * stride
-UNIT_COUNTER = {"steps": "step", "samples": "samples", "tokens": "tokens", "seconds": "seconds"}
-
-
-def consumed(c: dict, unit: str) -> float:
-    """Budget consumed so far in ``unit`` (counters use 'step' for the steps unit)."""
-    return c[UNIT_COUNTER[unit]]
 
 
 def run_dir(cfg: Config) -> Path:
@@ -78,15 +80,6 @@ def run_dir(cfg: Config) -> Path:
 
 def stage_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step * 7919 + 17) % (2**31 - 1)
-
-
-def eval_thresholds(cfg: Config) -> list[float]:
-    b = cfg.budget
-    return [b.amount * k / b.eval_points for k in range(1, b.eval_points + 1)]
-
-
-def budget_reached(cfg: Config, c: dict) -> bool:
-    return consumed(c, cfg.budget.unit) >= cfg.budget.amount - 1e-9
 
 
 def score(task, problems_rep, rollouts, prm=None):
@@ -103,25 +96,14 @@ def score(task, problems_rep, rollouts, prm=None):
 
 def evaluate(model, tok, task, cfg: Config, step: int, out_dir: Path, final: bool, perf: PerfTracker) -> dict:
     """Greedy accuracy (and pass@k / maj@k when eval.n > 0) on the held-out problems."""
-    from harness.engine.evaluate import evaluate as run_eval
-
     ec = cfg.eval
     n = ec.n if (final or not ec.final_only_samples) else 0
     max_new = ec.max_new_tokens or cfg.sampling.max_new_tokens
     with perf.phase("eval"):
-        return run_eval(model, tok, task, task.eval_problems(), greedy=ec.greedy, n=n, temperature=ec.temperature,
-                        max_new_tokens=max_new, seed=stage_seed(cfg.seed, 10**6 + step), batch_size=256,
-                        out_path=out_dir / "eval" / f"{task.name}_{step}.jsonl")
-
-
-def _rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-
-
-def _set_rng_state(s: dict) -> None:
-    random.setstate(s["python"])
-    np.random.set_state(s["numpy"])
-    torch.set_rng_state(s["torch"])
+        return run_evaluation(model, tok, task, task.eval_problems(), greedy=ec.greedy, n=n,
+                              temperature=ec.temperature, max_new_tokens=max_new,
+                              seed=stage_seed(cfg.seed, 10**6 + step), batch_size=256,
+                              out_path=out_dir / "eval" / f"{task.name}_{step}.jsonl")
 
 
 def _numel(model) -> int:
@@ -164,6 +146,49 @@ def _warmup_on_main(cfg: Config, task, device, progress: bool, dist: Distributed
     dist.barrier()
 
 
+# --------------------------------------------------------------------------- one training attempt
+
+
+@dataclass
+class _Run:
+    """What one training attempt holds: where it writes, the models and the budget counters."""
+    cfg: Config
+    out: Path
+    dist: Distributed
+    summary: dict
+    writer: Optional[MetricsWriter]  # None on every rank but the main one
+    trackers: TrackerSet
+    device: Any = None
+    perf: Optional[PerfTracker] = None
+    task: Any = None
+    prm: Any = None
+    tok: Any = None
+    learner: Optional[Learner] = None
+    counters: dict = field(default_factory=new_counters)
+    passed: int = 0  # evaluation thresholds already evaluated
+
+    @property
+    def ckpt(self) -> Path:
+        return checkpoint_path(self.out)
+
+    def log(self, row: dict) -> None:
+        """Write a metrics row (the counters first) and mirror it (main rank only)."""
+        if self.writer is None:
+            return
+        row = {**row_counters(self.counters), **row}
+        self.writer.write(row)
+        self.trackers.log(row, consumed(self.counters, self.cfg.budget.unit))
+
+    def evaluate(self, at_step: int, final: bool) -> dict:
+        """Every rank enters (ZeRO-3 gathering is collective); the main rank evaluates."""
+        dist = self.dist
+        with dist.gathered(self.learner.policy) as m:
+            ev = (evaluate(m, self.tok, self.task, self.cfg, at_step, self.out, final=final, perf=self.perf)
+                  if dist.is_main else None)
+            dist.barrier()
+        return dist.broadcast_object(ev)
+
+
 def train(cfg: Config, *, resume: bool = True, progress: bool = True) -> dict:
     """Run (or resume, or skip if finished) one training run; returns its summary.
     Under torchrun every rank calls this; only the main rank writes the run directory."""
@@ -171,301 +196,271 @@ def train(cfg: Config, *, resume: bool = True, progress: bool = True) -> dict:
     main = dist.is_main
     out = run_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
-    prev = dist.broadcast_object(read_json(out / SUMMARY) if main else None)
+    prev = dist.broadcast_object(read_summary(out) if main else None)
     if resume and prev and prev.get("status") == "finished":
         return prev
     if main:
         save_config(cfg, out / CONFIG)
     rid = run_id(cfg)
-    summary = {"run_id": rid, "name": cfg.name, "algorithm": cfg.algorithm.name, "seed": cfg.seed,
-               "status": "running", "error": None, "config": to_dict(cfg), "started": time.time(),
-               "budget": {"unit": cfg.budget.unit, "amount": cfg.budget.amount}}
-    if dist.is_distributed:
-        summary["distributed"] = {"mode": dist.mode, "world_size": dist.world_size}
+    summary = new_summary(cfg, rid, {"mode": dist.mode, "world_size": dist.world_size}
+                          if dist.is_distributed else None)
     if main:
-        write_json_atomic(out / SUMMARY, summary)
+        write_summary(out, summary)
     trackers = open_trackers(cfg, out, rid, sweep=cfg.name) if main else TrackerSet([])
     writer = None
     try:
         writer = MetricsWriter(out / METRICS) if main else None
         trackers.start(flatten(to_dict(cfg)), {"algorithm": cfg.algorithm.name, "sweep": cfg.name,
                                                "seed": str(cfg.seed), "run_id": rid})
-        summary = _train(cfg, out, summary, writer, trackers, resume, progress, dist)
+        summary = _train(_Run(cfg, out, dist, summary, writer, trackers), resume, progress)
         summary["status"] = "finished"
         if main:
-            write_json_atomic(out / SUMMARY, summary)
-            for name in (CONFIG, SUMMARY):
-                trackers.log_artifact(out / name)
-            for f in sorted((out / "eval").glob("*.jsonl")):
-                trackers.log_artifact(f)
-            trackers.finish(summary, "finished")
+            _publish_finished(out, summary, trackers)
         return dist.broadcast_object(summary)
     except BaseException as e:
         if not main:  # the main rank records the failure (the launcher records a dead group)
             raise
-        interrupted = isinstance(e, KeyboardInterrupt)
-        summary["status"] = "interrupted" if interrupted else "failed"
-        summary["error"] = f"{type(e).__name__}: {e}"
-        write_json_atomic(out / SUMMARY, summary)
-        if not interrupted:
-            (out / "error.txt").write_text(traceback.format_exc())
-        trackers.finish(summary, summary["status"])
+        status = record_exception(out, summary, e, traceback.format_exc())
+        trackers.finish(summary, status)
         raise
     finally:
         if writer is not None:
             writer.close()
 
 
-def _train(cfg: Config, out: Path, summary: dict, writer: Optional[MetricsWriter], trackers, resume: bool,
-           progress: bool, dist: Distributed) -> dict:
-    from tqdm.auto import tqdm
+def _publish_finished(out: Path, summary: dict, trackers: TrackerSet) -> None:
+    """Main rank: the finished summary on disk, then the run's files and status to the mirrors."""
+    write_summary(out, summary)
+    for name in (CONFIG, SUMMARY):
+        trackers.log_artifact(out / name)
+    for f in sorted((out / "eval").glob("*.jsonl")):
+        trackers.log_artifact(f)
+    trackers.finish(summary, "finished")
 
+
+def _train(run: _Run, resume: bool, progress: bool) -> dict:
+    """Set up, resume, evaluate the start, train to the budget, record the end."""
+    _setup(run, progress)
+    _restore(run, resume)
+    if run.summary.get("initial_eval") is None:
+        ev = run.evaluate(0, final=True)
+        run.summary["initial_eval"] = ev
+        run.log(ev)
+    last_eval, step_times = _train_to_budget(run, progress)
+    _finalize(run, last_eval, step_times)
+    return run.summary
+
+
+def _setup(run: _Run, progress: bool) -> None:
+    """Threads, device, task, reward model, seeds, the models and the learner."""
+    cfg, dist = run.cfg, run.dist
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    distributed, main = dist.is_distributed, dist.is_main
-    device = dist.device if distributed else resolve_device(cfg.device)
-    perf = PerfTracker(device)
+    run.device = dist.device if dist.is_distributed else resolve_device(cfg.device)
+    run.perf = PerfTracker(run.device)
     algo = resolve(cfg.algorithm)
-    task = get_task(cfg.task)
-    prm = load_prm(cfg.algorithm.prm, task, str(device)) if algo.reward == "process" else None
+    run.task = get_task(cfg.task)
+    run.prm = load_prm(cfg.algorithm.prm, run.task, str(run.device)) if algo.reward == "process" else None
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     torch.manual_seed(cfg.seed)
-
-    with perf.phase("load"):
-        if distributed:
-            _warmup_on_main(cfg, task, device, progress, dist)
-        policy, tok, start_info = starting_checkpoint(cfg, task, device, progress and main)
-        task.bind_tokenizer(tok)
-        if dist.zero3:  # partitioned parameters cannot be deep-copied: load other instances
-            reference = _fresh_copy(cfg, start_info, tok, device) if algo.uses_reference else None
-            critic = (ValueModel(_fresh_copy(cfg, start_info, tok, device), copy_backbone=False).to(device)
-                      if algo.critic else None)
-        else:
-            reference = copy.deepcopy(policy).eval().requires_grad_(False) if algo.uses_reference else None
-            critic = ValueModel(policy).to(device) if algo.critic else None
-    params = {"policy": _numel(policy), "reference": _numel(reference) if reference is not None else 0,
-              "critic": _numel(critic) if critic is not None else 0}
-    param_mb = {k: (_nbytes(m) / 2**20 if m is not None else 0.0)
-                for k, m in (("policy", policy), ("reference", reference), ("critic", critic))}
-    learner = Learner(policy, algo, cfg, device, perf, reference=reference, critic=critic, dist=dist)
+    with run.perf.phase("load"):
+        policy, run.tok, start_info, reference, critic = _load_models(cfg, algo, run.task, run.device,
+                                                                      progress, dist)
+    models = (("policy", policy), ("reference", reference), ("critic", critic))
+    params = {k: (_numel(m) if m is not None else 0) for k, m in models}
+    param_mb = {k: (_nbytes(m) / 2**20 if m is not None else 0.0) for k, m in models}
+    run.learner = Learner(policy, algo, cfg, run.device, run.perf, reference=reference, critic=critic, dist=dist)
     if cfg.train.reuse_warmup_optimizer and start_info.get("optimizer_state"):
-        if distributed:
-            if main:
+        if dist.is_distributed:
+            if dist.is_main:
                 log_.warning("train.reuse_warmup_optimizer: the Adam hand-over is single-process only; "
                              "skipped (%s, %d processes)", dist.mode, dist.world_size)
         else:
-            learner.init_optimizer_from(start_info["optimizer_state"])
-    summary.update(params=params, start=start_info, param_mb=param_mb)
+            run.learner.init_optimizer_from(start_info["optimizer_state"])
+    run.summary.update(params=params, start=start_info, param_mb=param_mb)
 
-    counters = {"step": 0, "samples": 0, "tokens": 0, "seconds": 0.0}
-    ckpt = out / "checkpoint" / "state.pt"
-    passed = 0  # eval thresholds already evaluated
-    if distributed:
-        state = _load_dist_checkpoint(ckpt, dist, learner, cfg) if resume else None
-    elif resume and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        learner.load_state_dict(state["learner"])
-        _set_rng_state(state["rng"])
+
+def _load_models(cfg: Config, algo, task, device, progress: bool, dist: Distributed):
+    """(policy, tokenizer, start info, reference or None, critic or None)."""
+    if dist.is_distributed:
+        _warmup_on_main(cfg, task, device, progress, dist)
+    policy, tok, start_info = starting_checkpoint(cfg, task, device, progress and dist.is_main)
+    task.bind_tokenizer(tok)
+    if dist.zero3:  # partitioned parameters cannot be deep-copied: load other instances
+        reference = _fresh_copy(cfg, start_info, tok, device) if algo.uses_reference else None
+        critic = (ValueModel(_fresh_copy(cfg, start_info, tok, device), copy_backbone=False).to(device)
+                  if algo.critic else None)
     else:
-        state = None
-    if state is not None:
-        counters = state["counters"]
-        passed = state["passed"]
-        summary["initial_eval"] = state.get("initial_eval")
-        if writer is not None:
-            writer.truncate_after(counters["step"])
-        summary["resumed_from_step"] = counters["step"]
-    elif writer is not None:
-        writer.truncate_after(-1)
+        reference = copy.deepcopy(policy).eval().requires_grad_(False) if algo.uses_reference else None
+        critic = ValueModel(policy).to(device) if algo.critic else None
+    return policy, tok, start_info, reference, critic
 
-    def log(row: dict) -> None:
-        if writer is None:  # not the main rank
-            return
-        row = {**{k: counters[k] for k in COUNTERS}, **row}
-        writer.write(row)
-        trackers.log(row, consumed(counters, cfg.budget.unit))
 
-    def run_eval(at_step: int, final: bool) -> dict:
-        # ZeRO-3: gathering is collective, so every rank enters; the main rank evaluates
-        with dist.gathered(learner.policy) as m:
-            ev = evaluate(m, tok, task, cfg, at_step, out, final=final, perf=perf) if main else None
-            dist.barrier()
-        return dist.broadcast_object(ev)
+def _restore(run: _Run, resume: bool) -> None:
+    """Resume from the checkpoint (counters, thresholds passed, initial evaluation; metrics
+    rows after its step are dropped), or start metrics.jsonl afresh."""
+    state = load_checkpoint(run.ckpt, run.dist, run.learner, run.cfg, resume)
+    if state is None:
+        if run.writer is not None:
+            run.writer.truncate_after(-1)
+        return
+    run.counters = state["counters"]
+    run.passed = state["passed"]
+    run.summary["initial_eval"] = state.get("initial_eval")
+    if run.writer is not None:
+        run.writer.truncate_after(run.counters[STEP])
+    run.summary["resumed_from_step"] = run.counters[STEP]
 
-    if summary.get("initial_eval") is None:
-        ev = run_eval(0, final=True)
-        summary["initial_eval"] = ev
-        log(ev)
-    thresholds = eval_thresholds(cfg)
-    G, P = cfg.sampling.samples_per_prompt, cfg.train.prompts_per_step
+
+def _train_to_budget(run: _Run, progress: bool) -> tuple[dict, list]:
+    """Training stages until the budget is reached, evaluating (and checkpointing) at every
+    threshold crossed. Returns the last evaluation and the stage times."""
+    cfg, counters = run.cfg, run.counters
     unit, amount = cfg.budget.unit, cfg.budget.amount
+    thresholds = eval_thresholds(cfg.budget)
     bar = tqdm(total=amount, initial=min(consumed(counters, unit), amount), desc=f"{cfg.algorithm.name} [{unit}]",
-               disable=not progress or not main, dynamic_ncols=True)
-    need_steps = prm is not None
+               disable=not progress or not run.dist.is_main, dynamic_ncols=True)
     last_eval: dict = {}
     step_times = []
-    while not budget_reached(cfg, counters):
-        k = counters["step"]
-        t_stage = time.perf_counter()
-        n_prompts = P
-        if unit == "samples":  # land exactly on the budget
-            n_prompts = max(1, min(P, math.ceil((amount - counters["samples"]) / G)))
-        problems = task.sample_train(random.Random(stage_seed(cfg.seed, k)), n_prompts)
-        valid = None
-        if distributed:  # whole prompts (groups) per rank; equal shard sizes, padding flagged
-            n_mine = len(problems[dist.rank::dist.world_size])
-            problems = dist.shard(problems, pad=True)
-            valid = torch.arange(len(problems) * G) < n_mine * G
-        with perf.phase("generate"):
-            with dist.gathered(learner.policy) as m:
-                ro = sample(m, tok, [task.format_prompt(p) for p in problems], n=G,
-                            max_new_tokens=cfg.sampling.max_new_tokens, temperature=cfg.sampling.temperature,
-                            top_p=cfg.sampling.top_p, seed=stage_seed(cfg.seed, k) + RANK_SEED_STRIDE * dist.rank,
-                            offsets=need_steps)
-        reps = [p for p in problems for _ in range(G)]
-        with perf.phase("score"):
-            rewards, step_rewards = score(task, reps, ro, prm)
-        torch.manual_seed(stage_seed(cfg.seed, k))
-        learner.progress = consumed(counters, unit) / amount
-        tm = learner.step(ro, rewards, step_rewards, k, valid=valid)
-        if cfg.algorithm.ref_reset_every and (k + 1) % cfg.algorithm.ref_reset_every == 0:
-            learner.reset_reference()
-        dt = time.perf_counter() - t_stage
-        secs = perf.pop_seconds()
-        lens = ro.lengths.float()
-        if distributed:  # global rollout statistics (padding excluded)
-            nv = int(valid.sum().item())
-            parts = dist.gather_objects({
-                "rewards": rewards[:nv].tolist(), "lens": lens[:nv].tolist(), "finished": list(ro.finished[:nv]),
-                "tokens": int(ro.completion_mask[:nv].sum().item()), "dt": dt, "gen": secs.get("generate", 0.0),
-                "step_rewards": [r for s in step_rewards[:nv] for r, _ in s] if need_steps else []})
-            rewards = torch.tensor([x for p in parts for x in p["rewards"]], dtype=torch.float32)
-            lens = torch.tensor([x for p in parts for x in p["lens"]], dtype=torch.float32)
-            finished = [x for p in parts for x in p["finished"]]
-            n_seqs, n_tokens = len(finished), sum(p["tokens"] for p in parts)
-            dt = max(p["dt"] for p in parts)  # the same on every rank: budgets in seconds agree
-            gen_seconds = max(p["gen"] for p in parts)
-            allr = [x for p in parts for x in p["step_rewards"]]
-        else:
-            finished, n_seqs, n_tokens = ro.finished, ro.num_sequences, ro.num_tokens
-            gen_seconds = secs.get("generate", 1e-9)
-            allr = [r for s in step_rewards for r, _ in s] if need_steps else []
-        step_times.append(dt)
-        counters["step"] += 1
-        counters["samples"] += n_seqs
-        counters["tokens"] += n_tokens
-        counters["seconds"] += dt
-        row = {**tm,
-               "rollout/reward_mean": rewards.mean().item(),
-               "rollout/reward_std": rewards.std(unbiased=False).item(),
-               "rollout/solve_rate_any": rewards.view(-1, G).max(1).values.mean().item(),
-               "rollout/len_mean": lens.mean().item(),
-               "rollout/truncated_frac": 1.0 - float(np.mean(finished)),
-               "perf/step_seconds": dt,
-               "perf/gen_tokens_per_s": n_tokens / max(gen_seconds, 1e-9)}
-        row.update({f"perf/{k2}_seconds": v for k2, v in secs.items()})
-        if need_steps:
-            row["rollout/step_reward_mean"] = float(np.mean(allr)) if allr else 0.0
-        log(row)
+    while not budget_reached(cfg.budget, counters):
+        row, stats = _stage(run, counters[STEP])
+        step_times.append(stats.dt)
+        counters[STEP] += 1
+        counters["samples"] += stats.n_seqs
+        counters["tokens"] += stats.n_tokens
+        counters["seconds"] += stats.dt
+        run.log(row)
         bar.update(min(consumed(counters, unit), amount) - bar.n)
-        bar.set_postfix(reward=f"{row['rollout/reward_mean']:.2f}", acc=last_eval.get(f"eval/{task.name}/acc", ""))
-        crossed = passed
-        while crossed < len(thresholds) and consumed(counters, unit) >= thresholds[crossed] - 1e-9:
-            crossed += 1
-        if crossed > passed or budget_reached(cfg, counters):
-            passed = max(crossed, passed)
-            final = budget_reached(cfg, counters)
-            last_eval = run_eval(counters["step"], final)
-            log(last_eval)
-            if not final:
-                state = {"counters": dict(counters), "passed": passed, "initial_eval": summary["initial_eval"]}
-                if distributed:
-                    _save_dist_checkpoint(ckpt, dist, learner, cfg, state)
-                else:
-                    ckpt.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = ckpt.with_suffix(".tmp")
-                    torch.save({"learner": learner.state_dict(), **state, "rng": _rng_state()}, tmp)
-                    os.replace(tmp, ckpt)
+        bar.set_postfix(reward=f"{row['rollout/reward_mean']:.2f}", acc=last_eval.get(f"eval/{run.task.name}/acc", ""))
+        crossed = thresholds_passed(thresholds, run.passed, consumed(counters, unit))
+        if crossed > run.passed or budget_reached(cfg.budget, counters):
+            run.passed = max(crossed, run.passed)
+            last_eval = _evaluate_and_checkpoint(run)
     bar.close()
-    warm = step_times[:1]
-    perf_summary = perf.summary()
-    perf_summary["perf/warmup_step_seconds"] = warm[0] if warm else 0.0
+    return last_eval, step_times
+
+
+def _evaluate_and_checkpoint(run: _Run) -> dict:
+    """Evaluate at the current step; before the end, save the resume point after it."""
+    final = budget_reached(run.cfg.budget, run.counters)
+    ev = run.evaluate(run.counters[STEP], final)
+    run.log(ev)
+    if not final:
+        state = {"counters": dict(run.counters), "passed": run.passed, "initial_eval": run.summary["initial_eval"]}
+        save_checkpoint(run.ckpt, run.dist, run.learner, run.cfg, state)
+    return ev
+
+
+@dataclass
+class _StageStats:
+    """Rollout statistics of one stage, over every rank (padding excluded)."""
+    rewards: torch.Tensor
+    lens: torch.Tensor
+    finished: list
+    n_seqs: int
+    n_tokens: int
+    dt: float  # stage seconds (the slowest rank's)
+    gen_seconds: float
+    step_rewards: list  # flat process rewards (with a PRM)
+
+
+def _stage_prompts(run: _Run, k: int):
+    """Stage ``k``'s prompts (a function of seed and k; with a samples budget the last stage
+    is cut to land on it), this rank's shard of them and the mask of real (unpadded) samples."""
+    cfg, dist = run.cfg, run.dist
+    G, P = cfg.sampling.samples_per_prompt, cfg.train.prompts_per_step
+    n_prompts = P
+    if cfg.budget.unit == "samples":  # land exactly on the budget
+        n_prompts = max(1, min(P, math.ceil((cfg.budget.amount - run.counters["samples"]) / G)))
+    problems = run.task.sample_train(random.Random(stage_seed(cfg.seed, k)), n_prompts)
+    valid = None
+    if dist.is_distributed:  # whole prompts (groups) per rank; equal shard sizes, padding flagged
+        n_mine = len(problems[dist.rank::dist.world_size])
+        problems = dist.shard(problems, pad=True)
+        valid = torch.arange(len(problems) * G) < n_mine * G
+    return problems, valid
+
+
+def _stage(run: _Run, k: int) -> tuple[dict, _StageStats]:
+    """One training stage: sample, score, learn. Returns its metrics row and statistics."""
+    cfg, dist, task, perf, learner = run.cfg, run.dist, run.task, run.perf, run.learner
+    G = cfg.sampling.samples_per_prompt
+    t_stage = time.perf_counter()
+    problems, valid = _stage_prompts(run, k)
+    with perf.phase("generate"):
+        with dist.gathered(learner.policy) as m:
+            ro = sample(m, run.tok, [task.format_prompt(p) for p in problems], n=G,
+                        max_new_tokens=cfg.sampling.max_new_tokens, temperature=cfg.sampling.temperature,
+                        top_p=cfg.sampling.top_p, seed=stage_seed(cfg.seed, k) + RANK_SEED_STRIDE * dist.rank,
+                        offsets=run.prm is not None)
+    reps = [p for p in problems for _ in range(G)]
+    with perf.phase("score"):
+        rewards, step_rewards = score(task, reps, ro, run.prm)
+    torch.manual_seed(stage_seed(cfg.seed, k))
+    learner.progress = consumed(run.counters, cfg.budget.unit) / cfg.budget.amount
+    tm = learner.step(ro, rewards, step_rewards, k, valid=valid)
+    if cfg.algorithm.ref_reset_every and (k + 1) % cfg.algorithm.ref_reset_every == 0:
+        learner.reset_reference()
+    dt = time.perf_counter() - t_stage
+    secs = perf.pop_seconds()
+    stats = _stage_stats(run, ro, rewards, step_rewards, valid, dt, secs)
+    return _stage_row(tm, stats, secs, G, run.prm is not None), stats
+
+
+def _stage_stats(run: _Run, ro, rewards, step_rewards, valid, dt: float, secs: dict) -> _StageStats:
+    """This stage's rollout statistics; under several processes gathered from every rank."""
+    need_steps = run.prm is not None
+    if not run.dist.is_distributed:
+        return _StageStats(rewards, ro.lengths.float(), ro.finished, ro.num_sequences, ro.num_tokens, dt,
+                           secs.get("generate", 1e-9),
+                           [r for s in step_rewards for r, _ in s] if need_steps else [])
+    nv = int(valid.sum().item())
+    parts = run.dist.gather_objects({
+        "rewards": rewards[:nv].tolist(), "lens": ro.lengths.float()[:nv].tolist(),
+        "finished": list(ro.finished[:nv]), "tokens": int(ro.completion_mask[:nv].sum().item()), "dt": dt,
+        "gen": secs.get("generate", 0.0),
+        "step_rewards": [r for s in step_rewards[:nv] for r, _ in s] if need_steps else []})
+    finished = [x for p in parts for x in p["finished"]]
+    return _StageStats(rewards=torch.tensor([x for p in parts for x in p["rewards"]], dtype=torch.float32),
+                       lens=torch.tensor([x for p in parts for x in p["lens"]], dtype=torch.float32),
+                       finished=finished, n_seqs=len(finished), n_tokens=sum(p["tokens"] for p in parts),
+                       dt=max(p["dt"] for p in parts),  # the same on every rank: budgets in seconds agree
+                       gen_seconds=max(p["gen"] for p in parts),
+                       step_rewards=[x for p in parts for x in p["step_rewards"]])
+
+
+def _stage_row(tm: dict, stats: _StageStats, secs: dict, G: int, need_steps: bool) -> dict:
+    """The metrics row of a stage (the counters are prepended when it is logged)."""
+    rewards = stats.rewards
+    row = {**tm,
+           "rollout/reward_mean": rewards.mean().item(),
+           "rollout/reward_std": rewards.std(unbiased=False).item(),
+           "rollout/solve_rate_any": rewards.view(-1, G).max(1).values.mean().item(),
+           "rollout/len_mean": stats.lens.mean().item(),
+           "rollout/truncated_frac": 1.0 - float(np.mean(stats.finished)),
+           "perf/step_seconds": stats.dt,
+           "perf/gen_tokens_per_s": stats.n_tokens / max(stats.gen_seconds, 1e-9)}
+    row.update({f"perf/{k2}_seconds": v for k2, v in secs.items()})
+    if need_steps:
+        row["rollout/step_reward_mean"] = float(np.mean(stats.step_rewards)) if stats.step_rewards else 0.0
+    return row
+
+
+def _finalize(run: _Run, last_eval: dict, step_times: list) -> None:
+    """Log the performance summary, record the end in the summary, save the final model,
+    drop the resume state."""
+    dist, out = run.dist, run.out
+    perf_summary = run.perf.summary()
+    perf_summary["perf/warmup_step_seconds"] = step_times[0] if step_times else 0.0
     perf_summary["perf/step_seconds_mean"] = float(np.mean(step_times[1:] or step_times or [0.0]))
-    log(perf_summary)
-    summary["final_eval"] = last_eval
-    summary["budget"]["consumed"] = {u: consumed(counters, u) for u in UNIT_COUNTER}
-    summary["peak"] = {"rss_mb": perf_summary["perf/peak_rss_mb"],
-                       "rss_above_base_mb": perf_summary["perf/peak_rss_above_base_mb"],
-                       "cuda_mb": perf_summary.get("perf/peak_cuda_mb")}
-    summary["perf"] = perf_summary
-    summary["wall_seconds"] = time.time() - summary["started"]
-    if cfg.train.save_final_model:
-        with dist.gathered(learner.policy) as m:  # collective under ZeRO-3; the main rank writes
-            if main:
-                save_policy(m, tok, out / "final_model")
+    run.log(perf_summary)
+    record_end(run.summary, run.counters, last_eval, perf_summary)
+    if run.cfg.train.save_final_model:
+        with dist.gathered(run.learner.policy) as m:  # collective under ZeRO-3; the main rank writes
+            if dist.is_main:
+                save_policy(m, run.tok, out / "final_model")
             dist.barrier()
-        summary["final_model"] = str(out / "final_model")
+        run.summary["final_model"] = str(out / "final_model")
     dist.barrier()
-    if main:
-        if ckpt.exists():  # a finished run needs no resume state; its summary is the record
-            ckpt.unlink()
-        for d in ckpt.parent.glob("dist_*"):
-            shutil.rmtree(d, ignore_errors=True)
-    return summary
-
-
-# --------------------------------------------------------------------------- multi-process checkpoints
-
-DIST_REFERENCE = "reference.pt"
-
-
-def _save_dist_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config, state: dict) -> None:
-    """Every rank: ``dist.save_state`` into ``checkpoint/dist_<step>/`` (engines, optimizers,
-    per-rank RNG); the reference's weights when the run resets it; then the main rank
-    points ``state.pt`` at that folder (atomically) and removes older ones."""
-    tag = f"dist_{state['counters']['step']}"
-    folder = ckpt.parent / tag
-    folder.mkdir(parents=True, exist_ok=True)
-    dist.save_state(folder)
-    ref = learner.reference_state() if cfg.algorithm.ref_reset_every else None
-    if dist.is_main and ref is not None:
-        torch.save(ref, folder / DIST_REFERENCE)
-    dist.barrier()  # every rank's shard is on disk before state.pt names the folder
-    if dist.is_main:
-        tmp = ckpt.with_suffix(".tmp")
-        torch.save({**state, "dist_state": tag, "mode": dist.mode, "world_size": dist.world_size,
-                    "updates": learner.updates, "rng": _rng_state()}, tmp)
-        os.replace(tmp, ckpt)
-        for old in ckpt.parent.glob("dist_*"):
-            if old.name != tag:
-                shutil.rmtree(old, ignore_errors=True)
-
-
-def _load_dist_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config) -> Optional[dict]:
-    """Every rank: the checkpoint's state (None when there is none), after loading it."""
-    meta = None
-    if dist.is_main and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        if "dist_state" not in state:
-            meta = {"error": f"{ckpt} was written by a single-process run; it cannot resume with "
-                             f"{dist.world_size} processes ({dist.mode}); remove it to start over"}
-        elif (state["mode"], state["world_size"]) != (dist.mode, dist.world_size):
-            meta = {"error": f"{ckpt} was written by {state['world_size']} processes ({state['mode']}); "
-                             f"this run has {dist.world_size} ({dist.mode}); remove it to start over"}
-        else:
-            meta = {k: v for k, v in state.items() if k != "rng"}
-    meta = dist.broadcast_object(meta)
-    if meta is None:
-        return None
-    if "error" in meta:
-        raise RuntimeError(meta["error"])
-    folder = ckpt.parent / meta["dist_state"]
-    dist.load_state(folder)  # weights, optimizers, RNG of every rank
-    if cfg.algorithm.ref_reset_every and learner.reference is not None:
-        ref = None
-        if dist.is_main or not dist.zero3:
-            ref = torch.load(folder / DIST_REFERENCE, weights_only=False)
-        learner.load_reference_state(ref)
-    learner.updates = meta.get("updates", 0)
-    return meta
+    remove_checkpoint(run.ckpt, dist)

@@ -1,0 +1,148 @@
+"""summary.json, defined and written in one place: its schema, and every write of it (trainer and sweep launchers).
+
+Schema of ``<run_dir>/summary.json`` (one JSON object; keys the trainer has not reached yet
+are absent, a launcher's placeholder fills them with empty values):
+
+- ``run_id``      ``<algorithm>-s<seed>-<hash8>`` (:mod:`harness.rundir.ids`)
+- ``name``        the sweep / experiment name (``cfg.name``)
+- ``algorithm``   algorithm name; ``seed`` the run's seed
+- ``status``      ``running`` | ``finished`` | ``failed`` | ``interrupted``
+- ``error``       ``"<ExceptionType>: <message>"`` (or the launcher's reason) when not
+  finished, else None; the traceback is in ``error.txt``
+- ``config``      the resolved config as a nested dict
+- ``started``     unix time the (latest) attempt started (trainer only)
+- ``distributed`` ``{"mode", "world_size"}`` under several processes (trainer only)
+- ``budget``      ``{"unit", "amount", "consumed": {samples, tokens, steps, seconds}}``
+  (``consumed`` keyed by unit, :func:`harness.rundir.budget.consumed_by_unit`)
+- ``params``      parameter counts ``{"policy", "reference", "critic"}``; ``param_mb`` their
+  sizes in MiB; ``start`` where the starting policy came from (trainer only)
+- ``resumed_from_step``  the checkpoint step the latest attempt resumed from, if it did
+- ``initial_eval`` / ``final_eval``  evaluation metrics before training / at the end
+  (``{"eval/<task>/<metric>": value}``)
+- ``peak``        ``{"rss_mb", "rss_above_base_mb", "cuda_mb"}``; ``perf`` the full
+  performance summary (``perf/...``); ``wall_seconds`` wall-clock of the latest attempt
+- ``final_model`` path of the saved policy when ``train.save_final_model``
+
+Writers: the trainer (:func:`new_summary` at start, :func:`record_end` then
+:func:`write_summary` at the end, :func:`record_exception` when it raises) and the sweep
+launchers for runs that could not record themselves (:func:`record_failure`,
+:func:`mark_interrupted`). Every write is atomic (:func:`harness.rundir.layout.write_json_atomic`).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from harness.config.base import to_dict
+from harness.rundir.budget import consumed_by_unit
+from harness.rundir.layout import ERROR_TXT, METRICS, SUMMARY, read_json, read_jsonl, write_json_atomic
+
+__all__ = ["STATUSES", "read_summary", "write_summary", "new_summary", "record_end", "record_exception",
+           "placeholder_summary", "record_failure", "mark_interrupted", "INTERRUPTED_ERROR"]
+
+STATUSES = ("running", "finished", "failed", "interrupted")
+INTERRUPTED_ERROR = "interrupted by the sweep launcher; re-launch the sweep to resume from the checkpoint"
+
+
+def read_summary(run_dir: str | Path) -> Optional[dict]:
+    """The run's summary.json, or None when there is none (or it is unreadable)."""
+    return read_json(Path(run_dir) / SUMMARY)
+
+
+def write_summary(run_dir: str | Path, summary: dict) -> None:
+    """Atomically (re)write the run's summary.json."""
+    write_json_atomic(Path(run_dir) / SUMMARY, summary)
+
+
+# --------------------------------------------------------------------------- the trainer's summary
+
+
+def new_summary(cfg, rid: str, distributed: Optional[dict] = None) -> dict:
+    """A ``running`` summary for a training attempt that starts now (``cfg``: a resolved Config)."""
+    summary = {"run_id": rid, "name": cfg.name, "algorithm": cfg.algorithm.name, "seed": cfg.seed,
+               "status": "running", "error": None, "config": to_dict(cfg), "started": time.time(),
+               "budget": {"unit": cfg.budget.unit, "amount": cfg.budget.amount}}
+    if distributed:
+        summary["distributed"] = dict(distributed)
+    return summary
+
+
+def record_end(summary: dict, counters: dict, final_eval: dict, perf: dict) -> dict:
+    """Fill in what a completed training loop knows: final evaluation, budget consumed, peak
+    memory, the performance summary and the wall-clock since ``started``."""
+    summary["final_eval"] = final_eval
+    summary["budget"]["consumed"] = consumed_by_unit(counters)
+    summary["peak"] = {"rss_mb": perf["perf/peak_rss_mb"], "rss_above_base_mb": perf["perf/peak_rss_above_base_mb"],
+                       "cuda_mb": perf.get("perf/peak_cuda_mb")}
+    summary["perf"] = perf
+    summary["wall_seconds"] = time.time() - summary["started"]
+    return summary
+
+
+def record_exception(run_dir: str | Path, summary: dict, exc: BaseException, traceback_text: str) -> str:
+    """The trainer raised: status ``interrupted`` (Ctrl-C) or ``failed`` with the error, and
+    ``error.txt`` with the traceback for a failure. Returns the status."""
+    run_dir = Path(run_dir)
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    summary["status"] = "interrupted" if interrupted else "failed"
+    summary["error"] = f"{type(exc).__name__}: {exc}"
+    write_summary(run_dir, summary)
+    if not interrupted:
+        (run_dir / ERROR_TXT).write_text(traceback_text)
+    return summary["status"]
+
+
+# --------------------------------------------------------------------------- the launchers' records
+
+
+def _consumed(run_dir: Path) -> dict:
+    """Budget consumed by unit, from the last row of the run's metrics.jsonl (zeros without one)."""
+    rows = read_jsonl(Path(run_dir) / METRICS)
+    return consumed_by_unit(rows[-1] if rows else {})
+
+
+def placeholder_summary(run_dir: Path, run_id: str, config: dict) -> dict:
+    """The summary of a run that never wrote one (``config``: the resolved config as a dict)."""
+    b = config.get("budget", {})
+    alg = config.get("algorithm", {})
+    return {"run_id": run_id, "name": config.get("name"),
+            "algorithm": alg.get("name") if isinstance(alg, dict) else alg, "seed": config.get("seed"),
+            "status": "running", "budget": {"unit": b.get("unit"), "amount": b.get("amount"),
+                                            "consumed": _consumed(run_dir)},
+            "initial_eval": {}, "final_eval": {}, "peak": {}, "params": {}, "wall_seconds": None,
+            "error": None, "config": config}
+
+
+def _base_summary(run_dir: Path, run_id: str, config: dict) -> dict:
+    """The run's summary.json if it has one, else :func:`placeholder_summary`."""
+    s = read_summary(run_dir)
+    if isinstance(s, dict) and s:
+        return s
+    return placeholder_summary(run_dir, run_id, config)
+
+
+def record_failure(run_dir: str | Path, run_id: str, config: dict, error: str, details: str = "") -> None:
+    """Mark a run failed: summary status/error, and error.txt unless the trainer wrote one."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    s = _base_summary(run_dir, run_id, config)
+    s["status"] = "failed"
+    if not (s.get("error") and (run_dir / ERROR_TXT).exists()):
+        s["error"] = error
+    write_summary(run_dir, s)
+    if not (run_dir / ERROR_TXT).exists():
+        (run_dir / ERROR_TXT).write_text(f"{error}\n\n{details}".rstrip() + "\n")
+
+
+def mark_interrupted(run_dir: str | Path, run_id: str, config: dict) -> str:
+    """After a stop: ``interrupted`` unless the run managed to finish (returns the status)."""
+    run_dir = Path(run_dir)
+    s = _base_summary(run_dir, run_id, config)
+    if s.get("status") == "finished":
+        return "finished"
+    s["status"] = "interrupted"
+    s["error"] = INTERRUPTED_ERROR
+    s.setdefault("budget", {})["consumed"] = _consumed(run_dir)
+    write_summary(run_dir, s)
+    return "interrupted"
