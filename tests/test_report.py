@@ -15,7 +15,9 @@ import pandas as pd
 import pytest
 
 from _fake_results import make_run, make_sweep
-from harness.report.build import build_report, format_cell, format_table, mean_ci, t_quantile
+from harness.report.build import build_report
+from harness.report.stats import mean_ci, t_quantile
+from harness.report.tables import format_cell, format_table
 
 # two-sided 95% Student-t quantiles t_{0.975, df} (from tables), for the independent check
 T975 = {1: 12.706204736174707, 2: 4.302652729749464, 3: 3.182446305284263, 4: 2.7764451051977987}

@@ -1,0 +1,145 @@
+"""A sweep's runs as data: loading them, grouping them into table rows, and the aggregate DataFrame.
+
+One row for the starting checkpoint ("start": each run's ``initial_eval`` averaged per seed)
+and one per algorithm, or per algorithm and config when runs of one algorithm differ in config
+keys other than seeds, names, paths and tracking. Only finished runs enter the aggregates;
+each cell is `harness.report.stats.mean_ci` over the row's runs (seeds).
+"""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from harness.report.stats import mean_ci
+from harness.rundir.read import RunData, flatten, is_run_dir, k_of, load_run, split_metric
+
+_IGNORED_CFG = ("seed", "name", "output_dir", "device", "tracking.", "train.threads", "warmup.cache_dir")
+
+
+def _ignored(key: str) -> bool:
+    return key.endswith("seed") or any(key == p or (p.endswith(".") and key.startswith(p)) for p in _IGNORED_CFG)
+
+
+def load_sweep(sweep_dir: str | os.PathLike) -> list[RunData]:
+    """The runs directly under a sweep directory (``<output_dir>/<name>/``)."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"no such sweep directory: {sweep_dir}")
+    dirs = [d for d in sorted(sweep_dir.iterdir()) if d.is_dir() and is_run_dir(d)]
+    if not dirs:
+        sweeps = sorted(d.name for d in sweep_dir.iterdir()
+                        if d.is_dir() and any(is_run_dir(x) for x in d.iterdir() if x.is_dir()))
+        hint = f"; sweeps found there: {', '.join(sweeps)} (pass {sweep_dir}/<sweep>)" if sweeps else ""
+        raise FileNotFoundError(f"no run directories (<run_id>/summary.json or metrics.jsonl) in {sweep_dir}{hint}")
+    return [load_run(d) for d in dirs]
+
+
+def group_runs(runs: list[RunData]) -> "OrderedDict[str, list[RunData]]":
+    """Label -> runs. One group per algorithm; if runs of one algorithm differ in config keys
+    other than seeds/names/paths/tracking, one group per distinct config, labelled by them."""
+    by_algo: dict[str, list[RunData]] = {}
+    for r in runs:
+        by_algo.setdefault(r.algorithm, []).append(r)
+    groups: "OrderedDict[str, list[RunData]]" = OrderedDict()
+    for algo in sorted(by_algo):
+        rs = by_algo[algo]
+        flat = [{k: v for k, v in flatten(r.config).items() if not _ignored(k)} for r in rs]
+        keys = sorted({k for f in flat for k in f})
+        differing = [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
+        if not differing:
+            groups[algo] = rs
+            continue
+        sub: dict[str, list[RunData]] = {}
+        for r, f in zip(rs, flat):
+            label = f"{algo} (" + ", ".join(f"{k}={f.get(k)}" for k in differing) + ")"
+            sub.setdefault(label, []).append(r)
+        for label in sorted(sub):
+            groups[label] = sub[label]
+    return groups
+
+
+def _tasks_and_ks(runs: list[RunData]) -> tuple[list[str], dict[str, int]]:
+    tasks: list[str] = []
+    ks: dict[str, int] = {}
+    first = runs[0].task if runs else None
+    for r in runs:
+        for src in (r.final_eval, r.initial_eval):
+            for key in src:
+                task, metric = split_metric(key)
+                if task not in tasks:
+                    tasks.append(task)
+                kk = k_of(metric)
+                if kk:
+                    ks[task] = max(ks.get(task, 0), kk[1])
+    tasks.sort(key=lambda t: (t != first, t))
+    return tasks, ks
+
+
+def per_seed_initial(runs: list[RunData]) -> list[dict[str, float]]:
+    """Initial evaluations averaged over the runs of each seed (one dict per seed)."""
+    by_seed: dict[object, list[dict]] = {}
+    for r in runs:
+        e = r.initial_eval
+        if e:
+            by_seed.setdefault(r.seed if r.seed is not None else r.run_id, []).append(e)
+    out = []
+    for evals in by_seed.values():
+        keys = {k for e in evals for k in e}
+        out.append({k: float(np.mean([e[k] for e in evals if k in e])) for k in keys})
+    return out
+
+
+def _metric_columns(tasks: list[str], ks: dict[str, int], runs: list[RunData]) -> list[str]:
+    cols = []
+    for t in tasks:
+        cols.append(f"{t}/acc")
+        if t in ks:
+            cols += [f"{t}/maj@{ks[t]}", f"{t}/pass@{ks[t]}"]
+    cols += ["peak_rss_mb", "peak_rss_above_base_mb"]
+    if any((r.peak.get("cuda_mb") or 0) > 0 for r in runs):
+        cols.append("peak_cuda_mb")
+    cols += ["wall_seconds", "train_seconds", "budget_consumed"]
+    return cols
+
+
+def _run_values(r: RunData) -> dict[str, Optional[float]]:
+    v: dict[str, Optional[float]] = dict(r.final_eval)
+    p = r.peak
+    v.update({"peak_rss_mb": p["rss_mb"], "peak_rss_above_base_mb": p["rss_above_base_mb"],
+              "peak_cuda_mb": p["cuda_mb"], "wall_seconds": r.wall_seconds,
+              "train_seconds": r.train_seconds, "budget_consumed": r.budget_consumed})
+    return v
+
+
+def build_table(runs: list[RunData]):
+    """The aggregate table: index = 'start' + group labels; columns = MultiIndex
+    (metric, stat) with stat in mean | ci95 | n. ``df.attrs`` carries budget_unit, tasks, ks."""
+    import pandas as pd
+
+    done = [r for r in runs if r.status == "finished"]
+    tasks, ks = _tasks_and_ks(done)
+    cols = _metric_columns(tasks, ks, done)
+    groups = group_runs(done)
+    rows: "OrderedDict[str, dict]" = OrderedDict()
+    seeds = per_seed_initial(done)
+    if seeds:
+        rows["start"] = {c: mean_ci([s.get(c) for s in seeds]) for c in cols}
+        rows["start"]["seeds"] = (float(len(seeds)), float("nan"), len(seeds))
+    for label, rs in groups.items():
+        vals = [_run_values(r) for r in rs]
+        rows[label] = {c: mean_ci([v.get(c) for v in vals]) for c in cols}
+        rows[label]["seeds"] = (float(len(rs)), float("nan"), len(rs))
+    columns = pd.MultiIndex.from_tuples([(c, s) for c in cols + ["seeds"] for s in ("mean", "ci95", "n")],
+                                        names=["metric", "stat"])
+    data = [[row.get(c, (np.nan, np.nan, 0))[i] for c in cols + ["seeds"] for i in range(3)] for row in rows.values()]
+    df = pd.DataFrame(data, index=pd.Index(list(rows), name="row"), columns=columns)
+    for c in cols + ["seeds"]:
+        df[(c, "n")] = df[(c, "n")].astype(int)
+    units = [r.budget_unit for r in done] or [r.budget_unit for r in runs] or ["steps"]
+    df.attrs.update({"budget_unit": max(set(units), key=units.count), "tasks": tasks, "ks": ks,
+                     "groups": {k: [r.run_id for r in v] for k, v in groups.items()}})
+    return df

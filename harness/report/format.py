@@ -1,0 +1,112 @@
+"""Text rendering shared by every table the harness prints or writes: `table` and `number`.
+
+`table(headers, rows, style=...)` renders a list of rows as
+
+* ``"plain"``: columns padded to their widest cell and separated by two spaces, trailing
+  blanks stripped from each line (the sweep plan/results tables, the live progress table,
+  ``harness eval``'s key/value table with ``headers=None``);
+* ``"ruled"``: the same with a rule of dashes under the header and no stripping (the
+  terminal summary of ``harness report``; ``align`` right-justifies numeric columns);
+* ``"markdown"``: a GitHub-flavoured Markdown table, ``|`` and newlines escaped;
+* ``"html"``: ``<table><thead>…</thead><tbody>…</tbody></table>`` with escaped text and
+  optional attribute strings for the table, each row and each cell.
+
+`number(x, spec, ...)` formats one value the way a column wants it (format spec for floats,
+another for ints, a third above a magnitude, fixed text for missing or non-finite values).
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import numbers
+from typing import Any, Optional, Sequence
+
+STYLES = ("plain", "ruled", "markdown", "html")
+
+
+def number(x: Any, spec: str = "g", *, int_spec: Optional[str] = None, large_spec: Optional[str] = None,
+           large: float = 1000.0, whole: bool = False, missing: Optional[str] = None,
+           nonfinite: Optional[str] = None) -> str:
+    """One value as text.
+
+    * ``None`` -> ``missing`` (``str(None)`` when not given);
+    * a float (any real that is not an integer, numpy scalars included): ``nonfinite`` for NaN/inf when given; with ``whole``, an integral float with
+      1 <= |x| < 1e15 prints as an int; ``large_spec`` when given and not |x| < ``large``;
+      otherwise ``format(x, spec)``;
+    * an integer (bool and numpy ints included): ``format(x, int_spec)``, or ``str(x)`` when ``int_spec`` is None;
+    * a dict: JSON with sorted keys; anything else: ``str(x)``.
+    """
+    if x is None:
+        return str(x) if missing is None else missing
+    if isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral):
+        x = float(x)
+        if nonfinite is not None and not math.isfinite(x):
+            return nonfinite
+        if whole and x.is_integer() and 1 <= abs(x) < 1e15:
+            return str(int(x))
+        if large_spec is not None and not abs(x) < large:
+            return format(x, large_spec)
+        return format(x, spec)
+    if isinstance(x, numbers.Integral):
+        return str(x) if int_spec is None else format(x, int_spec)
+    if isinstance(x, dict):
+        return json.dumps(x, sort_keys=True)
+    return str(x)
+
+
+def _aligned(headers: Optional[Sequence], rows: Sequence[Sequence], align: Optional[Sequence[str]],
+             ruled: bool) -> str:
+    head = [list(headers)] if headers is not None else []
+    body = [list(r) for r in rows]
+    ncol = len(head[0]) if head else max((len(r) for r in body), default=0)
+    widths = [max((len(str(r[i])) for r in head + body), default=0) for i in range(ncol)]
+    align = list(align or "l" * ncol)
+
+    def line(cells) -> str:
+        text = "  ".join(str(c).rjust(w) if a == "r" else str(c).ljust(w) for c, w, a in zip(cells, widths, align))
+        return text if ruled else text.rstrip()
+
+    lines = [line(r) for r in head]
+    if ruled:
+        lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines + [line(r) for r in body])
+
+
+def _markdown(headers: Sequence, rows: Sequence[Sequence]) -> str:
+    def esc(s) -> str:
+        return str(s).replace("|", "\\|").replace("\n", " ")
+
+    out = ["| " + " | ".join(esc(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _html(headers: Sequence, rows: Sequence[Sequence], table_attrs: str,
+          row_attrs: Optional[Sequence[str]], cell_attrs: Optional[Sequence[Sequence[str]]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = []
+    for i, r in enumerate(rows):
+        attrs = cell_attrs[i] if cell_attrs is not None else [""] * len(r)
+        cells = "".join(f"<td{a}>{html.escape(str(c))}</td>" for c, a in zip(r, attrs))
+        body.append(f"<tr{row_attrs[i] if row_attrs is not None else ''}>{cells}</tr>")
+    return f"<table{table_attrs}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def table(headers: Optional[Sequence], rows: Sequence[Sequence], style: str = "plain", *,
+          align: Optional[Sequence[str]] = None, table_attrs: str = "", row_attrs: Optional[Sequence[str]] = None,
+          cell_attrs: Optional[Sequence[Sequence[str]]] = None) -> str:
+    """Rows of cells (anything ``str()`` can render) as a text table; see the module doc for
+    the styles. ``headers=None`` (plain/ruled only) prints no header line. ``align`` gives
+    ``"l"`` or ``"r"`` per column (plain/ruled; default all left). ``table_attrs``,
+    ``row_attrs[i]`` and ``cell_attrs[i][j]`` are attribute strings (e.g. ``' id="t"'``)
+    pasted into the HTML tags as given."""
+    if style in ("plain", "ruled"):
+        return _aligned(headers, rows, align, style == "ruled")
+    if headers is None:
+        raise ValueError(f"a {style} table needs headers")
+    if style == "markdown":
+        return _markdown(headers, rows)
+    if style == "html":
+        return _html(headers, rows, table_attrs, row_attrs, cell_attrs)
+    raise ValueError(f"unknown table style {style!r} (one of {', '.join(STYLES)})")

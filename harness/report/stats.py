@@ -1,0 +1,121 @@
+"""Statistics over seeds: mean and two-sided Student-t confidence interval, per value and per curve.
+
+`mean_ci` is what every table cell and error bar shows: the mean over the finite values and
+the half-width ``t_{(1+level)/2, n-1} * s / sqrt(n)`` (``s`` with ddof=1). The t quantile is
+computed here (regularised incomplete beta by continued fraction, then bisection) so the
+report needs no scipy. `mean_curve` applies it pointwise to several (x, y) curves.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta function (Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lbeta) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(lbeta) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """CDF of Student's t distribution."""
+    x = df / (df + t * t)
+    tail = 0.5 * _betainc(df / 2.0, 0.5, x)
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Inverse CDF of Student's t (bisection; no scipy needed)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError("p must be in (0, 1)")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+def mean_ci(values, level: float = 0.95) -> tuple[float, float, int]:
+    """(mean, half-width of the two-sided t-interval, n) over the finite values; the
+    half-width is NaN for n < 2, everything is NaN for n = 0."""
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+    n = int(v.size)
+    if n == 0:
+        return float("nan"), float("nan"), 0
+    mean = float(v.mean())
+    if n < 2:
+        return mean, float("nan"), n
+    half = t_quantile(0.5 + level / 2.0, n - 1) * float(v.std(ddof=1)) / math.sqrt(n)
+    return mean, half, n
+
+
+def mean_curve(curves: list[tuple[np.ndarray, np.ndarray]]):
+    """Pointwise mean and t-interval half-width of several (x, y) curves. Identical x grids
+    are averaged point by point; otherwise curves are interpolated onto the union of their
+    x values inside the common x range."""
+    cleaned = []
+    for x, y in curves:
+        x, y = np.asarray(x, float), np.asarray(y, float)
+        ok = np.isfinite(x) & np.isfinite(y)
+        x, y = x[ok], y[ok]
+        if x.size == 0:
+            continue
+        order = np.argsort(x, kind="stable")
+        x, y = x[order], y[order]
+        ux, idx = np.unique(x[::-1], return_index=True)  # last value at a repeated x
+        cleaned.append((ux, y[::-1][idx]))
+    if not cleaned:
+        return None
+    same = all(c[0].shape == cleaned[0][0].shape and np.allclose(c[0], cleaned[0][0]) for c in cleaned)
+    if same:
+        grid = cleaned[0][0]
+        ys = np.stack([c[1] for c in cleaned])
+    else:
+        lo = max(c[0][0] for c in cleaned)
+        hi = min(c[0][-1] for c in cleaned)
+        allx = np.unique(np.concatenate([c[0] for c in cleaned]))
+        grid = allx[(allx >= lo) & (allx <= hi)] if hi > lo else allx
+        ys = np.stack([np.interp(grid, c[0], c[1]) for c in cleaned])
+    stats = [mean_ci(ys[:, j]) for j in range(ys.shape[1])]
+    return grid, np.array([s[0] for s in stats]), np.array([s[1] for s in stats]), len(cleaned)

@@ -1,0 +1,154 @@
+"""The tables of a sweep report as text: results (aggregate) and runs, for terminal, Markdown, HTML and CSV.
+
+A results cell is ``mean ± half-width`` (`format_cell`: percentages for task metrics, whole
+MB for memory, seconds with one decimal); the runs table has one row per run, excluded runs
+marked. Rendering goes through `harness.report.format.table` / `number`.
+"""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import numpy as np
+
+from harness.report.format import number, table
+from harness.rundir.read import RunData, split_metric
+
+STAT_NOTE = ("mean ± 95% CI over seeds (two-sided Student-t, n-1 dof: t·s/√n); a single seed "
+             "shows the value alone; failed/unfinished runs are excluded")
+MISSING = "—"
+
+
+def display_name(metric: str, unit: str = "steps") -> str:
+    """Column header of a metric of the aggregate table."""
+    names = {"peak_rss_mb": "peak RSS (MB)", "peak_rss_above_base_mb": "RSS above base (MB)",
+             "peak_cuda_mb": "peak CUDA (MB)", "wall_seconds": "wall-clock (s)",
+             "train_seconds": "train time (s)", "budget_consumed": f"budget ({unit})", "seeds": "n"}
+    if metric in names:
+        return names[metric]
+    task, m = split_metric(metric)
+    return f"{task} {m} (%)"
+
+
+def _is_pct(metric: str) -> bool:
+    return "/" in metric
+
+
+def format_cell(metric: str, mean: float, half: float) -> str:
+    """``mean ± half`` of one aggregate cell in the metric's unit ("—" without a value)."""
+    if mean is None or not np.isfinite(mean):
+        return MISSING
+    if metric == "seeds":
+        return str(int(mean))
+    if _is_pct(metric):
+        scale, spec = 100.0, ".1f"
+    elif metric.endswith("_mb"):
+        scale, spec = 1.0, ".0f"
+    elif metric == "budget_consumed":
+        scale, spec = 1.0, (".0f" if float(mean).is_integer() else ".1f")
+    else:
+        scale, spec = 1.0, ".1f"
+    s = number(mean * scale, spec, int_spec=spec)
+    if half is not None and np.isfinite(half) and not (metric == "budget_consumed" and half == 0):
+        half_spec = spec if metric != "budget_consumed" else ".1f"
+        s += " ± " + number(half * scale, half_spec, int_spec=half_spec)
+    return s
+
+
+def formatted_table(df):
+    """The table as strings with display headers (what the Markdown/HTML/terminal show)."""
+    import pandas as pd
+
+    unit = df.attrs.get("budget_unit", "steps")
+    metrics = list(dict.fromkeys(df.columns.get_level_values(0)))
+    out = pd.DataFrame(index=df.index)
+    for m in metrics:
+        out[display_name(m, unit)] = [format_cell(m, df.at[i, (m, "mean")], df.at[i, (m, "ci95")]) for i in df.index]
+    return out
+
+
+def _results_rows(fdf) -> tuple[list[str], list[list]]:
+    return [fdf.index.name or ""] + list(fdf.columns), [[i] + list(r) for i, r in zip(fdf.index, fdf.values)]
+
+
+def format_table(df, note: bool = True) -> str:
+    """Aligned plain-text table for a terminal."""
+    f = formatted_table(df)
+    header = [f.index.name or ""] + list(f.columns)
+    body = [[str(i)] + list(r) for i, r in zip(f.index, f.itertuples(index=False))]
+    text = table(header, body, "ruled", align="l" + "r" * (len(header) - 1))
+    return text + f"\n({STAT_NOTE})" if note else text
+
+
+def results_markdown(fdf) -> str:
+    """The formatted aggregate table as Markdown."""
+    return table(*_results_rows(fdf), "markdown")
+
+
+def results_html(df, fdf, table_id: str) -> str:
+    """The formatted aggregate table as HTML; each cell carries data-row / data-col (metric key)."""
+    cols = ["row"] + list(dict.fromkeys(df.columns.get_level_values(0)))
+    header, rows = _results_rows(fdf)
+    rows = [[str(r[0])] + r[1:] for r in rows]
+    return table(header, rows, "html", table_attrs=f' id="{table_id}"',
+                 row_attrs=[' class="start"' if idx == "start" else "" for idx in fdf.index],
+                 cell_attrs=[[f' data-row="{_attr(idx)}" data-col="{_attr(c)}"' for c in cols[:len(r)]]
+                             for idx, r in zip(fdf.index, rows)])
+
+
+def _attr(s) -> str:
+    return html.escape(str(s))
+
+
+def runs_frame(runs: list[RunData], tasks: list[str]):
+    """One row per run (finished or not): status, whether aggregated, greedy accuracy per task,
+    peak memory, wall-clock, budget consumed, error."""
+    import pandas as pd
+
+    recs = []
+    for r in runs:
+        rec = {"run_id": r.run_id, "algorithm": r.algorithm, "seed": r.seed, "status": r.status,
+               "included": r.status == "finished"}
+        for t in tasks:
+            rec[f"{t}/acc"] = r.final_eval.get(f"{t}/acc")
+        rec.update({"peak_rss_mb": r.peak["rss_mb"], "peak_rss_above_base_mb": r.peak["rss_above_base_mb"],
+                    "peak_cuda_mb": r.peak["cuda_mb"], "wall_seconds": r.wall_seconds,
+                    "budget_unit": r.budget_unit, "budget_consumed": r.budget_consumed,
+                    "error": r.error or ""})
+        recs.append(rec)
+    return pd.DataFrame(recs)
+
+
+def _value(v, spec: str) -> str:
+    return number(v, spec, int_spec=spec, missing=MISSING, nonfinite=MISSING)
+
+
+def runs_display(runs_df, tasks) -> tuple[list[str], list[list]]:
+    """(header, rows) of the runs table as shown in Markdown and HTML."""
+    header = ["run", "algorithm", "seed", "status"] + [f"{t} acc (%)" for t in tasks] + \
+             ["peak RSS (MB)", "wall-clock (s)", "budget", "note"]
+    rows = []
+    for _, r in runs_df.iterrows():
+        note = "" if r["included"] else ("excluded from aggregates" + (f": {r['error']}" if r["error"] else ""))
+        seed = "" if r["seed"] is None or r["seed"] != r["seed"] else int(r["seed"])
+        accs = [_value(r[f"{t}/acc"] * 100 if r[f"{t}/acc"] is not None else None, ".1f") for t in tasks]
+        rows.append([r["run_id"], r["algorithm"], seed, r["status"]] + accs +
+                    [_value(r["peak_rss_mb"], ".0f"), _value(r["wall_seconds"], ".1f"),
+                     _value(r["budget_consumed"], ".0f") + f" {r['budget_unit']}", note])
+    return header, rows
+
+
+def runs_html(runs_df, header: list[str], rows: list[list], table_id: str) -> str:
+    """The runs table as HTML; runs left out of the aggregates get class 'failed'."""
+    return table(header, rows, "html", table_attrs=f" id='{table_id}'",
+                 row_attrs=["" if inc else " class='failed'" for inc in runs_df["included"]])
+
+
+def write_csvs(df, runs_df, out: Path) -> tuple[Path, Path]:
+    """``table.csv`` (aggregate table, columns ``<metric>_<stat>``) and ``runs.csv`` in ``out``."""
+    flat = df.copy()
+    flat.columns = [f"{m}_{s}" for m, s in df.columns]
+    csv_path, runs_csv = out / "table.csv", out / "runs.csv"
+    flat.to_csv(csv_path)
+    runs_df.to_csv(runs_csv, index=False)
+    return csv_path, runs_csv
