@@ -62,8 +62,9 @@ _MAX_ANSWER_CHARS = 1000  # longer "answers" are garbage: graded wrong without a
 # --------------------------------------------------------------------------------------
 _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 _HASH_RE = re.compile(r"####\s*([^\n]*)")
-_ANSWER_IS_RE = re.compile(
-    r"(?:final\s+answer|the\s+answer|answer)\s*(?:is|=|:)\s*:?\s*(.+?)(?=\n|$)", re.IGNORECASE)
+_ANSWER_IS_RE = re.compile(  # the value runs to the end of the line, or of a math span that started on it
+    r"(?:final\s+answer|the\s+answer|answer)\s*(?:is|=|:)\s*:?\s*"
+    r"((?:\$\$.*?\$\$|\\\[.*?\\\]|(?<!\\)\$(?:\\.|[^$\\])*\$|[^\n])+?)(?=\n|$)", re.IGNORECASE | re.DOTALL)
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*")
 
 
@@ -142,15 +143,35 @@ def _answer_is_value(raw: str) -> Optional[str]:
     boxed = last_boxed(s)
     if boxed is not None:
         return boxed
-    m = re.search(r"\$([^$]+)\$", s)  # "the answer is $\frac{1}{2}$."
+    m = _MATH_SPAN_RE.search(s)  # "the answer is $\frac{1}{2}$." (an escaped \$ is a dollar sign)
     if m:
         return m.group(1).strip()
-    m = re.match(r"\\\((.+?)\\\)", s) or re.match(r"\\\[(.+?)\\\]", s)
+    m = re.match(r"\\\((.+?)\\\)", s, re.DOTALL) or re.match(r"\\\[(.+?)\\\]", s, re.DOTALL)
     if m:
         return m.group(1).strip()
-    s = re.split(r"\.\s|\.$|;|\s(?:because|since|as|so)\s", s, maxsplit=1)[0]  # end of the sentence
+    for m in _SENTENCE_END_RE.finditer(s):  # the end of the sentence, outside any {...}
+        if _brace_depth(s, m.start()) == 0:
+            s = s[:m.start()]
+            break
     s = s.strip().strip("*").strip()
     return s or None
+
+
+_MATH_SPAN_RE = re.compile(r"(?<!\\)\$((?:\\.|[^$\\])+)\$")
+_SENTENCE_END_RE = re.compile(r"(?<!\\)\.(?:\s|$)|(?<!\\);(?:\s|$)|\s(?:because|since|as|so)\s")
+
+
+def _brace_depth(s: str, end: int) -> int:
+    """Depth of ``{...}`` nesting at ``s[end]`` (escaped braces do not count)."""
+    depth, j = 0, 0
+    while j < end:
+        c = s[j]
+        if c == "\\":
+            j += 2
+            continue
+        depth += (c == "{") - (c == "}")
+        j += 1
+    return depth
 
 
 def extract_answer(text: str, *, fallback_last_number: bool = True) -> Optional[str]:

@@ -315,3 +315,18 @@ def test_unclosed_box_runs_to_the_end():
     assert extract_answer("\\boxed{\\$18") == "\\$18"  # an escaped dollar is not the end of math
     assert extract_answer("\\boxed{ $ then 7") == "7"  # empty unclosed box: no box
     assert last_boxed("\\boxed{\\frac{1}{2}") is None  # last_boxed still wants a complete box
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("The final answer is $\\$15,\\!000$. I hope it is correct.", "\\$15,\\!000"),  # \$ is a dollar sign
+    ("The final answer is \\$18.90.", "\\$18.90"),
+    ("The final answer is 10\\;\\text{edges}", "10\\;\\text{edges}"),  # \; is a space, not a full stop
+    ("The final answer is 34\\text{ sq. units}. Next", "34\\text{ sq. units}"),  # no sentence end inside {}
+    ("The final answer is (-4, 27);(2, 15)", "(-4, 27);(2, 15)"),
+    ("The answer is 5; that is all.", "5"),
+    ("The final answer is $90\\text{ square\nunits}$. I hope it is correct.", "90\\text{ square\nunits}"),
+    ("The final answer is\n$$\n\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}\n$$\nso 3", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"),
+    ("The answer is 5.\nThen 7", "5"),
+])
+def test_answer_phrase_values(text, expected):
+    assert extract_answer(text) == expected
