@@ -74,7 +74,7 @@ from harness.config.base import flatten
 
 __all__ = ["Distributed", "deepspeed_config", "DEEPSPEED_DIR", "ENV_ZERO_STAGE", "ENV_DEEPSPEED_CONFIG"]
 
-DEEPSPEED_DIR = Path(__file__).resolve().parent.parent / "configs" / "deepspeed"
+DEEPSPEED_DIR = Path(__file__).resolve().parents[2] / "configs" / "deepspeed"
 ENV_ZERO_STAGE = "HARNESS_ZERO_STAGE"
 ENV_DEEPSPEED_CONFIG = "HARNESS_DEEPSPEED_CONFIG"
 
