@@ -24,7 +24,9 @@ Where the files are (``TaskConfig.data_path``):
 
 Relative paths are tried from the current directory, then from the project root. A missing
 file, a line that is not JSON, or a row without an expected field raises
-:class:`DatasetError` / ``FileNotFoundError`` naming the file, the line and the field.
+:class:`DatasetError` / ``FileNotFoundError`` naming the file, the line and the field. Files
+are read lazily: :meth:`DatasetTask.eval_problems` with ``eval_size`` N (``harness eval
+--limit N``) reads only up to the N-th usable row, so a bad line after it is never seen.
 
 Prompts: with a tokenizer bound (:meth:`DatasetTask.bind_tokenizer`) that has a chat
 template, the question (and ``few_shot`` worked examples from the train split, as earlier
@@ -42,14 +44,14 @@ import json
 import os
 import random
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from evals.grading import (clean_answer, extract_answer, extract_gsm8k_gold, is_equiv, last_boxed,
                            strip_calculator_annotations)
 from evals.tasks import Problem, Task, TaskSpec, register_task
 
 __all__ = ["DatasetError", "DatasetTask", "GSM8KTask", "MathTask", "Math500Task", "find_data_root",
-           "read_jsonl", "INSTRUCTION"]
+           "iter_jsonl", "read_jsonl", "INSTRUCTION"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,12 +87,14 @@ def find_data_root(start: Optional[Path] = None) -> Optional[Path]:
     return None
 
 
-def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[tuple[int, dict]]:
-    """(line number, row) for every non-blank line; raises naming file/line/field."""
+def iter_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[tuple[int, dict]]:
+    """(line number, row) for every non-blank line, read lazily: a bad line raises (naming
+    file/line/field) only when the reader gets to it, so a consumer that stops early never
+    sees a corrupt line further on. A file without any row raises at its end."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path}")
-    out = []
+    n = 0
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -105,9 +109,29 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[tuple[int, di
                 if name not in row:
                     raise DatasetError(f"{path}:{lineno}: missing field '{name}' "
                                        f"(rows need: {', '.join(required)})")
-            out.append((lineno, row))
-    if not out:
+            n += 1
+            yield lineno, row
+    if not n:
         raise DatasetError(f"{path}: no rows")
+
+
+def read_jsonl(path: Path, required: tuple[str, ...] = (), limit: Optional[int] = None) -> list[tuple[int, dict]]:
+    """(line number, row) for every non-blank line -- or only the first ``limit`` rows, in
+    which case nothing after them is read (nor checked); raises naming file/line/field."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"data file not found: {path}")
+    if limit is not None and limit <= 0:
+        limit = None
+    out = []
+    rows = iter_jsonl(path, required)
+    try:
+        for item in rows:
+            out.append(item)
+            if limit is not None and len(out) >= limit:
+                break
+    finally:
+        rows.close()  # closes the file now when stopped early
     return out
 
 
@@ -135,6 +159,7 @@ class DatasetTask(Task):
         self.cfg = cfg or TaskSpec(name=self.name)
         self.tokenizer = None
         self._splits: dict[str, list[Problem]] = {}
+        self._heads: dict[str, list[Problem]] = {}  # first problems of a split read only in part
         self._shots: Optional[list[Problem]] = None
         self._hub: Optional[tuple[str, Optional[str]]] = None
         self.files: dict[str, Optional[Path]] = {}
@@ -185,30 +210,51 @@ class DatasetTask(Task):
         name, config = self.hub_default
         return f", or task.data_path=hf:{name}{':' + config if config else ''} when online"
 
-    def _load_split(self, split: str) -> list[Problem]:
+    def _load_split(self, split: str, limit: Optional[int] = None) -> list[Problem]:
+        """The problems of ``split`` -- with ``limit``, at least its first ``limit`` problems
+        (all if it has fewer): the file is read lazily and only as far as they need, so a bad
+        line after them neither fails nor slows down, e.g., ``harness eval --limit 10``."""
         if split in self._splits:
             return self._splits[split]
+        if limit is not None and limit <= 0:
+            limit = None
+        head = self._heads.get(split)
+        if limit is not None and head is not None and len(head) >= limit:
+            return head
+        src = None
         if self._hub is not None:
-            rows = self._hub_rows(split)
+            rows = iter(self._hub_rows(split))
         else:
             path = self.files.get(split)
             if path is None or not path.is_file():
                 raise FileNotFoundError(f"task {self.name}: {split} split not found: {path} "
                                         f"(task.data_path={self.cfg.data_path!r})")
-            rows = [(f"{path}:{ln}", row) for ln, row in read_jsonl(path, self.required(split))]
-        probs, skipped = [], []
-        for where, row in rows:
-            try:
-                probs.append(self.make_problem(row, split, len(probs), where))
-            except _SkipRow as e:
-                skipped.append(f"{where} ({e})")
+            src = iter_jsonl(path, self.required(split))
+            rows = ((f"{path}:{ln}", row) for ln, row in src)
+        probs, skipped, complete = [], [], True
+        try:
+            for where, row in rows:
+                try:
+                    probs.append(self.make_problem(row, split, len(probs), where))
+                except _SkipRow as e:
+                    skipped.append(f"{where} ({e})")
+                if limit is not None and len(probs) >= limit:
+                    complete = False  # (or not: unknown, as the next line is not read)
+                    break
+        finally:
+            if src is not None:
+                src.close()
         if skipped:
             import warnings
             warnings.warn(f"task {self.name}: {len(skipped)} row(s) without a usable answer left out: "
                           + "; ".join(skipped[:5]), stacklevel=2)
         if not probs:
             raise DatasetError(f"task {self.name}: no usable rows in the {split} split")
-        self._splits[split] = probs
+        if complete:
+            self._splits[split] = probs
+            self._heads.pop(split, None)
+        else:
+            self._heads[split] = probs
         return probs
 
     def _hub_rows(self, split: str) -> list[tuple[str, dict]]:
@@ -252,9 +298,10 @@ class DatasetTask(Task):
 
     def eval_problems(self) -> list[Problem]:
         """The first ``eval_size`` problems of the test split (all when eval_size <= 0)."""
-        probs = self._load_split("test")
         size = int(self.cfg.eval_size or 0)
-        return list(probs[:size]) if size > 0 else list(probs)
+        if size > 0:  # only as much of the file as these need is read
+            return list(self._load_split("test", size)[:size])
+        return list(self._load_split("test"))
 
     def few_shot_examples(self) -> list[Problem]:
         k = int(getattr(self.cfg, "few_shot", 0) or 0)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.datasets import DatasetError, GSM8KTask, Math500Task, MathTask, find_data_root, read_jsonl
+from evals.datasets import DatasetError, GSM8KTask, Math500Task, MathTask, find_data_root, iter_jsonl, read_jsonl
 from evals.catalog import available_tasks, get_task
 from harness.config.schema import TaskConfig
 
@@ -142,6 +142,34 @@ def test_bad_json_and_bad_values(tmp_path):
         _task("gsm8k", data_path=str(f)).eval_problems()
     f = _write(tmp_path / "empty.jsonl", [""])
     with pytest.raises(DatasetError, match="no rows"):
+        read_jsonl(f)
+
+
+def test_corrupt_line_past_the_limit_is_never_read(tmp_path):
+    """``harness eval --limit N`` (eval_size N) reads the test file only up to the N-th usable
+    row: a corrupt line after it does not fail the eval; one within it still does."""
+    good = [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(5)]
+    f = _write(tmp_path / "test.jsonl", good[:3] + ['{"question": "broken', [1, 2], {"question": "no answer"}] + good[3:])
+    t = _task("gsm8k", data_path=str(f), eval_size=3)
+    assert [p.answer for p in t.eval_problems()] == ["0", "1", "2"]
+    assert [p.answer for p in t.eval_problems()] == ["0", "1", "2"]  # (again, from the cached head)
+    assert [p.answer for p in _task("gsm8k", data_path=str(f), eval_size=2).eval_problems()] == ["0", "1"]
+    with pytest.raises(DatasetError, match=r"test\.jsonl:4: not valid JSON"):
+        _task("gsm8k", data_path=str(f), eval_size=4).eval_problems()
+    with pytest.raises(DatasetError, match=r"test\.jsonl:4: not valid JSON"):
+        t._load_split("test")  # the whole split is still checked when it is all read
+    # a row left out (empty \boxed{}) does not count towards the limit
+    m = _write(tmp_path / "m.jsonl", [{"problem": "p0", "solution": "\\boxed{}"},
+                                      {"problem": "p1", "solution": "\\boxed{1}"}, "{oops"])
+    with pytest.warns(UserWarning, match=r"m\.jsonl:1"):
+        assert [p.answer for p in _task("math", data_path=str(m), eval_size=1).eval_problems()] == ["1"]
+    # the reader itself: lazy, and read_jsonl(limit=) stops before the bad line
+    assert read_jsonl(f, limit=3) == [(i + 1, good[i]) for i in range(3)]
+    rows = iter_jsonl(f)
+    assert [next(rows) for _ in range(3)] == [(i + 1, good[i]) for i in range(3)]
+    with pytest.raises(DatasetError, match=r":4: not valid JSON"):
+        next(rows)
+    with pytest.raises(DatasetError, match=r":4: not valid JSON"):
         read_jsonl(f)
 
 
