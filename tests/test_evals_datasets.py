@@ -149,7 +149,8 @@ def test_corrupt_line_past_the_limit_is_never_read(tmp_path):
     """``harness eval --limit N`` (eval_size N) reads the test file only up to the N-th usable
     row: a corrupt line after it does not fail the eval; one within it still does."""
     good = [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(5)]
-    f = _write(tmp_path / "test.jsonl", good[:3] + ['{"question": "broken', [1, 2], {"question": "no answer"}] + good[3:])
+    bad = ['{"question": "broken', [1, 2], {"question": "no answer"}]  # lines 4-6
+    f = _write(tmp_path / "test.jsonl", good[:3] + bad + good[3:])
     t = _task("gsm8k", data_path=str(f), eval_size=3)
     assert [p.answer for p in t.eval_problems()] == ["0", "1", "2"]
     assert [p.answer for p in t.eval_problems()] == ["0", "1", "2"]  # (again, from the cached head)

@@ -325,7 +325,8 @@ def test_unclosed_box_runs_to_the_end():
     ("The final answer is (-4, 27);(2, 15)", "(-4, 27);(2, 15)"),
     ("The answer is 5; that is all.", "5"),
     ("The final answer is $90\\text{ square\nunits}$. I hope it is correct.", "90\\text{ square\nunits}"),
-    ("The final answer is\n$$\n\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}\n$$\nso 3", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"),
+    ("The final answer is\n$$\n\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}\n$$\nso 3",
+     "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"),
     ("The answer is 5.\nThen 7", "5"),
 ])
 def test_answer_phrase_values(text, expected):
