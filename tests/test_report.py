@@ -16,6 +16,7 @@ import pytest
 
 from _fake_results import make_run, make_sweep
 from harness.report.build import build_report
+from harness.report.format import number, table
 from harness.report.stats import mean_ci, t_quantile
 from harness.report.tables import format_cell, format_table
 
@@ -232,3 +233,17 @@ def test_html_renders_in_headless_chromium(sweep, report, tmp_path):
     assert img.shape[:2] == (2400, 1280)
     # not a blank page: many non-white pixels (table text and the plots)
     assert (img[..., :3].mean(axis=2) < 0.9).mean() > 0.05
+
+
+def test_shared_table_and_number_formatting():
+    assert table(["a", "bb"], [["xyz", ""], ["1", "2"]]) == "a    bb\nxyz\n1    2"
+    assert table(None, [("k", "v"), ("long", "w")]) == "k     v\nlong  w"
+    assert table(["r", "n"], [["x", "10"]], "ruled", align="lr") == "r   n\n-  --\nx  10"
+    assert table(["a|b"], [["c\nd"]], "markdown") == "| a\\|b |\n|---|\n| c d |"
+    assert table(["<h>"], [["&"]], "html", table_attrs=" id='t'", row_attrs=[" class='x'"]) == \
+        "<table id='t'><thead><tr><th>&lt;h&gt;</th></tr></thead><tbody><tr class='x'><td>&amp;</td></tr></tbody></table>"
+    assert [number(v, "g", whole=True) for v in (4096.0, 1e-4, {"b": 1, "a": 2}, None)] == \
+        ["4096", "0.0001", '{"a": 2, "b": 1}', "None"]
+    assert [number(v, ".3g", large_spec=",.0f", int_spec=",", missing="-") for v in (None, 0.12345, 12345.6, 1234567)] \
+        == ["-", "0.123", "12,346", "1,234,567"]
+    assert number(float("nan"), ".1f", nonfinite="—") == "—" and number(np.int64(3), ".1f", int_spec=".1f") == "3.0"

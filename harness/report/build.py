@@ -30,11 +30,9 @@ from pathlib import Path
 from harness.report.aggregate import build_table, group_runs, load_sweep, per_seed_initial
 from harness.report.format import table
 from harness.report.plots import PLOT_TITLES, figures
-from harness.report.tables import (STAT_NOTE, format_table, formatted_table, results_html, results_markdown,
-                                   runs_display, runs_frame, runs_html, write_csvs)
+from harness.report.tables import (STAT_NOTE, formatted_table, results_html, results_markdown, runs_display,
+                                   runs_frame, runs_html, write_csvs)
 from harness.rundir.read import RunData
-
-__all__ = ["build_report", "format_table"]  # format_table re-exported for harness.cli.train
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1200px;color:#222}

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.report.format import number, table
 from harness.rundir.budget import UNIT_COUNTER
 from harness.rundir.layout import METRICS, SUMMARY, read_json
 
@@ -110,11 +111,7 @@ class RunProgress:
 
 
 def _num(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
-    return f"{v:,}" if isinstance(v, int) else str(v)
+    return number(v, ".3g", large_spec=",.0f", int_spec=",", missing="-")
 
 
 def _dur(s: Optional[float]) -> str:
@@ -241,12 +238,7 @@ class Progress:
         return ", ".join(f"{n} {s}" for s, n in sorted(c.items()))
 
     def text(self) -> str:
-        rows = self.rows()
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(self.HEADERS)]
-        lines = ["  ".join(h.ljust(w) for h, w in zip(self.HEADERS, widths)).rstrip()]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-        lines.append(self.counts())
-        return "\n".join(lines)
+        return table(self.HEADERS, self.rows()) + "\n" + self.counts()
 
     def rich_table(self):
         from rich.table import Table

@@ -47,6 +47,7 @@ for _k, _v in {
 
 from harness.rundir.budget import row_consumed, unit_of  # noqa: E402
 from harness.rundir.ids import parse_run_id  # noqa: E402
+from harness.rundir.lock import file_lock  # noqa: E402
 from harness.rundir.read import flatten, is_number  # noqa: E402
 from harness.rundir.read import summary_metrics as results_summary_metrics  # noqa: E402
 from harness.tracking.base import Tracker, cfg_get, config_dict  # noqa: E402
@@ -105,19 +106,9 @@ def _store_lock(uri: str):
     if not uri.startswith("sqlite:///"):
         yield
         return
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        yield
-        return
     db = Path(uri[len("sqlite:///"):])
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with open(str(db) + ".lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with file_lock(str(db) + ".lock"):  # blocking; a no-op where fcntl is missing
+        yield
 
 
 def row_metrics(row: dict, step: Any, unit: str) -> list[tuple[str, float, int, int]]:

@@ -9,8 +9,6 @@ from training it twice.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import math
 import random
@@ -22,6 +20,7 @@ import torch
 from harness.config.schema import Config, config_hash
 from harness.config.base import to_dict
 from harness.engine.models import build_char_tokenizer, build_tiny_model, load_policy, save_policy
+from harness.rundir.lock import FileLock, file_lock
 
 WARMUP_SEED = 0
 OPTIMIZER_FILE = "optimizer.pt"
@@ -40,15 +39,9 @@ def warmup_dir(cfg: Config) -> Path:
     return Path(cfg.warmup.cache_dir) / warmup_key(cfg)
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+def _locked(path: Path) -> FileLock:
+    """Blocking exclusive lock: parallel sweep workers wait for one warm-up instead of training it twice."""
+    return file_lock(path)
 
 
 def sft_batch(tokenizer, prompts: list[str], targets: list[str], device):
