@@ -206,7 +206,8 @@ def test_resume_after_a_failure_matches_an_uninterrupted_run(results, name):
 
 
 def test_sweep_launcher_runs_the_trainer_under_torchrun(work, results, monkeypatch):
-    from harness.sweep.spec import load_sweep, run_sweep
+    from harness.sweep.plan import load_sweep
+    from harness.sweep.run import run_sweep
     for k, v in env().items():
         if k in ("DS_ACCELERATOR", "PYTHONPATH", "TORCH_CPP_LOG_LEVEL", "PYTHONWARNINGS"):
             monkeypatch.setenv(k, v)

@@ -1,4 +1,4 @@
-"""The local launcher, end to end through `python -m harness.sweep.spec`, with the fast fake
+"""The local launcher, end to end through `python -m harness.cli.main sweep`, with the fast fake
 trainer (tests/sweep_fake_trainer.py): failures isolated and recorded, finished runs
 skipped, Ctrl-C marks in-flight runs interrupted and a re-launch resumes them, threads
 and GPU slots per run, multi-process runs under torchrun, the progress table."""
@@ -17,7 +17,9 @@ import pytest
 
 from harness.sweep.launchers import default_workers, gpu_slots
 from harness.rundir.layout import read_json, read_jsonl
-from harness.sweep.spec import SweepError, _lock, load_sweep, run_sweep
+from harness.sweep.plan import load_sweep
+from harness.sweep.run import _lock, run_sweep
+from harness.sweep.spec import SweepError
 from harness.sweep.progress import Progress
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,8 +42,9 @@ def sweep_file(tmp_path: Path, body: str, name: str = "s.yaml") -> Path:
 
 
 def run_cli(path: Path, out: Path, *args, timeout=120, **envs) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "harness.sweep.spec", str(path), "--output-dir", str(out), "--train-fn", FAKE, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env(**envs), cwd=path.parent, timeout=timeout)
+    cmd = [sys.executable, "-m", "harness.cli.main", "sweep", str(path), "--output-dir", str(out), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env(HARNESS_TRAIN_FN=FAKE, **envs), cwd=path.parent,
+                          timeout=timeout)
 
 
 def run_inproc(path: Path, out: Path, **kw) -> tuple[int, str]:
@@ -147,10 +150,9 @@ launcher: {workers: 2}
 """)
     out = tmp_path / "out"
     sw = load_sweep(path, output_dir=str(out))
-    cmd = [sys.executable, "-m", "harness.sweep.spec", str(path), "--output-dir", str(out), "--train-fn", FAKE,
-           "--refresh", "0.5"]
+    cmd = [sys.executable, "-m", "harness.cli.main", "sweep", str(path), "--output-dir", str(out), "--refresh", "0.5"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env(FAKE_STEP_SECONDS=0.25), cwd=tmp_path)
+                            env=env(HARNESS_TRAIN_FN=FAKE, FAKE_STEP_SECONDS=0.25), cwd=tmp_path)
     try:
         deadline = time.time() + 60
         while time.time() < deadline:   # both runs checkpointed a few steps
@@ -235,9 +237,9 @@ budget: {unit: steps, amount: 2, eval_points: 1}
 launcher: {procs: 2, cpus: 2, zero_stage: 3}
 """)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "harness.sweep.spec", str(path), "--output-dir", str(out), "--train-fn",
-           "sweep_fake_trainer:train_distributed", "--no-progress"]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=180)
+    cmd = [sys.executable, "-m", "harness.cli.main", "sweep", str(path), "--output-dir", str(out), "--no-progress"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env(HARNESS_TRAIN_FN="sweep_fake_trainer:train_distributed"),
+                       cwd=tmp_path, timeout=180)
     assert p.returncode == 0, p.stdout + p.stderr
     rd = load_sweep(path, output_dir=str(out)).runs[0].run_dir
     ranks = [json.loads((rd / f"rank{i}.json").read_text()) for i in (0, 1)]

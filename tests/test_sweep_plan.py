@@ -11,7 +11,9 @@ import pytest
 import yaml
 
 from harness.config.schema import run_id
-from harness.sweep.spec import SweepError, expand_sweep, format_plan, load_sweep, summary_value
+from harness.sweep.plan import expand_sweep, format_plan, load_sweep
+from harness.sweep.run import summary_value
+from harness.sweep.spec import SweepError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -83,7 +85,7 @@ def test_run_ids_stable_across_processes_and_sensitive_to_every_field(demo, tmp_
     sw = load_sweep(demo, output_dir=str(tmp_path / "out"))
     ids = [r.run_id for r in sw.runs]
     assert len(set(ids)) == 6
-    code = ("import json,sys; from harness.sweep.spec import load_sweep; "
+    code = ("import json,sys; from harness.sweep.plan import load_sweep; "
             f"print(json.dumps([r.run_id for r in load_sweep({str(demo)!r}, output_dir='elsewhere').runs]))")
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONHASHSEED="123")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
@@ -177,11 +179,11 @@ def test_missing_sweep_file(tmp_path):
 def test_cli_errors_exit_2_and_dry_run_runs_nothing(tmp_path, demo):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     bad = write(tmp_path / "bad.yaml", "name: x\ngrid: {algorithm: [grpo, dpo]}\n")
-    p = subprocess.run([sys.executable, "-m", "harness.sweep.spec", str(bad), "--dry-run"], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "harness.cli.main", "sweep", str(bad), "--dry-run"], capture_output=True, text=True,
                        env=env, cwd=tmp_path)
     assert p.returncode == 2 and "unknown algorithm 'dpo'" in p.stderr and p.stdout == ""
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, "-m", "harness.sweep.spec", str(demo), "--dry-run", "--output-dir", str(out)],
+    p = subprocess.run([sys.executable, "-m", "harness.cli.main", "sweep", str(demo), "--dry-run", "--output-dir", str(out)],
                        capture_output=True, text=True, env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "sweep demo: 6 run(s)" in p.stdout and "ppo-s1-" in p.stdout

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from harness.rundir.layout import read_json, read_jsonl
-from harness.sweep.spec import load_sweep
+from harness.sweep.plan import load_sweep
 
 pytest.importorskip("ray")
 
@@ -76,8 +76,8 @@ ip link set lo up
 "{RAY}" start --head --node-ip-address=127.0.0.1 --port={port} --num-cpus=2 --include-dashboard=false \\
     --disable-usage-stats --temp-dir={temp} > {temp}/start.log 2>&1 || {{ cat {temp}/start.log; exit 97; }}
 rc=0
-PYTHONPATH="{REPO}:{TESTS}" "{sys.executable}" -m harness.sweep.spec {path} --launcher ray --address 127.0.0.1:{port} \\
-    --output-dir {out} --train-fn sweep_fake_trainer:train --no-progress || rc=$?
+PYTHONPATH="{REPO}:{TESTS}" HARNESS_TRAIN_FN=sweep_fake_trainer:train "{sys.executable}" -m harness.cli.main sweep {path} \\
+    --launcher ray --address 127.0.0.1:{port} --output-dir {out} --no-progress || rc=$?
 "{RAY}" stop --force > /dev/null 2>&1
 exit $rc
 """

@@ -24,11 +24,12 @@ import torch
 import yaml
 
 from harness.rundir.layout import read_json, read_jsonl
-from harness.sweep.spec import load_sweep, run_sweep
+from harness.sweep.plan import load_sweep
+from harness.sweep.run import run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.skipif(not (REPO / "harness" / "trainer.py").exists(), reason="trainer not there yet")
+pytestmark = pytest.mark.skipif(not (REPO / "harness" / "train" / "loop.py").exists(), reason="trainer not there yet")
 
 
 def tiny(cache: Path, **extra) -> dict:
@@ -145,7 +146,7 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path, warm_cache)
     run = load_sweep(path, output_dir=str(out)).runs[0]
     assert run.run_id == ref_dir.name                  # output_dir is not part of the run id
 
-    cmd = [sys.executable, "-m", "harness.sweep.spec", str(path), "--output-dir", str(out), "--no-progress"]
+    cmd = [sys.executable, "-m", "harness.cli.main", "sweep", str(path), "--output-dir", str(out), "--no-progress"]
     # 1) SIGKILL the worker after its first checkpoint: the launcher records the death
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env())
     try:

@@ -11,6 +11,15 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
+from evals.catalog import get_task
+from harness.report.format import number, table
+from evals.datasets import DatasetError
+from harness.config.schema import TaskConfig
+from harness.engine.evaluate import evaluate
+from harness.engine.models import load_policy, resolve_device
+
 TASKS = ("gsm8k", "math", "math500", "arith")
 
 
@@ -43,38 +52,26 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _fmt(v) -> str:
-    return f"{v:.4f}" if isinstance(v, float) else str(v)
-
-
 def format_table(metrics: dict, task: str) -> str:
     """A short table: greedy numbers, then pass@k / maj@k at k = 1, 2, 4, ..., n."""
     ns = f"eval/{task}/"
     rows = []
     for key in ("num_problems", "acc", "answered", "truncated", "gen_tokens", "mean_acc"):
         if ns + key in metrics:
-            rows.append((key, _fmt(metrics[ns + key])))
+            rows.append((key, number(metrics[ns + key], ".4f")))
     n = max([int(k.split("@")[1]) for k in metrics if k.startswith(ns + "pass@")] or [0])
     ks = sorted({k for k in (2 ** i for i in range(12)) if k <= n} | ({n} if n else set()))
     if ks:
         rows.append(("k", "pass@k / maj@k"))
         for k in ks:
-            rows.append((f"  {k}", f"{metrics[f'{ns}pass@{k}']:.4f} / {metrics[f'{ns}maj@{k}']:.4f}"))
+            rows.append((f"  {k}", number(metrics[f"{ns}pass@{k}"], ".4f", int_spec=".4f") + " / "
+                         + number(metrics[f"{ns}maj@{k}"], ".4f", int_spec=".4f")))
     if ns + "seconds" in metrics:
-        rows.append(("seconds", f"{metrics[ns + 'seconds']:.1f}"))
-    w = max(len(r[0]) for r in rows)
-    return "\n".join(f"{a.ljust(w)}  {b}" for a, b in rows)
+        rows.append(("seconds", number(metrics[ns + "seconds"], ".1f", int_spec=".1f")))
+    return table(None, rows)
 
 
 def run(args) -> int:
-    import torch
-
-    from harness.config.schema import TaskConfig
-    from harness.engine.models import load_policy, resolve_device
-    from evals.datasets import DatasetError
-    from harness.engine.evaluate import evaluate
-    from evals.catalog import get_task
-
     if args.threads:
         torch.set_num_threads(args.threads)
     for name, v, lo in (("--n", args.n, 0), ("--limit", args.limit, 0), ("--few-shot", args.few_shot, 0),

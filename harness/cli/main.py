@@ -1,19 +1,32 @@
-"""`harness` command line. Subcommands live in their own modules, each exposing
-``register(subparsers)``; this file only assembles them."""
+"""`harness` command line: assembles the command groups of harness/cli/ and maps errors to exit codes.
+
+Each module of this package registers its subcommands with ``register(subparsers)`` and
+sets ``func`` (the handler, which returns an exit code). This is the one place that turns
+what a handler raises into an exit code: a config (or sweep file) error and a missing file
+are 2, Ctrl-C is 130.
+
+    python -m harness.cli.main sweep sweeps/quickstart.yaml --dry-run   # same as `harness sweep ...`
+"""
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-# Each module registers one or more subcommands; optional ones are skipped if absent.
-COMMAND_MODULES = [
-    "harness.cli.train",      # train, quickstart, warmup, config
-    "harness.cli.eval",              # eval
-    "harness.sweep.spec",          # sweep
-    "harness.report.build",         # report
-    "harness.tracking.sync",           # sync, ui
-]
+from harness.cli import eval as eval_cmd
+from harness.cli import report as report_cmd
+from harness.cli import sweep as sweep_cmd
+from harness.cli import tracking as tracking_cmd
+from harness.cli import train as train_cmd
+from harness.config.base import ConfigError
+
+GROUPS = (
+    train_cmd,      # train, quickstart, warmup, config
+    eval_cmd,       # eval
+    sweep_cmd,      # sweep
+    report_cmd,     # report
+    tracking_cmd,   # sync, ui
+)
+COMMAND_MODULES = [m.__name__ for m in GROUPS]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,14 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Start with `harness quickstart`. Every subcommand has --help.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in COMMAND_MODULES:
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name == mod:
-                continue
-            raise
-        m.register(sub)
+    for group in GROUPS:
+        group.register(sub)
     return p
 
 
@@ -41,7 +48,6 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from harness.config.base import ConfigError
     try:
         rc = args.func(args)
     except ConfigError as e:

@@ -1,14 +1,29 @@
 """`harness train`, `harness quickstart`, `harness warmup`, `harness config`."""
 from __future__ import annotations
 
-import argparse
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
-from harness.config.schema import describe, load_config
+import torch
+import yaml
 
-QUICKSTART = Path(__file__).resolve().parent / "configs" / "quickstart.yaml"  # the quickstart's base config
+from evals.catalog import get_task
+from harness.config.base import to_dict
+from harness.config.schema import describe, load_config
+from harness.engine.models import resolve_device
+from harness.report.build import build_report
+from harness.report.tables import format_table
+from harness.rundir.layout import SUMMARY, read_json
+from harness.sweep.plan import format_plan, load_sweep
+from harness.sweep.run import run_sweep
+from harness.train.loop import run_dir, train
+from harness.train.warmup import starting_checkpoint
+
+PACKAGE = Path(__file__).resolve().parents[1]  # harness/
+QUICKSTART = PACKAGE / "configs" / "quickstart.yaml"  # the quickstart's base config
 
 _SET_HELP = "override a config field, e.g. --set train.lr=1e-4 --set algorithm=ppo (repeatable)"
 
@@ -33,8 +48,6 @@ def print_run(summary: dict, file=sys.stdout) -> None:
 
 
 def cmd_train(args) -> int:
-    from harness.train.loop import run_dir, train
-
     cfg = load_config(args.config, args.set)
     print(f"results: {run_dir(cfg)}")
     summary = train(cfg, resume=not args.restart, progress=not args.no_progress)
@@ -43,7 +56,7 @@ def cmd_train(args) -> int:
 
 
 def _quickstart_sweep() -> Path:
-    for base in (Path(__file__).resolve().parents[1], Path.cwd()):
+    for base in (PACKAGE.parent, Path.cwd()):
         f = base / "sweeps" / "quickstart.yaml"
         if f.exists():
             return f
@@ -54,18 +67,6 @@ def _quickstart_sweep() -> Path:
 def cmd_quickstart(args) -> int:
     """Warm-up once (all cores), then the quickstart sweep (GRPO vs PPO vs online RFT at a
     matched budget), then the report."""
-    import os
-    import time
-
-    import torch
-
-    from evals.catalog import get_task
-    from harness.engine.models import resolve_device
-    from harness.report.build import build_report, format_table
-    from harness.rundir.layout import SUMMARY, read_json
-    from harness.sweep.spec import format_plan, load_sweep, run_sweep
-    from harness.train.warmup import starting_checkpoint
-
     t0 = time.time()
     sw = load_sweep(args.sweep or _quickstart_sweep(), overrides=args.set, output_dir=args.output_dir)
     runs = [r for r in sw.runs if not args.only or r.config.algorithm.name in args.only]
@@ -96,12 +97,6 @@ def cmd_quickstart(args) -> int:
 
 
 def cmd_warmup(args) -> int:
-    import torch
-
-    from evals.catalog import get_task
-    from harness.engine.models import resolve_device
-    from harness.train.warmup import starting_checkpoint
-
     cfg = load_config(args.config, args.set)
     task = get_task(cfg.task)
     _, _, info = starting_checkpoint(cfg, task, resolve_device(cfg.device), progress=True)
@@ -111,9 +106,6 @@ def cmd_warmup(args) -> int:
 
 def cmd_config(args) -> int:
     if args.show:
-        from harness.config.base import to_dict
-        import yaml
-
         print(yaml.safe_dump(to_dict(load_config(args.show, args.set)), sort_keys=False))
         return 0
     for name, default, doc in describe():

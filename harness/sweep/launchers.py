@@ -52,7 +52,7 @@ WORKER_LOG = "worker.log"
 ERROR_TXT = "error.txt"
 ENV_ZERO_STAGE = "HARNESS_ZERO_STAGE"
 ENV_DEEPSPEED_CONFIG = "HARNESS_DEEPSPEED_CONFIG"
-REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
 DEEPSPEED_DIR = Path(REPO_ROOT) / "configs" / "deepspeed"
 
 
@@ -67,6 +67,14 @@ class RunSpec:
 
 @dataclass
 class LaunchOptions:
+    """How runs are executed: the sweep file's ``launcher:`` section (validated by
+    :mod:`harness.sweep.spec`, CLI flags applied) plus the train entry point."""
+    type: str = "local"
+    """local (worker processes on this machine) | ray."""
+    workers: Optional[int] = None
+    """Runs in parallel (None: fit the CPUs/GPUs)."""
+    address: Optional[str] = None
+    """Ray: address of an existing cluster (host:port)."""
     train: str = "harness.train.loop:train"
     """``module:function`` each worker calls as ``fn(cfg, resume=True, progress=False)``."""
     cpus: int = 1

@@ -139,28 +139,6 @@ def sync(results_dir: str | os.PathLike, to: str = "mlflow", uri: Optional[str] 
     return out
 
 
-def _cmd_sync(args) -> int:
-    if args.uri and args.to != "mlflow":
-        print("harness sync: --uri applies to --to mlflow only", file=sys.stderr)
-        return 2
-    try:
-        import mlflow  # noqa: F401
-    except ImportError:
-        if args.to == "mlflow":
-            print("harness sync: mlflow is not installed (pip install 'grpo-harness[track]')", file=sys.stderr)
-            return 2
-    if args.to == "wandb":
-        try:
-            import wandb  # noqa: F401
-        except ImportError:
-            print("harness sync: wandb is not installed (pip install 'grpo-harness[track]')", file=sys.stderr)
-            return 2
-    results = sync(args.results_dir, args.to, uri=args.uri, project=args.project, mode=args.mode)
-    failed = [r for r in results if "error" in r]
-    print(f"synced {len(results) - len(failed)}/{len(results)} runs to {args.to}")
-    return 1 if failed else 0
-
-
 # ---------------------------------------------------------------------------------------------
 # ui
 # ---------------------------------------------------------------------------------------------
@@ -235,63 +213,3 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> bo
             pass
         time.sleep(0.3)
     return False
-
-
-def _cmd_ui(args) -> int:
-    try:
-        import mlflow  # noqa: F401
-    except ImportError:
-        print("harness ui: mlflow is not installed (pip install 'grpo-harness[track]')", file=sys.stderr)
-        return 2
-    root = ui_store(args.results_dir)
-    url = f"http://{args.host}:{args.port}"
-    proc = start_ui(root, args.port, args.host)
-    print(f"MLflow UI for {root / 'mlflow.db'}: {url}  (server pid {proc.pid}, process group {proc.pid}; Ctrl-C stops it)",
-          flush=True)
-
-    def _term(signum, frame):
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, _term)
-    try:
-        if wait_healthy(url, proc):
-            print(f"ready: {url}", flush=True)
-        elif proc.poll() is not None:
-            print(f"harness ui: mlflow server exited with code {proc.returncode} "
-                  f"(port {args.port} in use?)", file=sys.stderr)
-            return proc.returncode or 1
-        proc.wait()
-        return proc.returncode or 0
-    except KeyboardInterrupt:
-        print("stopping MLflow UI", flush=True)
-        return 0
-    finally:
-        stop_group(proc)
-        signal.signal(signal.SIGTERM, old)
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "sync", help="replay run directories into MLflow or wandb (idempotent)",
-        description=__doc__.split("\n\n")[1] + "\n\n" + __doc__.split("\n\n")[2],
-        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
-    p.add_argument("results_dir", help="results root, a sweep directory or a run directory")
-    p.add_argument("--to", choices=["mlflow", "wandb"], required=True, help="tracker to fill in")
-    p.add_argument("--uri", default=None,
-                   help="MLflow tracking URI (default: each run's tracking.mlflow_uri, else "
-                        "$MLFLOW_TRACKING_URI, else sqlite:///<results root>/mlflow.db)")
-    p.add_argument("--project", default=None, help="wandb project (default: the run's tracking.wandb_project)")
-    p.add_argument("--mode", default=None, choices=["offline", "online"],
-                   help="wandb mode (default: the run's tracking.wandb_mode, else $WANDB_MODE, else offline)")
-    p.set_defaults(func=_cmd_sync)
-
-    u = subparsers.add_parser(
-        "ui", help="serve the MLflow UI for a results directory on 127.0.0.1",
-        description="Start `mlflow server` on the SQLite store RESULTS_DIR/mlflow.db (its own process "
-                    "group; Ctrl-C stops all of it). Runs logged with tracking.mlflow=true or replayed "
-                    "with `harness sync --to mlflow` appear under one experiment per sweep.")
-    u.add_argument("results_dir", nargs="?", default="results", help="results root (default: results)")
-    u.add_argument("--port", type=int, default=5000, help="port (default 5000)")
-    u.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1; other hosts need "
-                                                        "mlflow's --allowed-hosts, not set here)")
-    u.set_defaults(func=_cmd_ui)

@@ -1,0 +1,35 @@
+"""`harness report RESULTS_DIR/<sweep> [--out DIR]`: the paper-style table and plots of one sweep."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from harness.report import build
+from harness.report.build import build_report
+from harness.report.tables import format_table
+
+
+def cmd_report(args) -> int:
+    try:
+        for extra in ("matplotlib", "pandas"):
+            importlib.import_module(extra)
+    except ImportError as e:
+        print(f"harness report: {e.name} is not installed (pip install 'grpo-harness[report]')", file=sys.stderr)
+        return 2
+    res = build_report(args.sweep_dir, args.out)
+    print(format_table(res["table"]))
+    print(f"\nwrote {res['html']}, {res['markdown']}, {res['csv']}, {res['runs_csv']} and "
+          f"{len(res['plots'])} plots in {res['out_dir'] / 'plots'}")
+    if res["excluded"]:
+        print(f"excluded (not finished): {', '.join(res['excluded'])}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "report", help="paper-style table and plots (Markdown, HTML, CSV) for one sweep",
+        description=build.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("sweep_dir", help="a sweep directory: RESULTS_DIR/<name>")
+    p.add_argument("--out", default=None, help="output directory (default: <sweep_dir>/report)")
+    p.set_defaults(func=cmd_report)

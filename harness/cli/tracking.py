@@ -1,0 +1,92 @@
+"""`harness sync` (replay run directories into MLflow / wandb) and `harness ui` (the MLflow UI)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+
+from harness.tracking import sync as tracking_sync
+from harness.tracking.sync import start_ui, stop_group, sync, ui_store, wait_healthy
+
+_INSTALL = "is not installed (pip install 'grpo-harness[track]')"
+
+
+def _missing(package: str) -> bool:
+    """True if the optional tracker package cannot be imported."""
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        return True
+    return False
+
+
+def cmd_sync(args) -> int:
+    if args.uri and args.to != "mlflow":
+        print("harness sync: --uri applies to --to mlflow only", file=sys.stderr)
+        return 2
+    if args.to in ("mlflow", "wandb") and _missing(args.to):
+        print(f"harness sync: {args.to} {_INSTALL}", file=sys.stderr)
+        return 2
+    results = sync(args.results_dir, args.to, uri=args.uri, project=args.project, mode=args.mode)
+    failed = [r for r in results if "error" in r]
+    print(f"synced {len(results) - len(failed)}/{len(results)} runs to {args.to}")
+    return 1 if failed else 0
+
+
+def cmd_ui(args) -> int:
+    if _missing("mlflow"):
+        print(f"harness ui: mlflow {_INSTALL}", file=sys.stderr)
+        return 2
+    root = ui_store(args.results_dir)
+    url = f"http://{args.host}:{args.port}"
+    proc = start_ui(root, args.port, args.host)
+    print(f"MLflow UI for {root / 'mlflow.db'}: {url}  (server pid {proc.pid}, process group {proc.pid}; Ctrl-C stops it)",
+          flush=True)
+
+    def _term(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, _term)
+    try:
+        if wait_healthy(url, proc):
+            print(f"ready: {url}", flush=True)
+        elif proc.poll() is not None:
+            print(f"harness ui: mlflow server exited with code {proc.returncode} "
+                  f"(port {args.port} in use?)", file=sys.stderr)
+            return proc.returncode or 1
+        proc.wait()
+        return proc.returncode or 0
+    except KeyboardInterrupt:
+        print("stopping MLflow UI", flush=True)
+        return 0
+    finally:
+        stop_group(proc)
+        signal.signal(signal.SIGTERM, old)
+
+
+def register(subparsers) -> None:
+    doc = tracking_sync.__doc__.split("\n\n")
+    p = subparsers.add_parser(
+        "sync", help="replay run directories into MLflow or wandb (idempotent)",
+        description=doc[1] + "\n\n" + doc[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results_dir", help="results root, a sweep directory or a run directory")
+    p.add_argument("--to", choices=["mlflow", "wandb"], required=True, help="tracker to fill in")
+    p.add_argument("--uri", default=None,
+                   help="MLflow tracking URI (default: each run's tracking.mlflow_uri, else "
+                        "$MLFLOW_TRACKING_URI, else sqlite:///<results root>/mlflow.db)")
+    p.add_argument("--project", default=None, help="wandb project (default: the run's tracking.wandb_project)")
+    p.add_argument("--mode", default=None, choices=["offline", "online"],
+                   help="wandb mode (default: the run's tracking.wandb_mode, else $WANDB_MODE, else offline)")
+    p.set_defaults(func=cmd_sync)
+
+    u = subparsers.add_parser(
+        "ui", help="serve the MLflow UI for a results directory on 127.0.0.1",
+        description="Start `mlflow server` on the SQLite store RESULTS_DIR/mlflow.db (its own process "
+                    "group; Ctrl-C stops all of it). Runs logged with tracking.mlflow=true or replayed "
+                    "with `harness sync --to mlflow` appear under one experiment per sweep.")
+    u.add_argument("results_dir", nargs="?", default="results", help="results root (default: results)")
+    u.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+    u.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1; other hosts need "
+                                                        "mlflow's --allowed-hosts, not set here)")
+    u.set_defaults(func=cmd_ui)

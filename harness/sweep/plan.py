@@ -1,0 +1,245 @@
+"""Expanding a sweep file into planned runs (validated configs, run ids, on-disk state), and printing the plan.
+
+:func:`load_sweep` reads a sweep file and :func:`expand_sweep` turns its sections (checked by
+:mod:`harness.sweep.spec`) into one :class:`PlannedRun` per grid cell, layered as the sweep
+file's documentation says: ``base`` < ``config`` < ``algorithms[<its algorithm>]`` < the grid
+cell < ``budget`` < ``--set``, then the sweep's ``name`` and ``output_dir``. Run ids are
+:func:`harness.rundir.ids.run_id` (``<algorithm>-s<seed>-<hash8>``); two cells that expand to
+the same config are an error. :func:`format_plan` is the table ``harness sweep`` prints before
+it launches anything (and all that ``--dry-run`` prints).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from harness.config.base import ConfigError, deep_merge, flatten, set_dotted, to_dict
+from harness.config.schema import Config, algorithm_name, config_from_dict, parse_overrides
+from harness.report.format import table
+from harness.rundir.ids import NOT_HASHED, run_id
+from harness.rundir.layout import SUMMARY, read_json
+from harness.sweep.launchers import LaunchOptions
+from harness.sweep.spec import (SweepError, algorithms_section, apply_overrides, base_config, budget_section,
+                                check_algorithm, check_key, check_top_level, fmt_value, grid_section,
+                                launcher_section, read_sweep_file, report_section, valid_algorithms)
+
+__all__ = ["PlannedRun", "Sweep", "load_sweep", "expand_sweep", "format_plan", "per_step", "cell_label",
+           "format_table"]
+
+
+@dataclass
+class PlannedRun:
+    run_id: str
+    config: Config
+    cell: dict
+    """The grid values of this run (dotted key -> value)."""
+    run_dir: Path
+    state: str = "new"
+    """On-disk state when planned: new | finished | failed | interrupted | running."""
+
+    @property
+    def config_dict(self) -> dict:
+        return to_dict(self.config)
+
+
+@dataclass
+class Sweep:
+    name: str
+    source: str
+    description: str
+    runs: list[PlannedRun]
+    budget: dict
+    launcher: LaunchOptions
+    output_dir: Path
+    varying: list[str]
+    report_columns: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def sweep_dir(self) -> Path:
+        return self.output_dir / self.name
+
+
+@dataclass
+class _Layers:
+    """Everything a run's config is made of except its grid cell."""
+    data: dict
+    """``base`` with ``config`` on top."""
+    per_algo: dict
+    budget: dict
+    cli: list
+    """Parsed ``--set`` overrides, (dotted key, value) pairs."""
+    name: str
+    out_root: Path
+    src: str
+    algos: Optional[list[str]]
+    """Valid algorithm names (None: not checked)."""
+
+
+# --------------------------------------------------------------------------- expanding
+
+
+def load_sweep(path: str | os.PathLike, *, output_dir: str | None = None, overrides: list[str] | None = None,
+               check_algorithms: bool = True) -> Sweep:
+    """Read, validate and expand a sweep file (nothing runs)."""
+    p = Path(path)
+    spec = read_sweep_file(p)
+    return expand_sweep(spec, base_dir=p.parent, source=str(p), output_dir=output_dir, overrides=overrides,
+                        check_algorithms=check_algorithms)
+
+
+def expand_sweep(spec: dict, *, base_dir: str | os.PathLike = ".", source: str = "<sweep>",
+                 output_dir: str | None = None, overrides: list[str] | None = None,
+                 check_algorithms: bool = True) -> Sweep:
+    """Validate a parsed sweep mapping and expand it into validated runs."""
+    src, base_dir = source, Path(base_dir)
+    name = check_top_level(spec, src)
+    algos = valid_algorithms() if check_algorithms else None
+    data = base_config(spec, src, base_dir)
+    if "algorithm" in data:
+        check_algorithm(data["algorithm"], f"{src}: config.algorithm", algos)
+    grid = grid_section(spec.get("grid"), src, algos)
+    per_algo = algorithms_section(spec.get("algorithms"), src, grid, algos)
+    budget = budget_section(spec.get("budget"), src)
+    launcher = launcher_section(spec.get("launcher"), src, base_dir)
+    columns = report_section(spec.get("report"), src)
+    # output directory: CLI > sweep file > config > default
+    od = output_dir or spec.get("output_dir") or data.get("output_dir") or Config().output_dir
+    cli = parse_overrides(overrides)
+    for k, _ in cli:
+        check_key(k, "--set")
+    layers = _Layers(data, per_algo, budget, cli, name, Path(od).expanduser().resolve(), src, algos)
+    runs, used_algos = _expand_grid(grid, layers)
+    warnings = [f"algorithms.{a} is given but no run uses algorithm {a!r}" for a in per_algo if a not in used_algos]
+    eff_budget = dict(to_dict(runs[0].config.budget)) if runs else budget
+    return Sweep(name=name, source=src, description=str(spec.get("description") or ""), runs=runs,
+                 budget=eff_budget, launcher=launcher, output_dir=layers.out_root,
+                 varying=_varying(runs, [str(k) for k in grid]), report_columns=columns, warnings=warnings)
+
+
+def _expand_grid(grid: dict, layers: _Layers) -> tuple[list[PlannedRun], set]:
+    """One validated run per cell of the grid's cartesian product; also the algorithms used."""
+    keys = [str(k) for k in grid]
+    runs: list[PlannedRun] = []
+    seen: dict[str, dict] = {}
+    used_algos = set()
+    for combo in itertools.product(*(grid[k] for k in grid)):
+        cell = dict(zip(keys, combo))
+        where = f"{layers.src}: run [{cell_label(cell)}]"
+        algo, d = _layer_run(layers, cell, where)
+        used_algos.add(algo)
+        try:
+            cfg = config_from_dict(d)
+        except ConfigError as e:
+            raise SweepError(f"{where}: {e}") from None
+        rid = run_id(cfg)
+        if rid in seen:
+            raise SweepError(f"{layers.src}: runs [{cell_label(seen[rid])}] and [{cell_label(cell)}] expand to the "
+                             f"same config (run id {rid}); remove the duplicate grid values")
+        seen[rid] = cell
+        rdir = layers.out_root / layers.name / rid
+        runs.append(PlannedRun(rid, cfg, cell, rdir, _disk_state(rdir)))
+    return runs, used_algos
+
+
+def _layer_run(layers: _Layers, cell: dict, where: str) -> tuple[str, dict]:
+    """The config mapping of one grid cell, and its algorithm's name."""
+    algo = algorithm_name(apply_overrides(layers.data, cell, where))
+    if "algorithm" not in layers.data and not any(k.startswith("algorithm") for k in cell):
+        check_algorithm(algo, f"{layers.src}: default algorithm", layers.algos)
+    d = apply_overrides(layers.data, layers.per_algo.get(algo) or {}, where)
+    d = apply_overrides(d, cell, where)
+    if layers.budget:
+        d = deep_merge(d, {"budget": layers.budget})
+    for k, v in layers.cli:
+        set_dotted(d, k, v)
+    d["name"] = layers.name
+    d["output_dir"] = str(layers.out_root)
+    return algo, d
+
+
+def _varying(runs: list[PlannedRun], grid_keys: list[str]) -> list[str]:
+    """Dotted config fields that differ between runs: the grid's first, in grid order, then the rest."""
+    flats = [flatten({k: v for k, v in r.config_dict.items() if k not in NOT_HASHED}) for r in runs]
+    varying = []
+    if flats:
+        for k in flats[0]:
+            if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flats}) > 1:
+                varying.append(k)
+    order = [k for g in grid_keys for k in varying
+             if (k == "algorithm.name" if g == "algorithm" else (k == g or k.startswith(g + ".")))]
+    order = list(dict.fromkeys(order))
+    return order + [k for k in varying if k not in order]
+
+
+def _disk_state(run_dir: Path) -> str:
+    s = read_json(run_dir / SUMMARY)
+    if not isinstance(s, dict):
+        return "new"
+    st = s.get("status")
+    return st if st in ("finished", "failed", "interrupted", "running") else "new"
+
+
+def cell_label(cell: dict) -> str:
+    """``algorithm=grpo, seed=0``: a grid cell as the plan and the messages name it."""
+    return ", ".join(f"{k}={fmt_value(v)}" for k, v in cell.items())
+
+
+# --------------------------------------------------------------------------- plan output
+
+
+def per_step(cfg: Config) -> str:
+    """Budget consumed by one training step, where it is known up front."""
+    unit = cfg.budget.unit
+    n = cfg.train.prompts_per_step * cfg.sampling.samples_per_prompt
+    if unit == "samples":
+        return f"{n}"
+    if unit == "tokens":
+        return f"<={n * cfg.sampling.max_new_tokens}"
+    if unit == "steps":
+        return "1"
+    return "-"
+
+
+def format_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """Left-aligned plain-text columns, two spaces apart."""
+    return table(headers, rows)
+
+
+_STATE_NOTE = {"new": "new", "finished": "finished (skip)", "failed": "failed (re-run)",
+               "interrupted": "interrupted (resume)", "running": "unfinished (resume)"}
+
+
+def format_plan(sw: Sweep, *, workers: Optional[int] = None) -> str:
+    """The plan: budget, launcher, one row per run (id, algorithm, seed, varying fields, state)."""
+    b = sw.budget
+    out = [f"sweep {sw.name}: {len(sw.runs)} run(s) from {sw.source} -> {sw.sweep_dir}/"]
+    if sw.description:
+        out.append(f"  {sw.description.strip()}")
+    ep = b.get("eval_points")
+    every = b["amount"] / ep if ep else None
+    out.append(f"budget: {fmt_value(b['amount'])} {b['unit']} per run; evaluated before training and at {ep} "
+               f"point(s) (every {fmt_value(every)} {b['unit']})")
+    ls = sw.launcher
+    where = f" at {ls.address}" if ls.type == "ray" and ls.address else ""
+    w = workers if workers is not None else (ls.workers or "auto")
+    extra = f", {ls.procs} procs/run" if ls.procs > 1 else ""
+    extra += f", ZeRO-{ls.zero_stage}" if ls.zero_stage else ""
+    out.append(f"launcher: {ls.type}{where}, workers {w}, {ls.cpus} cpu/run, gpus/run {ls.gpus}{extra}")
+    cols = [k for k in sw.varying if k != "seed" and k != "algorithm.name"]
+    headers = ["run id", "algorithm", "seed"] + cols + [f"{b['unit']}/step", "status"]
+    rows = []
+    for r in sw.runs:
+        flat = flatten(r.config_dict)
+        rows.append([r.run_id, r.config.algorithm.name, str(r.config.seed)] + [fmt_value(flat.get(c)) for c in cols]
+                    + [per_step(r.config), _STATE_NOTE.get(r.state, r.state)])
+    out.append(format_table(headers, rows))
+    todo = sum(r.state != "finished" for r in sw.runs)
+    out.append(f"{todo} to run, {len(sw.runs) - todo} already finished")
+    for wmsg in sw.warnings:
+        out.append(f"warning: {wmsg}")
+    return "\n".join(out)
