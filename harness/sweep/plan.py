@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from harness.config.base import ConfigError, deep_merge, flatten, set_dotted, to_dict
 from harness.config.schema import Config, algorithm_name, config_from_dict, parse_overrides
@@ -27,8 +27,7 @@ from harness.sweep.spec import (SweepError, algorithms_section, apply_overrides,
                                 check_algorithm, check_key, check_top_level, fmt_value, grid_section,
                                 launcher_section, read_sweep_file, report_section, valid_algorithms)
 
-__all__ = ["PlannedRun", "Sweep", "load_sweep", "expand_sweep", "format_plan", "per_step", "cell_label",
-           "format_table"]
+__all__ = ["PlannedRun", "Sweep", "load_sweep", "expand_sweep", "format_plan", "per_step", "cell_label"]
 
 
 @dataclass
@@ -205,11 +204,6 @@ def per_step(cfg: Config) -> str:
     return "-"
 
 
-def format_table(headers: list[str], rows: list[list[Any]]) -> str:
-    """Left-aligned plain-text columns, two spaces apart."""
-    return table(headers, rows)
-
-
 _STATE_NOTE = {"new": "new", "finished": "finished (skip)", "failed": "failed (re-run)",
                "interrupted": "interrupted (resume)", "running": "unfinished (resume)"}
 
@@ -237,7 +231,7 @@ def format_plan(sw: Sweep, *, workers: Optional[int] = None) -> str:
         flat = flatten(r.config_dict)
         rows.append([r.run_id, r.config.algorithm.name, str(r.config.seed)] + [fmt_value(flat.get(c)) for c in cols]
                     + [per_step(r.config), _STATE_NOTE.get(r.state, r.state)])
-    out.append(format_table(headers, rows))
+    out.append(table(headers, rows))
     todo = sum(r.state != "finished" for r in sw.runs)
     out.append(f"{todo} to run, {len(sw.runs) - todo} already finished")
     for wmsg in sw.warnings:

@@ -29,12 +29,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from harness.report.format import table
 from harness.rundir.budget import consumed_by_unit
 from harness.rundir.layout import METRICS, SUMMARY, read_json, read_jsonl, write_json_atomic
 from harness.rundir.lock import FileLock, LockBusy
 from harness.sweep.launchers import (LaunchOptions, LocalLauncher, RayLauncher, RunResult, RunSpec,
                                      callable_path)
-from harness.sweep.plan import PlannedRun, Sweep, cell_label, format_table
+from harness.sweep.plan import PlannedRun, Sweep, cell_label
 from harness.sweep.progress import Progress
 from harness.sweep.spec import SweepError, fmt_value
 
@@ -107,7 +108,7 @@ def format_results(sw: Sweep, results: dict) -> str:
             v = summary_value(s, c)
             vals.append("-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v)))
         rows.append([r.run_id, status, cons_s] + vals)
-    return format_table(headers, rows)
+    return table(headers, rows)
 
 
 # --------------------------------------------------------------------------- the sweep directory
