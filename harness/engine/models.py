@@ -9,10 +9,19 @@
   ``ModelConfig``.
 - ``load_policy(path_or_name, gguf_file=None)``: any local Hugging Face causal-LM
   directory, or a GGUF file through ``gguf_file=``. Nothing is fetched from a hub.
+  A GGUF file is de-quantised once into a normal Hugging Face folder
+  (:func:`gguf_to_hf_dir`, cached under :func:`model_cache_dir`, keyed by the file's
+  resolved path, size and mtime) and the model is loaded from there: transformers refuses
+  to ``save_pretrained`` a model loaded with ``gguf_file=`` ("quantized with gguf and is
+  not serializable"), so a run's ``final_model`` could not be written otherwise.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -64,24 +73,88 @@ def _dtype(name: str):
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-def load_policy(path: str, gguf_file: Optional[str] = None, dtype: str = "float32"):
-    """Load (model, tokenizer) from a local directory (or a GGUF file). Never downloads."""
+MODEL_CACHE_ENV = "GRPO_HARNESS_MODEL_CACHE"
+GGUF_SOURCE_FILE = "gguf_source.json"
+
+
+def model_cache_dir() -> Path:
+    """Where de-quantised GGUF models are kept: ``$GRPO_HARNESS_MODEL_CACHE``, else
+    ``$XDG_CACHE_HOME/grpo-harness/models`` (``~/.cache/grpo-harness/models``)."""
+    env = os.environ.get(MODEL_CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "grpo-harness" / "models"
+
+
+def gguf_cache_key(gguf_path: str | os.PathLike) -> str:
+    """Hash of the GGUF file's resolved path, size and modification time (a changed or
+    replaced file gets a new folder; the 100s of MB are not read to key them)."""
+    p = Path(gguf_path).resolve()
+    st = p.stat()
+    return hashlib.sha256(f"{p}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
+
+
+def gguf_to_hf_dir(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """A normal Hugging Face folder (float32 safetensors + tokenizer) holding the de-quantised
+    weights of ``gguf_path``; made on first use (written to a temporary folder and renamed,
+    so concurrent runs never see half a model), then reused."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = Path(gguf_path).resolve()
+    if not src.is_file():
+        raise FileNotFoundError(f"GGUF file not found: {src}")
+    root = Path(cache_dir).expanduser() if cache_dir is not None else model_cache_dir()
+    out = root / f"{src.stem}-{gguf_cache_key(src)}"
+    if (out / GGUF_SOURCE_FILE).is_file():
+        return out
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=root))
+    try:
+        kw = dict(gguf_file=src.name, local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(str(src.parent), **kw)
+        model = AutoModelForCausalLM.from_pretrained(str(src.parent), dtype=torch.float32, **kw)
+        model.config.quantization_config = None  # plain weights from here on
+        for attr in ("quantization_config", "hf_quantizer"):
+            if hasattr(model, attr):
+                setattr(model, attr, None)
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        st = src.stat()
+        (tmp / GGUF_SOURCE_FILE).write_text(json.dumps(
+            {"gguf": str(src), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "dtype": "float32"}, indent=1))
+        os.chmod(tmp, 0o755)
+        try:
+            os.rename(tmp, out)
+        except OSError:  # another process got there first
+            if not (out / GGUF_SOURCE_FILE).is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def load_policy(path: str, gguf_file: Optional[str] = None, dtype: str = "float32",
+                cache_dir: str | os.PathLike | None = None):
+    """Load (model, tokenizer) from a local directory (or a GGUF file, de-quantised once into
+    a cached Hugging Face folder: see :func:`gguf_to_hf_dir`). Never downloads."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     p = Path(path)
     if gguf_file is None and p.suffix == ".gguf":
         gguf_file, p = p.name, p.parent
     if not p.exists():
-        if _looks_like_hub_id(path):  # a hub name: only what the local HF cache already holds
+        if _looks_like_hub_id(path) and gguf_file is None:  # a hub name: only what the local HF cache holds
             p = Path(path)
         else:
             raise FileNotFoundError(f"model path not found: {path} (a local directory or .gguf file is expected; "
                                     f"nothing is downloaded at run time)")
-    if gguf_file is not None and not (p / gguf_file).exists():
-        raise FileNotFoundError(f"GGUF file not found: {p / gguf_file}")
+    if gguf_file is not None:
+        if not (p / gguf_file).exists():
+            raise FileNotFoundError(f"GGUF file not found: {p / gguf_file}")
+        p = gguf_to_hf_dir(p / gguf_file, cache_dir)
     kw = dict(local_files_only=True)
-    if gguf_file:
-        kw["gguf_file"] = gguf_file
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(p), **kw)
         model = AutoModelForCausalLM.from_pretrained(str(p), dtype=_dtype(dtype), **kw)
