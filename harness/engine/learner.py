@@ -416,6 +416,7 @@ class Learner:
 
     @staticmethod
     def _advantage_metrics(k: "_Kept", m: dict, raw: dict) -> None:
+        """Mean and mean absolute advantage over the kept tokens (and their local sums)."""
         nz = k.b.mask.bool()
         if k.n_kept:
             m["train/adv_mean"] = k.adv[nz].mean().item()
