@@ -1,4 +1,8 @@
-"""Sampler `hf`: G completions per prompt from an in-process transformers model.
+"""Samplers: G completions per prompt as :class:`Rollouts`, behind one interface
+(:func:`sample` / :func:`get_sampler`, backend named by ``sampling.backend``: ``hf``, ``paged``,
+``vllm``). The rest of this docstring is about ``hf``, the reference backend.
+
+Sampler `hf`: G completions per prompt from an in-process transformers model.
 
 Why not ``model.generate``: on a small model the per-token cost is dominated by
 generate's machinery (logits processors, stopping criteria, cache bookkeeping), and a
@@ -20,7 +24,8 @@ from typing import Optional
 
 import torch
 
-from harness.engine import fastlm
+from harness.engine import fastlm, paged, vllm_sampler
+from harness.engine.learner import make_batch, token_logprobs
 
 
 @dataclass
@@ -204,13 +209,38 @@ def _pad_cat(tensors: list[torch.Tensor], value, left: bool) -> torch.Tensor:
     return torch.cat(out, 0)
 
 
-@torch.no_grad()
-def sample(model, tokenizer, prompts: list[str], n: int = 1, max_new_tokens: int = 32, temperature: float = 1.0,
-           top_p: float = 1.0, greedy: bool = False, seed: int = 0, batch_size: Optional[int] = None,
-           offsets: bool = True) -> Rollouts:
-    """Sample ``n`` completions for every prompt (prompt-major order: index i*n + j).
+BACKENDS = ("hf", "paged", "vllm")
+"""Sampler backends (``sampling.backend``): ``hf`` (:func:`sample_hf`, the reference), ``paged``
+(transformers' continuous batching, :mod:`harness.engine.paged`), ``vllm`` (optional,
+:mod:`harness.engine.vllm_sampler`; only where vllm imports)."""
 
-    ``batch_size`` bounds the number of sequences decoded at once (default: all)."""
+
+def _rollouts(tokenizer, prompts: list[str], n: int, p_ids, p_mask, c_ids, c_mask, lps, finished: list[bool],
+              offsets: bool) -> Rollouts:
+    """Decode the completions (up to, not including, EOS) and build the :class:`Rollouts`."""
+    lengths = c_mask.sum(1).tolist()
+    ids_list = c_ids.tolist()
+    texts, offs = [], []
+    pieces: dict = {}
+    eos = tokenizer.eos_token_id
+    for row, L in zip(ids_list, lengths):
+        ids = [i for i in row[:L] if i != eos]
+        texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+        offs.append(token_end_offsets(tokenizer, ids, pieces) if offsets else [])
+    return Rollouts(prompts=[p for p in prompts for _ in range(n)], completions=texts, finished=finished,
+                    prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
+                    logprobs=lps, n=n, token_offsets=offs)
+
+
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+@torch.no_grad()
+def sample_hf(model, tokenizer, prompts: list[str], n: int = 1, max_new_tokens: int = 32, temperature: float = 1.0,
+              top_p: float = 1.0, greedy: bool = False, seed: int = 0, batch_size: Optional[int] = None,
+              offsets: bool = True) -> Rollouts:
+    """Backend ``hf``: the in-process KV-cached decoding loop of this module (see its docstring)."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     was_training = model.training
@@ -226,22 +256,102 @@ def sample(model, tokenizer, prompts: list[str], n: int = 1, max_new_tokens: int
                                        top_p, greedy, gen, device))
     finally:
         model.train(was_training)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = _pad_id(tokenizer)
     p_ids = _pad_cat([p[0] for p in parts], pad, left=True)
     p_mask = _pad_cat([p[1] for p in parts], 0, left=True)
     c_ids = _pad_cat([p[2] for p in parts], pad, left=False)
     c_mask = _pad_cat([p[3] for p in parts], 0, left=False)
     lps = _pad_cat([p[4] for p in parts], 0.0, left=False)
     finished = torch.cat([p[5] for p in parts]).tolist()
-    lengths = c_mask.sum(1).tolist()
-    ids_list = c_ids.tolist()
-    texts, offs = [], []
-    pieces: dict = {}
-    eos = tokenizer.eos_token_id
-    for row, L in zip(ids_list, lengths):
-        ids = [i for i in row[:L] if i != eos]
-        texts.append(tokenizer.decode(ids, skip_special_tokens=True))
-        offs.append(token_end_offsets(tokenizer, ids, pieces) if offsets else [])
-    return Rollouts(prompts=[p for p in prompts for _ in range(n)], completions=texts, finished=finished,
-                    prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
-                    logprobs=lps, n=n, token_offsets=offs)
+    return _rollouts(tokenizer, prompts, n, p_ids, p_mask, c_ids, c_mask, lps, finished, offsets)
+
+
+def _sample_from_lists(generate, model, tokenizer, prompts: list[str], n: int, max_new_tokens: int,
+                       temperature: float, top_p: float, greedy: bool, seed: int, offsets: bool) -> Rollouts:
+    """Rollouts from an engine that returns per-sequence token lists (and log-probs):
+    ``generate(model, tokenizer, prompt_rows, n, max_new_tokens, temperature, top_p, greedy, seed,
+    want_logprobs) -> (token lists, log-prob lists or None)``, prompt-major. Log-probs: the
+    engine's at top_p = 1 (log softmax of logits / T); with top_p < 1 one scoring forward
+    (:func:`harness.engine.learner.token_logprobs` at T), since an engine's are those of the
+    renormalised nucleus while this harness's convention is logits / T before the cut."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if tokenizer.padding_side != "left":
+        raise ValueError("the tokenizer must pad on the left (load_policy sets this)")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=True)
+    p_ids, p_mask = enc["input_ids"], enc["attention_mask"]
+    rows = [ids[m.bool()].tolist() for ids, m in zip(p_ids, p_mask)]
+    score_forward = top_p < 1.0 and not greedy
+    try:
+        toks, lps_list = generate(model, tokenizer, rows, n, max_new_tokens, temperature, top_p, greedy, seed,
+                                  not score_forward)
+    finally:
+        model.train(was_training)
+    B, T = len(toks), max(1, max(len(t) for t in toks))
+    pad, eos = _pad_id(tokenizer), tokenizer.eos_token_id
+    c_ids = torch.full((B, T), pad, dtype=torch.long)
+    lps = torch.zeros((B, T), dtype=torch.float32)
+    c_mask = torch.zeros((B, T), dtype=torch.long)
+    finished = []
+    for i, t in enumerate(toks):
+        L = next((k + 1 for k, tok in enumerate(t) if tok == eos), len(t))  # up to and including EOS
+        c_ids[i, :L] = torch.tensor(t[:L], dtype=torch.long)
+        c_mask[i, :L] = 1
+        if lps_list is not None:
+            lps[i, :L] = torch.tensor(lps_list[i][:L], dtype=torch.float32)
+        finished.append(L > 0 and t[L - 1] == eos)
+    p_ids, p_mask = p_ids.repeat_interleave(n, 0).to(device), p_mask.repeat_interleave(n, 0).to(device)
+    c_ids, c_mask, lps = c_ids.to(device), c_mask.to(device), lps.to(device)
+    ro = _rollouts(tokenizer, prompts, n, p_ids, p_mask, c_ids, c_mask, lps, finished, offsets)
+    if score_forward:
+        ro.logprobs = (token_logprobs(model, make_batch(ro, device), temperature) * c_mask).float()
+    return ro
+
+
+@torch.no_grad()
+def sample_paged(model, tokenizer, prompts: list[str], n: int = 1, max_new_tokens: int = 32,
+                 temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, seed: int = 0,
+                 batch_size: Optional[int] = None, offsets: bool = True) -> Rollouts:
+    """Backend ``paged``: transformers' continuous batching (:mod:`harness.engine.paged`).
+    ``batch_size`` is ignored (the manager schedules every sequence within its paged cache)."""
+    return _sample_from_lists(paged.generate, model, tokenizer, prompts, n, max_new_tokens, temperature, top_p,
+                              greedy, seed, offsets)
+
+
+@torch.no_grad()
+def sample_vllm(model, tokenizer, prompts: list[str], n: int = 1, max_new_tokens: int = 32,
+                temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False, seed: int = 0,
+                batch_size: Optional[int] = None, offsets: bool = True) -> Rollouts:
+    """Backend ``vllm`` (optional, unverified): :mod:`harness.engine.vllm_sampler`."""
+    return _sample_from_lists(vllm_sampler.generate, model, tokenizer, prompts, n, max_new_tokens, temperature,
+                              top_p, greedy, seed, offsets)
+
+
+_SAMPLERS = {"hf": sample_hf, "paged": sample_paged}
+if vllm_sampler.available():
+    _SAMPLERS["vllm"] = sample_vllm
+
+
+def get_sampler(backend: str = "hf"):
+    """The sampling function of ``backend`` (same signature and :class:`Rollouts` as :func:`sample`)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown sampler backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend not in _SAMPLERS:
+        raise RuntimeError(f"sampler backend {backend!r} is not available here: {vllm_sampler.unavailable_reason()}")
+    return _SAMPLERS[backend]
+
+
+@torch.no_grad()
+def sample(model, tokenizer, prompts: list[str], n: int = 1, max_new_tokens: int = 32, temperature: float = 1.0,
+           top_p: float = 1.0, greedy: bool = False, seed: int = 0, batch_size: Optional[int] = None,
+           offsets: bool = True, backend: str = "hf") -> Rollouts:
+    """Sample ``n`` completions for every prompt (prompt-major order: index i*n + j) with the
+    sampler ``backend`` (:data:`BACKENDS`; default the reference ``hf``).
+
+    ``batch_size`` bounds the number of sequences decoded at once (default: all; ``hf`` only)."""
+    return get_sampler(backend)(model, tokenizer, prompts, n=n, max_new_tokens=max_new_tokens,
+                                temperature=temperature, top_p=top_p, greedy=greedy, seed=seed,
+                                batch_size=batch_size, offsets=offsets)
