@@ -2,6 +2,7 @@
 
     python bench/import_graph.py            # summary
     python bench/import_graph.py --edges    # every module-level edge too
+    python bench/import_graph.py --map      # the module map (first docstring line of each module)
 
 Reads the source with ``ast`` (nothing is imported). Layers, lowest first: ``algorithms`` <-
 ``evals`` <- ``harness``; an import from a lower layer into a higher one is a violation. A cycle is
@@ -79,6 +80,27 @@ def imports(path: Path, mod: str, known: dict) -> tuple[set[str], list[tuple[int
     return top, local
 
 
+def first_line(path: Path) -> str:
+    """The first line of a module's docstring ('' when it has none)."""
+    doc = ast.get_docstring(ast.parse(path.read_text(), str(path))) or ""
+    return doc.strip().split("\n")[0].strip()
+
+
+def module_map(known: dict) -> str:
+    """Markdown: one section per package, one line per module with its first docstring line."""
+    out, section = [], None
+    for mod in sorted(known, key=lambda m: (LAYER[m.split(".")[0]], m)):
+        pkg = ".".join(mod.split(".")[:2]) if mod.count(".") >= 2 or known[mod].name == "__init__.py" else mod.split(".")[0]
+        if pkg != section:
+            section = pkg
+            out.append(f"\n**`{pkg.replace('.', '/')}/`**\n")
+        if known[mod].name == "__init__.py" and mod == pkg:
+            out.append(f"{first_line(known[mod])}\n")
+            continue
+        out.append(f"- `{known[mod].relative_to(ROOT)}`: {first_line(known[mod])}")
+    return "\n".join(out).strip() + "\n"
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan)."""
     index, low, stack, on, out = {}, {}, [], set(), []
@@ -116,8 +138,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--edges", action="store_true", help="print every module-level edge")
+    ap.add_argument("--map", action="store_true", help="print the module map as Markdown and exit")
     args = ap.parse_args(argv)
     known = modules()
+    if args.map:
+        print(module_map(known))
+        return 0
     graph, local_imports, violations = {}, [], []
     for mod, path in known.items():
         top, local = imports(path, mod, known)
