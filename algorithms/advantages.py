@@ -3,8 +3,11 @@ per-token advantages ``[B, T]`` (zero on padding), so the trainer never branches
 
 Conventions (stated, and tested):
 - Groups are consecutive: sequence ``i`` belongs to group ``i // n``.
-- GRPO's std is the *population* std (ddof = 0) of the group, plus ``std_eps``; a group
+- GRPO's std is the *population* std (ddof = 0) of the group by default, or the *sample* std
+  (ddof = 1, ``group_std="sample"``: larger by sqrt(G / (G - 1))), plus ``std_eps``; a group
   whose rewards are all equal gets advantage 0 (its numerator is 0), never NaN.
+- :func:`masked_whiten` is the batch whitening of advantages (PPO's default,
+  ``ResolvedAlgorithm.whiten_advantages``), applied by the learner after the estimator.
 """
 from __future__ import annotations
 
@@ -33,12 +36,44 @@ class AdvantageInput:
     token_rewards: Optional[torch.Tensor] = None
     """[B, T] per-token reward added to the outcome (e.g. -beta * KL when placed in the reward)."""
     std_eps: float = 1e-4
+    group_std: str = "population"
+    """Std of the group normalisation (grpo, grpo_ps): population (ddof 0) or sample (ddof 1)."""
     gamma: float = 1.0
     lam: float = 0.95
 
 
 def _broadcast(per_seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return per_seq[:, None] * mask
+
+
+GROUP_STDS = ("population", "sample")
+
+
+def group_std_of(x: torch.Tensor, kind: str, dim=None, keepdim: bool = False) -> torch.Tensor:
+    """Population (ddof 0) or sample (ddof 1) standard deviation; the sample std of a single
+    value is 0 (no spread seen), not NaN."""
+    if kind not in GROUP_STDS:
+        raise ValueError(f"unknown group std '{kind}'; valid: {', '.join(GROUP_STDS)}")
+    n = x.numel() if dim is None else x.shape[dim]
+    if kind == "sample" and n < 2:
+        return torch.zeros_like(x.mean() if dim is None else x.mean(dim, keepdim=keepdim))
+    corr = 1 if kind == "sample" else 0
+    return x.std(correction=corr) if dim is None else x.std(dim, correction=corr, keepdim=keepdim)
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Batch whitening over the masked entries, as verl's ``masked_whiten`` and TRL's ``whiten``:
+    ``(x - mean) / sqrt(var + eps)`` with the masked mean and the *unbiased* masked variance
+    (sum of squares / (n - 1)); zero where ``mask`` is 0. Fewer than 2 masked entries: centred only."""
+    mask = mask.to(x.dtype)
+    n = mask.sum()
+    if n < 1:
+        return x * mask
+    mean = (x * mask).sum() / n
+    if n < 2:
+        return (x - mean) * mask
+    var = (((x - mean) ** 2) * mask).sum() / (n - 1)
+    return (x - mean) * torch.rsqrt(var + eps) * mask
 
 
 def group_view(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -49,10 +84,11 @@ def group_view(x: torch.Tensor, n: int) -> torch.Tensor:
 
 @ADVANTAGES.register("grpo")
 def grpo_outcome(inp: AdvantageInput) -> torch.Tensor:
-    """DeepSeekMath eq. (outcome supervision): A_i = (r_i - mean(r)) / (std(r) + eps) on every token."""
+    """DeepSeekMath eq. (outcome supervision): A_i = (r_i - mean(r)) / (std(r) + eps) on every token
+    (std: ``inp.group_std``, population by default)."""
     r = group_view(inp.rewards.float(), inp.n)
     mean = r.mean(1, keepdim=True)
-    std = r.std(1, unbiased=False, keepdim=True)
+    std = group_std_of(r, inp.group_std, 1, keepdim=True)
     # all-equal group: zero advantage whatever std_eps is (0/0 would be NaN)
     adv = torch.where(std > 0, (r - mean) / (std + inp.std_eps), torch.zeros_like(r))
     return _broadcast(adv.reshape(-1), inp.mask.float())
@@ -81,7 +117,8 @@ def rloo(inp: AdvantageInput) -> torch.Tensor:
 @ADVANTAGES.register("grpo_ps")
 def grpo_process(inp: AdvantageInput) -> torch.Tensor:
     """DeepSeekMath §4.1.3 (process supervision): normalise every step reward with the mean
-    and (population) std over all steps of all outputs in the group; a token's advantage
+    and std (population, or sample with ``group_std="sample"``) over all steps of all outputs in
+    the group; a token's advantage
     is the sum of the normalised rewards of the steps that end at or after it."""
     B, T = inp.mask.shape
     if len(inp.step_rewards) != B:
@@ -92,7 +129,7 @@ def grpo_process(inp: AdvantageInput) -> torch.Tensor:
         allr = torch.tensor([r for i in seqs for r, _ in inp.step_rewards[i]], dtype=torch.float32)
         if allr.numel() == 0:
             continue
-        mean, std = allr.mean(), allr.std(unbiased=False)
+        mean, std = allr.mean(), group_std_of(allr, inp.group_std)
         if std == 0:  # every step of every output scored the same: no signal, zero advantage
             continue
         for i in seqs:

@@ -1,4 +1,10 @@
-"""Sample filters: which rollouts take part in the update. Each returns a bool keep-mask [B]."""
+"""Sample filters: which rollouts take part in the update. Each returns a bool keep-mask [B].
+
+A filter only decides which rows are *run*: a dropped row is a row whose gradient coefficient
+is 0, and the losses are still normalised by the counts of the whole sampled batch (every
+output drawn, kept or not; see ``harness.engine.learner``). So a filter saves the forward and
+backward passes of rows that contribute nothing, and never changes the weight of the others.
+"""
 from __future__ import annotations
 
 import torch
@@ -13,10 +19,20 @@ def keep_all(rewards: torch.Tensor, completions: list[str], n: int) -> torch.Ten
     return torch.ones(len(completions), dtype=torch.bool)
 
 
-@FILTERS.register("correct_only")
-def correct_only(rewards: torch.Tensor, completions: list[str], n: int) -> torch.Tensor:
-    """Online RFT (DeepSeekMath §5.2.1 / Yuan et al., 2023): keep correct completions, each
-    distinct text once per group; a group with no correct completion contributes nothing."""
+@FILTERS.register("correct", "correct_only")
+def correct(rewards: torch.Tensor, completions: list[str], n: int) -> torch.Tensor:
+    """Online RFT as DeepSeekMath §5.2.1 defines it: gradient coefficient I(o) = 1 on every
+    correct sampled output (reward > 0), duplicates included, 0 on the others. With the loss
+    normalised by the number of sampled outputs, a prompt weighs by how many of its samples
+    were correct."""
+    return torch.as_tensor(rewards).reshape(-1)[: len(completions)] > 0
+
+
+@FILTERS.register("correct_dedup")
+def correct_dedup(rewards: torch.Tensor, completions: list[str], n: int) -> torch.Tensor:
+    """RFT with de-duplication (Yuan et al., 2023's distinct reasoning paths): the first copy of
+    each distinct correct text of a group (groups of ``n`` consecutive rows) is kept; its
+    duplicates and the incorrect outputs get coefficient 0. A variant: not DeepSeekMath's rule."""
     keep = torch.zeros(len(completions), dtype=torch.bool)
     for g in range(0, len(completions), n):
         seen: set[str] = set()

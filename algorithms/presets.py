@@ -14,7 +14,11 @@ from algorithms.losses import AGGREGATIONS, KL_ESTIMATORS, KL_PLACEMENTS, POLICY
 from algorithms.registry import UnknownComponentError
 
 _GRPO = dict(advantage="grpo", policy_loss="ppo_clip", aggregation="seq-mean-token-mean", reward="outcome",
-             filter="none", kl_coef=0.04, kl_estimator="k3", kl_placement="loss", critic=False)
+             filter="none", kl_coef=0.04, kl_estimator="k3", kl_placement="loss", whiten_advantages=False,
+             critic=False)
+_RFT = dict(advantage="ones", policy_loss="sft_nll", aggregation="seq-mean-token-mean", reward="outcome",
+            filter="correct", kl_coef=0.0, kl_estimator="k3", kl_placement="none", whiten_advantages=False,
+            critic=False)
 
 ALGORITHMS: dict[str, dict] = {
     # GRPO with outcome supervision (DeepSeekMath §4.1.2)
@@ -27,19 +31,23 @@ ALGORITHMS: dict[str, dict] = {
     "rloo": dict(_GRPO, advantage="rloo"),
     # GRPO with token-mean aggregation (DAPO-style)
     "grpo_token_mean": dict(_GRPO, aggregation="token-mean"),
-    # PPO with a learned critic (§4.1.1): GAE, per-token k1 KL penalty in the reward
+    # PPO with a learned critic (§4.1.1): GAE, per-token k1 KL penalty in the reward, GAE advantages
+    # whitened over the batch (masked mean / unbiased std, as verl and TRL)
     "ppo": dict(advantage="gae", policy_loss="ppo_clip", aggregation="seq-mean-token-mean", reward="outcome",
-                filter="none", kl_coef=0.04, kl_estimator="k1", kl_placement="reward", critic=True),
-    # Online RFT (§5.2.1): SFT on the policy's own correct samples; no reference model
-    "rft": dict(advantage="ones", policy_loss="sft_nll", aggregation="seq-mean-token-mean", reward="outcome",
-                filter="correct_only", kl_coef=0.0, kl_estimator="k3", kl_placement="none", critic=False),
+                filter="none", kl_coef=0.04, kl_estimator="k1", kl_placement="reward", whiten_advantages=True,
+                critic=True),
+    # Online RFT (§5.2.1): SFT on every correct sample the policy drew (gradient coefficient I(o) = 1,
+    # duplicates included), normalised by the number of sampled outputs; no reference model
+    "rft": dict(_RFT),
+    # RFT variant: each distinct correct text of a group once (Yuan et al., 2023), same normaliser
+    "rft_dedup": dict(_RFT, filter="correct_dedup"),
 }
 
 REWARDS = ("outcome", "process")
 # estimators whose baseline comes from the other samples of the same prompt
 GROUP_ESTIMATORS = ("grpo", "grpo_ps", "dr_grpo", "rloo")
 COMPONENTS = ("advantage", "policy_loss", "aggregation", "reward", "filter", "kl_coef", "kl_estimator",
-              "kl_placement")
+              "kl_placement", "whiten_advantages")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +61,7 @@ class ResolvedAlgorithm:
     kl_coef: float
     kl_estimator: str
     kl_placement: str
+    whiten_advantages: bool
     critic: bool
 
     @property
@@ -64,7 +73,8 @@ def resolve(acfg) -> ResolvedAlgorithm:
     if acfg.name not in ALGORITHMS:
         raise UnknownComponentError(f"unknown algorithm '{acfg.name}'; valid: {', '.join(sorted(ALGORITHMS))}")
     preset = ALGORITHMS[acfg.name]
-    vals = {k: (getattr(acfg, k) if getattr(acfg, k) is not None else preset[k]) for k in COMPONENTS}
+    vals = {k: (getattr(acfg, k, None) if getattr(acfg, k, None) is not None else preset[k]) for k in COMPONENTS}
+    vals["whiten_advantages"] = bool(vals["whiten_advantages"])
     ADVANTAGES.get(vals["advantage"])
     POLICY_LOSSES.get(vals["policy_loss"])
     AGGREGATIONS.get(vals["aggregation"])

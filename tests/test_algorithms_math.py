@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from algorithms.advantages import ADVANTAGES, AdvantageInput, gae
+from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, masked_whiten
 from algorithms.filters import FILTERS
 from algorithms.losses import (AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, AggContext, clipped_value_loss,
                                kl_k1, kl_k2, kl_k3, ppo_clip)
@@ -142,15 +142,70 @@ def test_clipped_value_loss_cases():
     assert clipped_value_loss(v2, torch.tensor([0.2]), torch.tensor([0.0]), 0.2).item() == pytest.approx(0.125)
 
 
-def test_rft_filter_dedupes_and_drops_all_wrong_groups():
-    keep = FILTERS.get("correct_only")(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]),
-                                       ["a", "a", "b", "c", "x", "y", "x", "z"], 4)
-    assert keep.tolist() == [True, False, False, True, False, False, False, False]
+def test_rft_filters_all_correct_or_deduplicated():
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    texts = ["a", "a", "b", "c", "x", "y", "x", "z"]
+    # DeepSeekMath §5.2.1: every correct output, duplicates included (I(o) = 1)
+    assert FILTERS.get("correct")(rewards, texts, 4).tolist() == [True, True, False, True, False, False, False, False]
+    assert FILTERS.get("correct_only") is FILTERS.get("correct")
+    # the variant: each distinct correct text of a group once ("a" twice in group 0 -> once)
+    assert FILTERS.get("correct_dedup")(rewards, texts, 4).tolist() == [True, False, False, True, False, False, False,
+                                                                         False]
+    # the same text in two groups is kept in both
+    assert FILTERS.get("correct_dedup")(torch.ones(4), ["a", "a", "a", "b"], 2).tolist() == [True, False, True, True]
     assert FILTERS.get("none")(torch.zeros(3), ["a", "b", "c"], 3).all()
 
 
+def test_group_std_sample_is_population_times_sqrt_g_over_g_minus_1():
+    # G = 8, rewards 1,1,1,0,0,0,0,0: mean 3/8, sum of squared deviations 3*(5/8)^2 + 5*(3/8)^2 = 15/8
+    # population std sqrt(15/64) = 0.48412292, sample std sqrt(15/56) = 0.51754917 (ratio sqrt(8/7))
+    rewards = [1, 1, 1, 0, 0, 0, 0, 0]
+    pop = adv("grpo", rewards, n=8, std_eps=0.0)[:, 0]
+    smp = adv("grpo", rewards, n=8, std_eps=0.0, group_std="sample")[:, 0]
+    assert pop[0].item() == pytest.approx((5 / 8) / math.sqrt(15 / 64), abs=1e-6)
+    assert smp[0].item() == pytest.approx((5 / 8) / math.sqrt(15 / 56), abs=1e-6)
+    assert smp[0].item() == pytest.approx(1.2076147, abs=1e-6) and pop[0].item() == pytest.approx(1.2909944, abs=1e-6)
+    assert torch.allclose(pop / smp, torch.full((8,), math.sqrt(8 / 7)), atol=1e-6)
+    # the default is the population std
+    assert torch.equal(adv("grpo", rewards, n=8, std_eps=0.0), adv("grpo", rewards, n=8, std_eps=0.0,
+                                                                  group_std="population"))
+    # process supervision: steps [1, 0, 1, 1, 1] -> sample std sqrt(0.8 / 4) = sqrt(0.2)
+    mask = torch.ones(2, 3)
+    steps = [[(1.0, 0), (0.0, 2)], [(1.0, 0), (1.0, 1), (1.0, 2)]]
+    a = ADVANTAGES.get("grpo_ps")(AdvantageInput(rewards=torch.zeros(2), mask=mask, n=2, step_rewards=steps,
+                                                 std_eps=0.0, group_std="sample"))
+    s = math.sqrt(0.2)
+    assert a[0].tolist() == pytest.approx([(0.2 - 0.8) / s, -0.8 / s, -0.8 / s], abs=1e-5)
+    with pytest.raises(ValueError, match="population"):
+        adv("grpo", rewards, n=8, group_std="unbiased")
+
+
+def test_masked_whiten_by_hand():
+    # valid entries 1, 2, 3, 6 (the 100 is padding): mean 3, unbiased var (4 + 1 + 0 + 9) / 3 = 14/3
+    x = torch.tensor([[1.0, 2.0, 100.0], [3.0, 6.0, 100.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    w = masked_whiten(x, mask)
+    sd = math.sqrt(14 / 3 + 1e-8)
+    assert torch.allclose(w, torch.tensor([[-2 / sd, -1 / sd, 0.0], [0.0, 3 / sd, 0.0]]), atol=1e-6)
+    assert (w * mask).sum().item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_gae_whitened_for_ppo_by_hand():
+    # one sequence of 3 tokens, outcome 1 on the last, values 0, gamma = lambda = 1: A = 1, 1, 1;
+    # a second of 2 tokens (third is padding), outcome 0, values 0.5: deltas 0, -0.5 -> A = -0.5, -0.5
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    values = torch.tensor([[0.0, 0.0, 0.0], [0.5, 0.5, 0.0]])
+    a = ADVANTAGES.get("gae")(AdvantageInput(rewards=torch.tensor([1.0, 0.0]), mask=mask, n=1, values=values,
+                                             gamma=1.0, lam=1.0))
+    assert torch.allclose(a, torch.tensor([[1.0, 1.0, 1.0], [-0.5, -0.5, 0.0]]), atol=1e-6)
+    # mean (3 - 1) / 5 = 0.4; unbiased var (3 * 0.36 + 2 * 0.81) / 4 = 0.675
+    w = masked_whiten(a, mask)
+    sd = math.sqrt(0.675 + 1e-8)
+    assert torch.allclose(w, torch.tensor([[0.6 / sd] * 3, [-0.9 / sd, -0.9 / sd, 0.0]]), atol=1e-6)
+
+
 @pytest.mark.parametrize("reg,bad", [(ADVANTAGES, "gea"), (POLICY_LOSSES, "ppo-clip"), (KL_ESTIMATORS, "k4"),
-                                     (AGGREGATIONS, "mean"), (FILTERS, "correct")])
+                                     (AGGREGATIONS, "mean"), (FILTERS, "corect")])
 def test_unknown_component_lists_valid_names(reg, bad):
     with pytest.raises(UnknownComponentError) as e:
         reg.get(bad)

@@ -1,7 +1,9 @@
 """The learner: one train step shared by every algorithm.
 
 Rollouts -> (filter) -> reference / critic / old log-probs (only what the algorithm
-needs) -> advantages -> mu passes of micro-batched clipped-surrogate (or SFT) updates.
+needs) -> advantages (whitened over the batch where the algorithm says so) -> mu passes, each
+of ``train.mini_batches`` optimizer steps on disjoint slices of the batch, of micro-batched
+clipped-surrogate (or SFT) updates.
 Nothing here branches on an algorithm's name: the resolved components decide. The maths of
 the update (policy loss, aggregation, KL in the loss or in the reward, value loss, ratio
 statistics) is ``algorithms.objective``'s; this module runs the models and micro-batches.
@@ -9,13 +11,20 @@ statistics) is ``algorithms.objective``'s; this module runs the models and micro
 Memory and time discipline:
 - logits are computed only for completion positions (``logits_to_keep``), never for the
   prompt, and never for the full vocabulary of positions that are not scored;
-- with mu = 1 and no KL in the reward, the old log-probs *are* the current ones: the
-  ratio is ``exp(logp - logp.detach())`` (value 1, gradient of logp) and no extra
-  forward runs;
-- where old log-probs are needed (KL in the reward, mu > 1), the in-process sampler's own
-  float32 log-probs stand in for them (same weights, same temperature: equal up to rounding);
-- PPO with mu = 1 trains the critic in the one pass that also yields the values for GAE;
+- with one optimizer step per batch (mu = 1, one mini-batch) and no KL in the reward, the old
+  log-probs *are* the current ones: the ratio is ``exp(logp - logp.detach())`` (value 1,
+  gradient of logp) and no extra forward runs;
+- where old log-probs are needed (KL in the reward, mu > 1, several mini-batches), the
+  in-process sampler's own float32 log-probs stand in for them (same weights, same temperature:
+  equal up to rounding); ratio and value clipping are against them and the critic's values
+  from before the first optimizer step of the batch;
+- PPO with one optimizer step trains the critic in the one pass that also yields the values for GAE;
 - the reference model only exists when a KL term is on; the critic only for PPO.
+
+Normalisation: a filter (online RFT) only decides which rows are run; a dropped row has
+gradient coefficient 0, and every loss is normalised by the counts (:class:`AggContext`) of the
+*sampled* rows of its mini-batch slice, kept or not. So RFT's loss is DeepSeekMath's
+``1/B sum_i I(o_i) 1/|o_i| sum_t -log pi`` and a prompt weighs by its number of correct samples.
 
 Several processes (``dist``: a :class:`harness.engine.distributed.Distributed` that is
 distributed): the policy and its optimizer, and PPO's critic and its optimizer, go
@@ -24,9 +33,9 @@ the optimizer step through ``dist.accumulate`` / ``dist.backward`` / ``dist.step
 clips and returns the gradient norm). Each rank learns from its own shard of the stage's
 groups (``valid`` marks the rows that are not padding) and normalises its loss with its
 *local* counts; gradients are then averaged over ranks. So the update is the global one
-for ``seq-mean-*`` aggregations when every rank keeps as many sequences (equal shards, no
-filter), and an approximation otherwise (``token-mean`` with ranks of different token
-counts, RFT's filter keeping different counts per rank): ranks weigh equally. Under ZeRO-3
+for ``seq-mean-*`` aggregations (equal shards; a filter does not change the normaliser), and an
+approximation otherwise (``token-mean`` with ranks of different token counts; advantage
+whitening, which uses each rank's own statistics): ranks weigh equally. Under ZeRO-3
 a forward pass is collective, so every rank runs the same number of micro-batches: a rank
 that kept fewer rows (even none) pads with zero-weight micro-batches (mask of zeros), and
 the "nothing kept" early return is taken only when no rank kept anything. Metrics are
@@ -44,7 +53,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, outcome_token_rewards
+from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, masked_whiten, outcome_token_rewards
 from algorithms.filters import FILTERS
 from algorithms.losses import AggContext
 from algorithms.objective import clip_stats, kl_reward_token_rewards, policy_objective, value_objective
@@ -111,12 +120,23 @@ class _Rows:
 
 
 @dataclass
-class _Kept(_Rows):
-    """This rank's kept rows (a zero-mask stand-in row where it kept none), with the counts the
-    losses normalise by and the micro-batch slices (``None``: a zero-weight padding one)."""
-    n_kept: int
+class _Mini:
+    """One optimizer step's share of the batch: the counts its losses normalise by (the sampled
+    rows of its slice, kept or not) and its micro-batch slices of the kept rows (``None``: a
+    zero-weight padding one)."""
     ctx: AggContext
     slices: list
+
+
+@dataclass
+class _Kept(_Rows):
+    """This rank's kept rows (a zero-mask stand-in row where it kept none), the number of kept
+    rows and tokens, the mini-batches that run (one optimizer step each) and the number of
+    slices the batch was cut into (``n_slices``, skipped ones included)."""
+    n_kept: int
+    kept_tokens: int
+    minis: list
+    n_slices: int
 
 
 def make_batch(rollouts, device) -> Batch:
@@ -250,8 +270,9 @@ class Learner:
         (they take part in the collective forward passes, never in the loss or metrics).
 
         Filter -> reference / old log-probs -> critic values (or the fused critic pass) ->
-        advantages and returns -> this rank's kept rows -> ``inner_epochs`` policy (and
-        critic) passes -> metrics."""
+        advantages (whitened where the algorithm says so) and returns -> this rank's kept rows and
+        mini-batches -> ``inner_epochs`` passes of one policy (and critic) optimizer step per
+        mini-batch -> metrics."""
         acfg = self.cfg.algorithm
         m: dict[str, float] = {}
         raw: dict[str, float] = {}  # local sums, combined over ranks at the end (several processes)
@@ -265,16 +286,19 @@ class Learner:
         inp = AdvantageInput(rewards=rewards.float().to(self.device), mask=b.mask, n=rollouts.n,
                              step_rewards=step_rewards, values=values,
                              token_rewards=self._kl_reward(old_logp, ref_logp, b, valid, m, raw),
-                             std_eps=acfg.std_eps, gamma=acfg.gae_gamma, lam=acfg.gae_lambda)
+                             std_eps=acfg.std_eps, group_std=acfg.group_std, gamma=acfg.gae_gamma,
+                             lam=acfg.gae_lambda)
         fused_value_loss = None
         if fused_critic:
             fused_value_loss, values = self._fused_critic_pass(b, inp, const_len, step)
             inp = replace(inp, values=values)
         adv = self.advantage(inp)
+        if self.algo.whiten_advantages:  # over this rank's kept tokens, before any mini-batching
+            adv = masked_whiten(adv, b.mask * keep.to(b.mask.device, b.mask.dtype)[:, None])
         returns = None
         if values is not None and not fused_critic:
             _, returns = gae(outcome_token_rewards(inp), values, b.mask, acfg.gae_gamma, acfg.gae_lambda)
-        k = self._select_kept(keep, _Rows(b, adv, ref_logp, old_logp, values, returns), const_len, raw)
+        k = self._select_kept(keep, valid, _Rows(b, adv, ref_logp, old_logp, values, returns), const_len, raw)
         if k is None:  # e.g. RFT with no correct completion: nothing to learn from
             m.update({"train/loss": 0.0, "train/skipped": 1.0})
             return self._combine(m, raw) if self.distributed else m
@@ -310,16 +334,21 @@ class Learner:
 
     def _old_logprobs(self, rollouts, b: Batch) -> Optional[torch.Tensor]:
         """The sampling policy's log-probs [B, T] where they differ from the current ones'
-        detached values at some point of the update (mu > 1) or feed the KL in the reward;
-        None otherwise (mu = 1: old = current, see ``algorithms.objective.policy_objective``).
+        detached values at some point of the update (mu > 1 or several mini-batches: more than one
+        optimizer step per batch) or feed the KL in the reward; None otherwise (one step: old =
+        current, see ``algorithms.objective.policy_objective``).
         The sampler's own where they stand in exactly (:meth:`_sampler_logprobs`), else a
         no-grad forward of the policy."""
-        needs_old = self.cfg.train.inner_epochs > 1 or self.algo.kl_placement == "reward"
+        needs_old = self._optimizer_steps_per_batch() > 1 or self.algo.kl_placement == "reward"
         with self.perf.phase("old_logprobs"):
             old_logp = self._sampler_logprobs(rollouts, b) if needs_old else None
             if needs_old and old_logp is None:
                 old_logp = self._forward_nograd(self.policy, b, self._logprobs)
             return old_logp
+
+    def _optimizer_steps_per_batch(self) -> int:
+        """Policy optimizer steps on one batch of rollouts: ``inner_epochs * mini_batches``."""
+        return self.cfg.train.inner_epochs * self.cfg.train.mini_batches
 
     def _sampler_logprobs(self, rollouts, b: Batch) -> Optional[torch.Tensor]:
         """The old log-probs (those of the policy that sampled) as the sampler recorded them, or
@@ -341,14 +370,14 @@ class Learner:
         return lp.to(self.device, torch.float32) * b.mask
 
     def _fuses_critic(self, keep: torch.Tensor) -> bool:
-        """Whether the critic trains in the pass that yields the values for GAE: mu = 1, one
-        process, every row kept. The critic's single training pass over the batch then computes,
+        """Whether the critic trains in the pass that yields the values for GAE: one optimizer step
+        per batch (mu = 1, one mini-batch), one process, every row kept. The critic's single training pass over the batch then computes,
         before its update, exactly the values the advantages need (GAE is per row), so that pass
         runs first and no separate value forward does (:meth:`_fused_critic_pass`).
 
         Test seam (no production switch): a test that compares with the unfused path replaces
         this method on its learner instance (``learner._fuses_critic = lambda keep: False``)."""
-        return (self.critic is not None and self.cfg.train.inner_epochs == 1 and not self.distributed
+        return (self.critic is not None and self._optimizer_steps_per_batch() == 1 and not self.distributed
                 and bool(keep.all()))
 
     def _critic_values(self, b: Batch) -> torch.Tensor:
@@ -385,34 +414,47 @@ class Learner:
                                        step)
         return loss, torch.cat(seen, 0)
 
-    def _select_kept(self, keep: torch.Tensor, rows: "_Rows", const_len: int, raw: dict) -> Optional["_Kept"]:
-        """This rank's kept rows and its micro-batches; None when no rank kept anything.
+    def _select_kept(self, keep: torch.Tensor, valid: Optional[torch.Tensor], rows: "_Rows", const_len: int,
+                     raw: dict) -> Optional["_Kept"]:
+        """This rank's kept rows and its mini-batches; None when no rank kept anything.
 
-        Several processes: every rank runs as many micro-batches as the rank with the most
-        (``None`` slices: zero-weight padding, see :meth:`_micro`), and a rank that kept nothing
-        learns from a zero-mask stand-in row."""
-        mbs = self.cfg.train.micro_batch_size
+        The batch's B rows are cut, in order, into ``min(train.mini_batches, B)`` slices of sizes
+        differing by at most one; each slice's losses are normalised by its sampled (valid) rows
+        and their tokens, kept or not; its kept rows run in micro-batches of ``micro_batch_size``.
+        A slice where no rank kept a row takes no optimizer step. Several processes: every rank
+        runs as many micro-batches per slice as the rank with the most (``None`` slices:
+        zero-weight padding, see :meth:`_micro`), and a rank that kept nothing learns from a
+        zero-mask stand-in row."""
+        mbs, B = self.cfg.train.micro_batch_size, keep.shape[0]
+        n_slices = max(1, min(self.cfg.train.mini_batches, B))
+        bounds = [j * B // n_slices for j in range(n_slices + 1)]
+        keep = keep.cpu()
+        counted = (valid.cpu() if valid is not None else torch.ones(B, dtype=torch.bool)).float()
+        tokens_per_row = rows.b.mask.sum(1).cpu() * counted
         idx = keep.nonzero().squeeze(-1).to(self.device)
         n_kept = int(idx.numel())
-        n_mb = -(-n_kept // mbs)
-        kept_any = n_kept > 0
-        if self.distributed:  # the same decisions and micro-batch counts on every rank
-            counts = self.dist.gather_objects(n_kept)
-            kept_any = sum(counts) > 0
-            n_mb = max(-(-c // mbs) for c in counts)
+        counts = [int(keep[lo:hi].sum()) for lo, hi in zip(bounds, bounds[1:])]
+        all_counts = self.dist.gather_objects(counts) if self.distributed else [counts]
         raw["kept"] = float(n_kept)
-        if not kept_any:
+        if sum(map(sum, all_counts)) == 0:
             return None
         if n_kept == 0:  # this rank kept nothing, others did: zero-weight stand-in row
             idx = torch.zeros(1, dtype=torch.long, device=self.device)
         kept = rows.rows(idx)
         if n_kept == 0:
             kept = replace(kept, b=replace(kept.b, mask=torch.zeros_like(kept.b.mask)))
-        ctx = AggContext(num_seqs=n_kept, num_tokens=int(kept.b.mask.sum().item()), const_len=const_len)
-        slices: list = list(_chunks(n_kept, mbs))
-        slices += [None] * (n_mb - len(slices))  # padding micro-batches (several processes)
-        return _Kept(**{f.name: getattr(kept, f.name) for f in fields(_Rows)}, n_kept=n_kept, ctx=ctx,
-                     slices=slices)
+        minis, first = [], 0
+        for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            n_mb = max(-(-c[j] // mbs) for c in all_counts)  # the same on every rank
+            if n_mb:
+                ctx = AggContext(num_seqs=int(counted[lo:hi].sum().item()),
+                                 num_tokens=int(tokens_per_row[lo:hi].sum().item()), const_len=const_len)
+                slices: list = [slice(first + s.start, first + s.stop) for s in _chunks(counts[j], mbs)]
+                slices += [None] * (n_mb - len(slices))  # padding micro-batches (several processes)
+                minis.append(_Mini(ctx, slices))
+            first += counts[j]
+        return _Kept(**{f.name: getattr(kept, f.name) for f in fields(_Rows)}, n_kept=n_kept,
+                     kept_tokens=int(kept.b.mask.sum().item()), minis=minis, n_slices=n_slices)
 
     @staticmethod
     def _advantage_metrics(k: "_Kept", m: dict, raw: dict) -> None:
@@ -422,38 +464,41 @@ class Learner:
             m["train/adv_mean"] = k.adv[nz].mean().item()
             m["train/adv_abs_mean"] = k.adv[nz].abs().mean().item()
             raw["adv_sum"], raw["adv_abs_sum"] = k.adv[nz].sum().item(), k.adv[nz].abs().sum().item()
-        raw["tokens"] = float(k.ctx.num_tokens)
+        raw["tokens"] = float(k.kept_tokens)
 
     def _epochs(self, k: "_Kept", step: int, policy_frozen: bool, fused_value_loss: Optional[float],
                 m: dict) -> dict:
-        """``inner_epochs`` passes over the kept rows: a policy step each (not while the policy is
-        frozen for the critic's warm-up), then a critic step (the fused pass's loss where the
-        critic already trained). Returns the summed losses and ratio statistics."""
+        """``inner_epochs`` passes over the kept rows: a policy step per mini-batch (not while the
+        policy is frozen for the critic's warm-up), then a critic step per mini-batch (the fused
+        pass's loss where the critic already trained). Returns the summed losses and ratio
+        statistics."""
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "value_loss": 0.0, "ratio_max": 0.0}
         for epoch in range(self.cfg.train.inner_epochs):
             if not policy_frozen:
-                self._policy_epoch(k, step, epoch, sums, m)
+                for mini in k.minis:
+                    self._policy_step(k, mini, step, epoch, sums, m)
             if fused_value_loss is not None:
                 sums["value_loss"] += fused_value_loss  # trained before the advantages
             elif self.critic is not None:
-                sums["value_loss"] += self._critic_pass(
-                    k.b, k.slices, k.ctx, lambda sl, mb, v: (k.values[sl], k.returns[sl]), step)[0]
+                for mini in k.minis:
+                    sums["value_loss"] += self._critic_pass(
+                        k.b, mini.slices, mini.ctx, lambda sl, mb, v: (k.values[sl], k.returns[sl]), step)[0]
         return sums
 
-    def _policy_epoch(self, k: "_Kept", step: int, epoch: int, sums: dict, m: dict) -> None:
-        """One optimizer step of the policy over the micro-batches ``k.slices``; the loss of each
-        is :func:`algorithms.objective.policy_objective`."""
+    def _policy_step(self, k: "_Kept", mini: "_Mini", step: int, epoch: int, sums: dict, m: dict) -> None:
+        """One optimizer step of the policy over the micro-batches of ``mini``; the loss of each
+        is :func:`algorithms.objective.policy_objective`, normalised by ``mini.ctx``."""
         acfg, algo = self.cfg.algorithm, self.algo
         if not self.distributed:
             self.opt.zero_grad(set_to_none=True)
-        for i, part in enumerate(k.slices):
+        for i, part in enumerate(mini.slices):
             mb, sl = self._micro(k.b, part)
             old = k.old_logp[sl] if k.old_logp is not None else None
-            with self._accumulate(self.policy, last=i == len(k.slices) - 1):
+            with self._accumulate(self.policy, last=i == len(mini.slices) - 1):
                 with self.perf.phase("policy_forward"):
                     logp = token_logprobs(self.policy, mb, self.temperature)
                     obj = policy_objective(logp, old, k.ref_logp[sl] if k.ref_logp is not None else None, k.adv[sl],
-                                           mb.mask, k.ctx, policy_loss=algo.policy_loss,
+                                           mb.mask, mini.ctx, policy_loss=algo.policy_loss,
                                            aggregation=algo.aggregation, kl_estimator=algo.kl_estimator,
                                            kl_coef=algo.kl_coef, kl_placement=algo.kl_placement,
                                            clip_eps=acfg.clip_eps)
@@ -475,17 +520,20 @@ class Learner:
                 m["train/grad_norm"] = gn
 
     def _update_metrics(self, k: "_Kept", sums: dict, step: int, policy_frozen: bool, m: dict, raw: dict) -> None:
-        """train/* metrics of an update from the epochs' sums (per epoch: means over epochs)."""
+        """train/* metrics of an update from the epochs' sums: losses are means over epochs and
+        mini-batch slices (so with equal slices, the full batch's loss), clip_frac a fraction of
+        the kept tokens of every epoch, grad_norm the last optimizer step's."""
         tc, E = self.cfg.train, self.cfg.train.inner_epochs
-        m["train/loss"] = sums["loss"] / E
-        m["train/pg_loss"] = sums["pg_loss"] / E
+        steps = E * k.n_slices
+        m["train/loss"] = sums["loss"] / steps
+        m["train/pg_loss"] = sums["pg_loss"] / steps
         if self.algo.kl_placement == "loss" and k.ref_logp is not None:
-            m["train/kl"] = sums["kl"] / E
-        m["train/clip_frac"] = sums["clip_frac"] / max(k.ctx.num_tokens * E, 1)
+            m["train/kl"] = sums["kl"] / steps
+        m["train/clip_frac"] = sums["clip_frac"] / max(k.kept_tokens * E, 1)
         raw["clipped"] = sums["clip_frac"]
         m["train/ratio_max"] = sums["ratio_max"]
         if self.critic is not None:
-            m["train/value_loss"] = sums["value_loss"] / E
+            m["train/value_loss"] = sums["value_loss"] / steps
             if k.n_kept:
                 m["train/value_mean"] = (k.values[k.b.mask.bool()].mean().item())
                 raw["value_sum"] = k.values[k.b.mask.bool()].sum().item()
