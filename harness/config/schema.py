@@ -144,6 +144,13 @@ class TrainConfig:
     """AdamW weight decay for the policy."""
     inner_epochs: int = 1
     """mu: optimisation passes over each batch of rollouts (DeepSeekMath uses 1)."""
+    mini_batches: int = 1
+    """Optimizer steps per pass over a batch of rollouts (verl's ppo_mini_batch_size, TRL's
+    steps_per_generation): the batch's rows are split, in order, into this many disjoint slices
+    of (nearly) equal size, one optimizer step each, every loss normalised over its own slice.
+    Ratio and value clipping are against the log-probs and values from before the first step.
+    With inner_epochs = 1 and mini_batches = 1 there is one step per batch, so the ratio is 1 and
+    clipping is inactive (clip_eps and value_clip do nothing)."""
     micro_batch_size: int = 64
     """Sequences per forward/backward; gradients accumulate to one optimizer step per pass."""
     max_grad_norm: float = 1.0
@@ -152,11 +159,12 @@ class TrainConfig:
     """torch CPU threads (0 = library default)."""
     save_final_model: bool = True
     """Save the final policy (and tokenizer) to <run_dir>/final_model for `harness eval`."""
-    reuse_warmup_optimizer: bool = True
-    """Start the policy's Adam from the warm-up's second-moment estimates (first moments
-    zeroed) when the starting checkpoint ships them. With a fresh Adam the first updates are
-    ~lr * sign(g) on every weight: on the tiny model even continued SFT on gold solutions at
-    lr 5e-4 fell from 59% to 50% in 3 steps that way."""
+    reuse_warmup_optimizer: bool = False
+    """False (default): RL starts with a fresh AdamW, as TRL and verl do. True: start the
+    policy's Adam from the warm-up's second-moment estimates (first moments zeroed) when the
+    starting checkpoint ships them. With a fresh Adam the first updates are ~lr * sign(g) on
+    every weight: on the tiny model even continued SFT on gold solutions at lr 5e-4 fell from
+    59% to 50% in 3 steps that way."""
 
     def validate(self):
         check(self.prompts_per_step >= 1, "train.prompts_per_step", self.prompts_per_step, "must be >= 1")
@@ -165,6 +173,7 @@ class TrainConfig:
         check_choice("train.lr_schedule", self.lr_schedule, ("constant", "cosine"))
         check(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, "must be >= 0")
         check(self.inner_epochs >= 1, "train.inner_epochs", self.inner_epochs, "must be >= 1")
+        check(self.mini_batches >= 1, "train.mini_batches", self.mini_batches, "must be >= 1")
         check(self.micro_batch_size >= 1, "train.micro_batch_size", self.micro_batch_size, "must be >= 1")
         check(self.max_grad_norm >= 0, "train.max_grad_norm", self.max_grad_norm, "must be >= 0")
         check(self.threads >= 0, "train.threads", self.threads, "must be >= 0")
@@ -174,7 +183,7 @@ class TrainConfig:
 class AlgorithmConfig:
     name: str = "grpo"
     """Named algorithm; sets the defaults of every component below that is left null:
-    grpo, grpo_ps (process supervision), dr_grpo, rloo, grpo_token_mean, ppo, rft."""
+    grpo, grpo_ps (process supervision), dr_grpo, rloo, grpo_token_mean, ppo, rft, rft_dedup."""
     advantage: Optional[str] = None
     """Advantage estimator (registry in algorithms.advantages), e.g. grpo, grpo_ps, rloo, dr_grpo, gae."""
     policy_loss: Optional[str] = None
@@ -185,7 +194,9 @@ class AlgorithmConfig:
     reward: Optional[str] = None
     """Reward signal: outcome (one score per completion) or process (one per step)."""
     filter: Optional[str] = None
-    """Sample filter before the update: none, correct_only (online RFT)."""
+    """Sample filter before the update: none; correct (online RFT: every correct output, alias
+    correct_only); correct_dedup (each distinct correct text of a group once). Dropped rows have
+    gradient coefficient 0: losses are still normalised by the whole sampled batch."""
     clip_eps: float = 0.2
     """epsilon of the clipped ratio min(r A, clip(r, 1-eps, 1+eps) A)."""
     kl_coef: Optional[float] = None
@@ -195,7 +206,13 @@ class AlgorithmConfig:
     kl_placement: Optional[str] = None
     """Where the KL goes: loss, reward, or none (no reference model is held)."""
     std_eps: float = 1e-4
-    """Added to the group standard deviation (population std, ddof=0) before dividing."""
+    """Added to the group standard deviation (see group_std) before dividing."""
+    group_std: str = "population"
+    """Std of GRPO's group normalisation (grpo, grpo_ps): population (ddof 0) or sample
+    (ddof 1, larger by sqrt(G / (G - 1)))."""
+    whiten_advantages: Optional[bool] = None
+    """Whiten the advantages over the batch (masked mean, unbiased masked std, as verl's
+    masked_whiten); null = the preset's (ppo: true, others false)."""
     prm: Optional[str] = None
     """Process rewards (reward: process): null = the task's rule-based step checker; a local
     directory = a neural process reward model (Math-Shepherd style, see evals.prm)."""
@@ -220,6 +237,7 @@ class AlgorithmConfig:
         check(self.clip_eps > 0, "algorithm.clip_eps", self.clip_eps, "must be > 0")
         check(self.kl_coef is None or self.kl_coef >= 0, "algorithm.kl_coef", self.kl_coef, "must be >= 0")
         check(self.std_eps >= 0, "algorithm.std_eps", self.std_eps, "must be >= 0")
+        check_choice("algorithm.group_std", self.group_std, ("population", "sample"))
         check(self.ref_reset_every >= 0, "algorithm.ref_reset_every", self.ref_reset_every, "must be >= 0")
         check(0 <= self.gae_gamma <= 1, "algorithm.gae_gamma", self.gae_gamma, "must be in [0, 1]")
         check(0 <= self.gae_lambda <= 1, "algorithm.gae_lambda", self.gae_lambda, "must be in [0, 1]")
