@@ -7,7 +7,12 @@ which associate left to right. The worked solution reduces one operation per ste
     A:4*2=8;3+8=11;11-5=6;#6
 
 Outcome reward: 1 when the completion is well formed, finished (not truncated) and its
-final ``#N`` equals the value of the expression.
+final ``#N`` equals the value of the expression. Well formed (:meth:`ArithTask.well_formed`):
+``;``-separated pieces (surrounding whitespace ignored), every piece but the last a step
+``a<op>b=c`` (integers, op one of ``+ - *``), the last ``#N``, and at least one step when the
+expression has an operation. The form is checked, not the steps' values: a wrong
+intermediate value with the right final answer still scores 1 (the process rewards judge the
+steps). A bare ``#6`` scores 0.
 
 Process rewards: one per step, in order, with the character offset where the step ends.
 A step ``a op b=c`` scores 1 when ``a op b`` is an admissible reduction of the current
@@ -15,8 +20,9 @@ expression (it respects precedence and left-to-right order) and ``c`` is its val
 expression state follows the completion's own steps: a consistent step with a wrong
 value is applied with that wrong value (the error is carried forward, so later steps are
 judged on whether they are right given what was written before); a step that matches no
-admissible reduction scores 0 and changes nothing. The final ``#N`` is one more step,
-scored like the outcome.
+admissible reduction scores 0 and changes nothing. The final ``#N`` is one more step: 1
+when it is the last piece, the completion is finished and N is right (malformed earlier
+steps already score 0 themselves).
 
 The train/held-out split is a hash of the expression text (10% held out), so it is the
 same whatever the generator's seed or difficulty knobs.
@@ -155,8 +161,17 @@ class ArithTask(Task):
         m = _FINAL_RE.match(parts[-1].strip()) if parts else None
         return m.group(1) if m else None
 
+    @staticmethod
+    def well_formed(completion: str, problem: Problem) -> bool:
+        """Every ``;`` piece but the last parses as a step ``a<op>b=c``, the last as ``#N``, and
+        there is at least one step when the expression has an operation (see the module doc)."""
+        parts = [p.strip() for p in completion.strip().split(";")]
+        if not _FINAL_RE.match(parts[-1]) or not all(_STEP_RE.match(p) for p in parts[:-1]):
+            return False
+        return len(parts) > 1 or not parse_expr(problem.question)[1]
+
     def is_correct(self, completion: str, problem: Problem, finished: bool = True) -> bool:
-        if not finished or not isinstance(completion, str):
+        if not finished or not isinstance(completion, str) or not self.well_formed(completion, problem):
             return False
         ans = self.extract_answer(completion)
         return ans is not None and int(ans) == int(problem.answer)

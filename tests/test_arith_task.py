@@ -4,7 +4,7 @@ import random
 import pytest
 
 from evals.arith import ArithTask, admissible, evaluate, is_heldout, solution_text
-from evals.tasks import TaskSpec as TaskConfig
+from evals.tasks import Problem, TaskSpec as TaskConfig
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_heldout_split_is_deterministic_and_disjoint(task):
 def test_outcome_reward_correct_malformed_truncated(task):
     p = prob(task, "3+4*2-5")
     assert task.reward("4*2=8;3+8=11;11-5=6;#6", p) == 1.0
-    assert task.reward("#6", p) == 1.0  # outcome only looks at the final answer
+    assert task.reward("#6", p) == 0.0  # no steps: not well formed
     assert task.reward("4*2=8;3+8=11;11-5=6;#6", p, finished=False) == 0.0  # truncated
     for bad in ["", "#", "###", "4*2=8;3+8=11", "4*2=8;#6;junk", "#6#6", "#seven", "#6 6", "\x00", "#" + "9" * 500]:
         assert task.reward(bad, p) == 0.0
@@ -96,3 +96,19 @@ def test_demo_errors_change_only_the_supervised_target():
     assert 0.42 < frac < 0.58
     clean = ArithTask(TaskConfig()).sample_train(random.Random(2), 50)
     assert all(p.solution == solution_text(p.question) for p in clean)
+
+
+def test_outcome_reward_requires_every_step_well_formed(task):
+    p = prob(task, "3+4*2-5")  # = 6
+    assert task.reward(" 4*2=8 ; 3+8=11;11-5=6;#6\n", p) == 1.0  # whitespace around pieces is fine
+    assert task.reward("4*2=8;#6", p) == 1.0  # one well-formed step suffices; the form, not the path
+    assert task.reward("4*2=9;3+9=12;12-5=6;#6", p) == 1.0  # wrong step values: still well formed
+    for bad in ["#6", "4*2=8;three+8=11;#6", "4*2=8;;#6", "4*2=8;3+8;#6", "4*2=8;3+8=11;11-5=6;# 6x",
+                "4*2=8;3/8=1;#6", "4*2=8;3+8=11=11;#6", "hello;#6", "4*2=8 3+8=11;#6"]:
+        assert task.reward(bad, p) == 0.0, bad
+    assert task.well_formed("4*2=8;#7", p) and not task.well_formed("#6", p)
+    # an expression with no operation needs no step
+    seven = Problem(id="7", question="7", answer="7", solution="#7", meta={})
+    assert task.reward("#7", seven) == 1.0 and task.reward("#8", seven) == 0.0
+    # process rewards are unchanged: "#6" alone is one (final) step, scored 1
+    assert [s.reward for s in task.step_rewards("#6", p)] == [1.0]
