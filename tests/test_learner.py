@@ -144,3 +144,61 @@ def test_reference_reset_for_iterative_rl():
     assert diff() > 0
     learner.reset_reference()
     assert diff() == 0
+
+
+def test_two_mini_batches_take_two_steps_against_the_old_log_probs():
+    """train.mini_batches = 2: two optimizer steps on rows 0-3 then 4-7; the second step's ratio
+    (current / before the first step) is no longer 1, so the clip can bite. With one step per
+    batch the ratio is exactly 1 and nothing is clipped."""
+    _, policy, ref, cfg, algo, ro, rewards = setup(["train.lr=5e-2", "train.max_grad_norm=0"])
+    m1 = Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref).step(ro, rewards, [], 0)
+    assert m1["train/ratio_max"] == 1.0 and m1["train/clip_frac"] == 0.0
+    _, policy, ref, cfg, algo, ro, rewards = setup(["train.lr=5e-2", "train.max_grad_norm=0",
+                                                    "train.mini_batches=2", "train.micro_batch_size=3"])
+    learner = Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref)
+    b = make_batch(ro, "cpu")
+    with torch.no_grad():
+        before = token_logprobs(policy, b, 1.0)
+    learner._sampler_logprobs = lambda rollouts, bb: None  # old log-probs recomputed before any step
+    assert torch.allclose(learner._old_logprobs(ro, b), before, atol=1e-6)
+    seen, step = [], learner.opt.step
+
+    def recording():  # ratio of rows 4-7 (the second slice) at each step, against before the first
+        with torch.no_grad():
+            lp = token_logprobs(policy, b.rows(slice(4, 8)), 1.0)
+        seen.append(((lp - before[4:]).exp() * b.mask[4:]).max().item())
+        step()
+    learner.opt.step = recording
+    m2 = learner.step(ro, rewards, [], 0)
+    assert len(seen) == 2
+    assert seen[0] == pytest.approx(1.0, abs=1e-6)  # the first step: nothing has moved yet
+    assert seen[1] > 1.2  # after the first step, outside 1 + clip_eps
+    assert m2["train/ratio_max"] > 1.2 and m2["train/clip_frac"] > 0.0
+
+
+def test_rft_loss_is_normalised_by_the_sampled_outputs():
+    """DeepSeekMath §5.2.1: -1/B sum_i I(o_i) mean_t log pi(o_i,t), with B = 8 sampled outputs
+    (not the 2 kept), so a prompt weighs by how many of its samples were correct."""
+    _, policy, _, cfg, algo, ro, _ = setup(["algorithm=rft"])
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0])
+    b = make_batch(ro, "cpu")
+    with torch.no_grad():
+        lp = token_logprobs(policy, b, 1.0)
+    per_row = (lp * b.mask).sum(1) / b.mask.sum(1)
+    want = -(per_row[0] + per_row[6]).item() / 8
+    m = Learner(policy, algo, cfg, "cpu", PerfTracker()).step(ro, rewards, [], 0)
+    assert m["train/kept_fraction"] == 0.25
+    assert m["train/loss"] == pytest.approx(want, rel=1e-5)
+
+
+def test_ppo_advantages_are_whitened_by_default():
+    means = {}
+    for whiten in ("null", "false"):
+        _, policy, ref, cfg, algo, ro, rewards = setup(["algorithm=ppo", f"algorithm.whiten_advantages={whiten}"])
+        critic = ValueModel(policy)
+        m = Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref, critic=critic).step(ro, rewards, [], 0)
+        means[whiten] = m["train/adv_mean"]
+    assert resolve(load_config(None, ["algorithm=ppo"]).algorithm).whiten_advantages
+    assert not resolve(load_config(None, ["algorithm=grpo"]).algorithm).whiten_advantages
+    assert means["null"] == pytest.approx(0.0, abs=1e-6)  # whitened: zero mean over the batch's tokens
+    assert abs(means["false"]) > 1e-2
