@@ -46,8 +46,9 @@ pytest.importorskip("accelerate")
 from harness.config.schema import load_config  # noqa: E402
 from harness.config.base import to_dict  # noqa: E402
 from harness.rundir.layout import read_json, read_jsonl  # noqa: E402
+import support_paths
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = support_paths.REPO
 BUDGET = 36
 
 
@@ -100,7 +101,7 @@ def results(work):
     cases = [dict(c, overrides=overrides(work, cache, c["name"], c.get("algorithm", "grpo"), c.get("extra", ())))
              for c in CASES]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(REPO / "tests" / "distributed_train_worker.py"), json.dumps(cases), str(work)]
+           str(support_paths.SUPPORT / "distributed_train_worker.py"), json.dumps(cases), str(work)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=400, cwd=work)
     assert p.returncode == 0, (p.stdout + p.stderr)[-8000:]
     return [json.loads((work / f"rank{r}.json").read_text()) for r in (0, 1)]

@@ -14,8 +14,9 @@ from harness.config.schema import run_id
 from harness.sweep.plan import expand_sweep, format_plan, load_sweep
 from harness.sweep.run import summary_value
 from harness.sweep.spec import SweepError
+import support_paths
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = support_paths.REPO
 
 
 def write(path: Path, text: str) -> Path:

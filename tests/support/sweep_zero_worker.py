@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 from harness.config.schema import ModelConfig  # noqa: E402
 from harness.engine.distributed import Distributed  # noqa: E402

@@ -21,9 +21,10 @@ from harness.sweep.plan import load_sweep
 from harness.sweep.run import _lock, run_sweep
 from harness.sweep.spec import SweepError
 from harness.sweep.progress import Progress
+import support_paths
 
-REPO = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
+REPO = support_paths.REPO
+TESTS = support_paths.SUPPORT
 FAKE = "sweep_fake_trainer:train"
 
 

@@ -21,11 +21,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import support_paths
 
 pytest.importorskip("deepspeed")
 pytest.importorskip("accelerate")
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = support_paths.REPO
 MODES = ("zero2", "zero3", "ddp")
 
 
@@ -36,7 +37,7 @@ def results(tmp_path_factory):
                TORCH_CPP_LOG_LEVEL="ERROR")
     env.pop("CUDA_VISIBLE_DEVICES", None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(REPO / "tests" / "sweep_zero_worker.py"), ",".join(MODES), str(out)]
+           str(support_paths.SUPPORT / "sweep_zero_worker.py"), ",".join(MODES), str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=420, cwd=out)
     tail = (p.stdout + p.stderr)[-6000:]
     assert p.returncode == 0, tail

@@ -26,8 +26,9 @@ from harness.rundir.layout import MetricsWriter, read_json, read_jsonl  # noqa: 
 from harness.tracking.mlflow_tracker import MlflowTracker, budget_step, metric_key, row_metrics  # noqa: E402
 from harness.tracking.base import TrackerSet
 from harness.tracking.mirrors import open_trackers  # noqa: E402
+import support_paths
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = support_paths.REPO
 
 
 def free_port() -> int:

@@ -25,11 +25,12 @@ import pytest
 
 from harness.rundir.layout import read_json, read_jsonl
 from harness.sweep.plan import load_sweep
+import support_paths
 
 pytest.importorskip("ray")
 
-REPO = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
+REPO = support_paths.REPO
+TESTS = support_paths.SUPPORT
 RAY = Path(sys.executable).parent / "ray"
 
 
