@@ -15,7 +15,6 @@ import torch
 
 from evals.catalog import get_task
 from harness.report.format import number, table
-from evals.datasets import DatasetError
 from harness.config.schema import TaskConfig
 from harness.engine.evaluate import evaluate
 from harness.engine.models import load_policy, resolve_device
@@ -82,15 +81,11 @@ def run(args) -> int:
     if args.temperature <= 0:
         print(f"harness eval: --temperature must be > 0, got {args.temperature}", file=sys.stderr)
         return 2
-    try:
-        # --limit 0: the whole test split (arith generates its default held-out set)
-        size = args.limit if args.limit > 0 else (TaskConfig().eval_size if args.task == "arith" else 10**9)
-        task = get_task(TaskConfig(name=args.task, data_path=args.data, few_shot=args.few_shot,
-                                   eval_size=size, seed=args.seed))
-        problems = task.eval_problems()
-    except DatasetError as e:
-        print(f"harness eval: {e}", file=sys.stderr)
-        return 2
+    # --limit 0: the whole test split (arith generates its default held-out set)
+    size = args.limit if args.limit > 0 else (TaskConfig().eval_size if args.task == "arith" else 10**9)
+    task = get_task(TaskConfig(name=args.task, data_path=args.data, few_shot=args.few_shot,
+                               eval_size=size, seed=args.seed))
+    problems = task.eval_problems()
     model_name = Path(args.gguf_file or args.model.rstrip("/")).stem
     out = Path(args.out) if args.out else Path("results") / "eval" / f"{args.task}-{model_name}"
     model, tok = load_policy(args.model, gguf_file=args.gguf_file, dtype=args.dtype)

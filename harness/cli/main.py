@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from evals.datasets import DatasetError
 from harness.cli import eval as eval_cmd
 from harness.cli import report as report_cmd
 from harness.cli import sweep as sweep_cmd
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except FileNotFoundError as e:
         print(f"harness: {e}", file=sys.stderr)
+        return 2
+    except DatasetError as e:
+        print(f"harness {args.command}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)

@@ -41,15 +41,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from harness.rundir.layout import SUMMARY, read_json, write_json_atomic
-from harness.rundir.summary import _base_summary, _consumed, mark_interrupted, record_failure  # noqa: F401  (re-exported)
+from harness.config.schema import config_from_dict
+from harness.rundir.layout import ERROR_TXT, SUMMARY, read_json
+from harness.rundir.summary import _base_summary, _consumed, mark_interrupted, record_failure, write_summary  # noqa: F401  (re-exported)
 
 __all__ = ["RunSpec", "LaunchOptions", "RunResult", "LocalLauncher", "RayLauncher", "run_worker",
            "callable_path", "resolve_callable", "gpu_count", "gpu_slots", "default_workers",
            "record_failure", "mark_interrupted", "WORKER_LOG", "ENV_ZERO_STAGE", "ENV_DEEPSPEED_CONFIG"]
 
 WORKER_LOG = "worker.log"
-ERROR_TXT = "error.txt"
 ENV_ZERO_STAGE = "HARNESS_ZERO_STAGE"
 ENV_DEEPSPEED_CONFIG = "HARNESS_DEEPSPEED_CONFIG"
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
@@ -313,7 +313,6 @@ def run_worker(payload: dict) -> int:
         sys.modules["torch"].set_num_threads(threads)
     rank = int(os.environ.get("RANK", "0"))
     try:
-        from harness.config.schema import config_from_dict
         fn = resolve_callable(payload["train"])
         cfg = config_from_dict(payload["config"])
         summary = fn(cfg, resume=True, progress=False)
@@ -328,7 +327,7 @@ def run_worker(payload: dict) -> int:
                 record_failure(run_dir, payload["run_id"], payload["config"], f"{type(e).__name__}: {e}", tb)
             return 130 if isinstance(e, KeyboardInterrupt) else 1
     if rank == 0 and not (run_dir / SUMMARY).exists() and isinstance(summary, dict):
-        write_json_atomic(run_dir / SUMMARY, dict(summary, status=summary.get("status", "finished")))
+        write_summary(run_dir, dict(summary, status=summary.get("status", "finished")))
     return 0
 
 

@@ -31,6 +31,8 @@ from typing import Callable, Optional
 
 from harness.rundir.read import RunData, find_run_dirs, load_run
 from harness.rundir.layout import read_json
+from harness.tracking.mlflow_tracker import MlflowTracker, default_uri, row_metrics
+from harness.tracking.wandb_tracker import MARKER, WandbTracker, fingerprint, wandb_id
 
 TERMINAL = ("finished", "failed", "killed", "interrupted")
 
@@ -53,8 +55,6 @@ def _tracker_cfg(run: RunData) -> dict:
 
 def replay_mlflow(run: RunData, uri: Optional[str] = None) -> dict:
     """Replay one run directory into MLflow; returns what was done."""
-    from harness.tracking.mlflow_tracker import MlflowTracker, row_metrics
-
     tr = MlflowTracker(_tracker_cfg(run), run.run_dir, run.run_id, run.sweep, uri=uri)
     tr.unit = run.budget_unit
     tr.start(params={}, tags={})
@@ -84,8 +84,6 @@ def replay_mlflow(run: RunData, uri: Optional[str] = None) -> dict:
 
 def replay_wandb(run: RunData, project: Optional[str] = None, mode: Optional[str] = None) -> dict:
     """Replay one run directory into an offline (default) wandb run; skipped if up to date."""
-    from harness.tracking.wandb_tracker import MARKER, WandbTracker, fingerprint, wandb_id
-
     wdir = run.run_dir / "wandb"
     fp = fingerprint(run.run_dir, run.status)
     marker = read_json(wdir / MARKER, {}) or {}
@@ -161,8 +159,6 @@ def ui_store(results_dir: str | os.PathLike) -> Path:
 def start_ui(results_dir: str | os.PathLike = "results", port: int = 5000, host: str = "127.0.0.1",
              backend_uri: Optional[str] = None, log=None) -> subprocess.Popen:
     """Start ``mlflow server`` in a new session (its own process group); return the Popen."""
-    from harness.tracking.mlflow_tracker import default_uri
-
     root = ui_store(results_dir)
     root.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri or default_uri(root),

@@ -1,6 +1,5 @@
 """harness.engine.evaluate.evaluate and `harness eval`: exact metrics with a scripted sampler, and the
 real sampler on the tiny model (the same path as the SmolLM2 test, in seconds)."""
-import argparse
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,6 +11,7 @@ from evals.records import read_records, summarize
 from harness.engine.evaluate import evaluate
 from evals.catalog import get_task
 from harness.config.schema import ModelConfig, TaskConfig
+from harness.cli.main import COMMAND_MODULES, main as cli_main
 
 ANSWERS = ["1", "2", "3"]
 
@@ -141,11 +141,7 @@ def test_evaluate_arith_on_the_tiny_model(tiny):
 
 
 def _cli(argv):
-    from harness.cli import eval as cli
-    p = argparse.ArgumentParser(prog="harness")
-    cli.register(p.add_subparsers(dest="command"))
-    args = p.parse_args(argv)
-    return args.func(args)
+    return cli_main(argv)  # through main: it maps errors to exit codes
 
 
 def test_cli_eval_writes_metrics_and_records(tiny, tmp_path, capsys):
@@ -170,5 +166,4 @@ def test_cli_eval_writes_metrics_and_records(tiny, tmp_path, capsys):
 
 
 def test_eval_is_a_registered_subcommand():
-    from harness.cli.main import COMMAND_MODULES
     assert "harness.cli.eval" in COMMAND_MODULES
