@@ -1,6 +1,6 @@
-"""Named algorithms as compositions of registered parts (design.md, DeepSeekMath §4-5).
+"""Named algorithms as compositions of registered parts (DeepSeekMath §4-5, arXiv 2402.03300).
 
-``resolve(algorithm_cfg, sampling_cfg)`` fills every component left null by the preset of
+``resolve(algorithm_cfg)`` fills every component left null by the preset of
 ``algorithm.name`` and checks every name against its registry, so a typo fails before a run
 starts, with the valid names listed.
 """

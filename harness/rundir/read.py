@@ -1,7 +1,7 @@
 """Reading finished (or unfinished) run directories back: shared by `harness sync` and
 `harness report`.
 
-Layout (docs/CONTRACTS.md): ``<output_dir>/<name>/<run_id>/`` with ``config.yaml``,
+Layout (docs/architecture.md): ``<output_dir>/<name>/<run_id>/`` with ``config.yaml``,
 ``summary.json``, ``metrics.jsonl``, ``eval/<task>_<step>.jsonl``. Everything here is
 read-only and tolerant: a missing summary, a torn last JSONL line or an unknown key never
 raises; the caller sees ``None``/empty values instead.

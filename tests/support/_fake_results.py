@@ -1,4 +1,4 @@
-"""Realistic fake results directories (docs/CONTRACTS.md layout) for the tracking and report
+"""Realistic fake results directories (docs/architecture.md layout) for the tracking and report
 tests, written without training anything. Imported by tests/test_tracking_*.py and
 tests/test_report*.py (not collected: the name does not start with ``test_``)."""
 from __future__ import annotations

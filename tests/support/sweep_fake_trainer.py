@@ -1,7 +1,7 @@
 """A fast stand-in for ``harness.train.loop.train`` used by the sweep tests (imported by
 worker processes by name: ``sweep_fake_trainer:train``).
 
-It follows the trainer contract (docs/CONTRACTS.md) closely enough for the launcher:
+It follows the trainer contract (docs/architecture.md) closely enough for the launcher:
 run directory ``<output_dir>/<name>/<run_id>/``, ``metrics.jsonl`` rows with the budget
 counters, ``summary.json`` (running -> finished | failed + error.txt), a resumable
 ``checkpoint/state.json``, and returns the summary of an already finished run without

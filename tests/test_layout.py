@@ -1,0 +1,51 @@
+"""The floor plan holds: imports point algorithms <- evals <- harness with no cycles and no
+imports of our own modules inside functions; every module says its job in its first docstring
+line; docs/architecture.md lists every module; core-path functions stay under 80 lines."""
+import ast
+import subprocess
+import sys
+
+import pytest
+
+from support_paths import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+import import_graph  # noqa: E402
+
+CORE = ["harness/train/loop.py", "harness/engine/learner.py", "harness/sweep/plan.py", "harness/sweep/spec.py",
+        "harness/sweep/run.py", "algorithms/objective.py"]
+MAX_LINES = 80
+
+
+def test_import_graph_has_no_violation_cycle_or_local_import():
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "import_graph.py")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+    assert "layer violations (algorithms <- evals <- harness): 0" in out.stdout
+    assert "import cycles: 0" in out.stdout
+    assert "function-level imports of our own modules: 0" in out.stdout
+
+
+def test_the_checker_sees_a_violation_and_a_cycle(tmp_path, monkeypatch):
+    for pkg, body in {"algorithms": "import evals.b\n", "evals": "import algorithms.a\n", "harness": ""}.items():
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text('"""x"""\n')
+    (tmp_path / "algorithms" / "a.py").write_text('"""a"""\nimport evals.b\n')
+    (tmp_path / "evals" / "b.py").write_text('"""b"""\nimport algorithms.a\n\ndef f():\n    import harness\n')
+    monkeypatch.setattr(import_graph, "ROOT", tmp_path)
+    assert import_graph.main([]) == 1
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(REPO)) for pkg in ("algorithms", "evals", "harness")
+                                        for p in (REPO / pkg).rglob("*.py")))
+def test_every_module_says_its_job_and_is_on_the_map(path):
+    assert import_graph.first_line(REPO / path), f"{path} has no docstring"
+    assert f"`{path}`" in (REPO / "docs" / "architecture.md").read_text() or path.endswith("__init__.py"), \
+        f"{path} is missing from docs/architecture.md (regenerate with bench/import_graph.py --map)"
+
+
+@pytest.mark.parametrize("path", CORE)
+def test_core_path_functions_are_short(path):
+    tree = ast.parse((REPO / path).read_text())
+    long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > MAX_LINES]
+    assert not long, f"{path}: functions over {MAX_LINES} lines: {long}"
