@@ -23,6 +23,7 @@ from harness.config.base import (ConfigError, check, check_choice, deep_merge, e
                                  from_dict, set_dotted, to_dict)
 from harness.rundir.budget import BUDGET_UNITS  # noqa: F401  (owner: harness.rundir.budget)
 from harness.rundir.ids import run_id  # noqa: F401  (owner: harness.rundir.ids)
+from harness.rundir.layout import write_text_atomic
 
 __all__ = [
     "Config", "ModelConfig", "TaskConfig", "WarmupConfig", "SamplingConfig", "TrainConfig",
@@ -400,7 +401,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
 
 def save_config(cfg: Config, path: str | os.PathLike) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    write_text_atomic(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
 def config_hash(obj: Any, length: int = 10) -> str:

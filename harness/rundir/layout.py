@@ -16,11 +16,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, TextIO
+
+log = logging.getLogger(__name__)
 
 from harness.rundir.budget import STEP
 
@@ -41,11 +45,50 @@ def _clean(v: Any) -> Any:
     return v
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def rewrite_atomic(path: str | os.PathLike, write: Callable[[TextIO], None]) -> None:
+    """Replace ``path`` with what ``write(f)`` writes, atomically: into a temporary file in
+    the same directory, flushed and fsynced, then ``os.replace``d over ``path`` (and the
+    directory fsynced). If ``write`` (or the disk) fails, ``path`` is untouched and the
+    temporary file is removed. Every rewrite of a run file goes through here."""
     path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str))
-    os.replace(tmp, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """``Path(path).write_text(text)``, atomically (:func:`rewrite_atomic`)."""
+    rewrite_atomic(path, lambda f: f.write(text))
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    text = json.dumps(obj, indent=2, default=str)
+    write_text_atomic(path, text)
 
 
 def read_json(path: str | os.PathLike, default: Any = None) -> Any:
@@ -55,22 +98,37 @@ def read_json(path: str | os.PathLike, default: Any = None) -> Any:
         return default
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """All complete lines of a JSONL file (a torn last line, from a kill, is skipped)."""
-    rows = []
+def _jsonl_lines(path: str | os.PathLike, warn: bool = True) -> Iterable[tuple[str, dict]]:
+    """(raw line, object) for every line of a JSONL file that holds a JSON object. A torn
+    line (a kill mid-write) or a line that is valid JSON but not an object (``123``,
+    ``[1]``, ``null``) is skipped with one warning per file naming the line numbers."""
+    bad: list[int] = []
     try:
-        with open(path) as f:
-            for line in f:
+        with open(path, errors="replace") as f:
+            for n, line in enumerate(f, 1):
                 line = line.strip()
                 if not line:
                     continue
                 try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
+                    obj = json.loads(line)
+                except (json.JSONDecodeError, ValueError):
+                    bad.append(n)
                     continue
+                if not isinstance(obj, dict):
+                    bad.append(n)
+                    continue
+                yield line, obj
     except FileNotFoundError:
         pass
-    return rows
+    if bad and warn:
+        shown = ", ".join(map(str, bad[:10])) + (" …" if len(bad) > 10 else "")
+        log.warning("%s: skipped %d line(s) that are not JSON objects (line %s)", path, len(bad), shown)
+
+
+def read_jsonl(path: str | os.PathLike, warn: bool = True) -> list[dict]:
+    """Every JSON-object line of a JSONL file; torn and non-object lines are skipped with a
+    warning (:func:`_jsonl_lines`)."""
+    return [obj for _, obj in _jsonl_lines(path, warn)]
 
 
 class MetricsWriter:
@@ -92,11 +150,16 @@ class MetricsWriter:
     def truncate_after(self, step: int) -> None:
         """On resume: drop rows logged after the checkpoint's step (they will be redone)."""
         self._f.close()
-        rows = [r for r in read_jsonl(self.path) if r.get(STEP, 0) <= step]
-        with open(self.path, "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
-        self._f = open(self.path, "a")
+
+        def _step(r: dict) -> float:
+            v = r.get(STEP, 0)
+            return v if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+        keep = [line for line, r in _jsonl_lines(self.path) if _step(r) <= step]
+        try:
+            rewrite_atomic(self.path, lambda f: f.writelines(line + "\n" for line in keep))
+        finally:
+            self._f = open(self.path, "a")
 
     def close(self) -> None:
         if not self._f.closed:

@@ -36,7 +36,8 @@ from typing import Any, Optional
 
 from harness.config.base import to_dict
 from harness.rundir.budget import consumed_by_unit
-from harness.rundir.layout import ERROR_TXT, METRICS, SUMMARY, read_json, read_jsonl, write_json_atomic
+from harness.rundir.layout import (ERROR_TXT, METRICS, SUMMARY, read_json, read_jsonl, write_json_atomic,
+                                   write_text_atomic)
 
 __all__ = ["STATUSES", "read_summary", "write_summary", "new_summary", "record_end", "record_exception",
            "placeholder_summary", "record_failure", "mark_interrupted", "INTERRUPTED_ERROR"]
@@ -89,7 +90,7 @@ def record_exception(run_dir: str | Path, summary: dict, exc: BaseException, tra
     summary["error"] = f"{type(exc).__name__}: {exc}"
     write_summary(run_dir, summary)
     if not interrupted:
-        (run_dir / ERROR_TXT).write_text(traceback_text)
+        write_text_atomic(run_dir / ERROR_TXT, traceback_text)
     return summary["status"]
 
 
@@ -132,7 +133,7 @@ def record_failure(run_dir: str | Path, run_id: str, config: dict, error: str, d
         s["error"] = error
     write_summary(run_dir, s)
     if not (run_dir / ERROR_TXT).exists():
-        (run_dir / ERROR_TXT).write_text(f"{error}\n\n{details}".rstrip() + "\n")
+        write_text_atomic(run_dir / ERROR_TXT, f"{error}\n\n{details}".rstrip() + "\n")
 
 
 def mark_interrupted(run_dir: str | Path, run_id: str, config: dict) -> str:

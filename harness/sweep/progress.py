@@ -83,7 +83,8 @@ class RunProgress:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            self._take(row)
+            if isinstance(row, dict):  # a non-object line (``123``) is skipped like a torn one
+                self._take(row)
 
     def _take(self, row: dict) -> None:
         for unit, key in UNIT_COUNTER.items():
