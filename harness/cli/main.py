@@ -3,7 +3,7 @@
 Each module of this package registers its subcommands with ``register(subparsers)`` and
 sets ``func`` (the handler, which returns an exit code). This is the one place that turns
 what a handler raises into an exit code: a config (or sweep file) error and a missing file
-are 2, Ctrl-C is 130.
+are 2, so is a run directory another trainer holds (`RunBusy`); Ctrl-C is 130.
 
     python -m harness.cli.main sweep sweeps/quickstart.yaml --dry-run   # same as `harness sweep ...`
 """
@@ -19,6 +19,7 @@ from harness.cli import sweep as sweep_cmd
 from harness.cli import tracking as tracking_cmd
 from harness.cli import train as train_cmd
 from harness.config.base import ConfigError
+from harness.rundir.lock import RunBusy
 
 GROUPS = (
     train_cmd,      # train, quickstart, warmup, config
@@ -58,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harness: {e}", file=sys.stderr)
         return 2
     except DatasetError as e:
+        print(f"harness {args.command}: {e}", file=sys.stderr)
+        return 2
+    except RunBusy as e:
         print(f"harness {args.command}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

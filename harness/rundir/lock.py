@@ -112,3 +112,24 @@ class FileLock:
 def file_lock(path: str | os.PathLike, *, blocking: bool = True) -> FileLock:
     """A `FileLock` to use as a context manager: ``with file_lock(p): ...``."""
     return FileLock(path, blocking=blocking)
+
+
+# --------------------------------------------------------------------------- one writer per run directory
+
+RUN_LOCK = ".run.lock"  # inside the run directory; held by the trainer for the whole run
+
+
+class RunBusy(RuntimeError):
+    """Another trainer holds a run directory's lock (the message names its pid and host)."""
+
+
+def lock_run_dir(run_dir: str | os.PathLike) -> FileLock:
+    """Take the run directory's exclusive lock without waiting, for the whole training: two
+    trainers on one run would both "finish" and interleave their metrics rows. Raises
+    `RunBusy` naming the holder (``pid <pid> on <host>``). Release with ``.release()``."""
+    path = Path(run_dir) / RUN_LOCK
+    try:
+        return FileLock(path).acquire(blocking=False)
+    except LockBusy as e:
+        raise RunBusy(f"another trainer is writing {Path(run_dir)} ({e.holder or 'pid unknown'}); "
+                      f"wait for it to end or stop it first") from None

@@ -63,6 +63,7 @@ from harness.rundir.budget import (STEP, budget_reached, consumed, eval_threshol
                                    thresholds_passed)
 from harness.rundir.ids import run_id
 from harness.rundir.layout import CONFIG, METRICS, SUMMARY, MetricsWriter
+from harness.rundir.lock import RunBusy, lock_run_dir
 from harness.rundir.summary import new_summary, read_summary, record_end, record_exception, write_summary
 from harness.tracking.base import TrackerSet
 from harness.tracking.mirrors import open_trackers
@@ -191,11 +192,31 @@ class _Run:
 
 def train(cfg: Config, *, resume: bool = True, progress: bool = True) -> dict:
     """Run (or resume, or skip if finished) one training run; returns its summary.
-    Under torchrun every rank calls this; only the main rank writes the run directory."""
+    Under torchrun every rank calls this; only the main rank writes the run directory, and
+    holds its lock (`harness.rundir.lock.lock_run_dir`) for the whole run: a second trainer
+    on the same run raises `RunBusy` naming the holder before writing anything."""
     dist = make_distributed(cfg)  # before any model is loaded (ZeRO-3: partitioned loading)
-    main = dist.is_main
     out = run_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
+    lock, busy = None, None
+    if dist.is_main:
+        try:
+            lock = lock_run_dir(out)
+        except RunBusy as e:
+            busy = str(e)
+    busy = dist.broadcast_object(busy)
+    if busy:
+        raise RunBusy(busy)
+    try:
+        return _train_run(cfg, dist, out, resume, progress)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train_run(cfg: Config, dist: Distributed, out: Path, resume: bool, progress: bool) -> dict:
+    """`train` with the run directory locked."""
+    main = dist.is_main
     prev = dist.broadcast_object(read_summary(out) if main else None)
     if resume and prev and prev.get("status") == "finished":
         return prev
