@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -68,6 +70,26 @@ def run_rounds(script: str, order, common: list[str], a, describe, errors: list,
     return results
 
 
+def register_cpu_sdpa_flops() -> None:
+    """Give torch's FLOP counter formulas for CPU SDPA (``aten._scaled_dot_product_flash_attention_for_cpu``
+    and its backward), which it counts as zero in torch 2.13: the same formulas it uses for the CUDA
+    flash kernel (``sdpa_flop_count`` / ``sdpa_backward_flop_count``: 4·B·H·S_q·S_k·D forward, 2.5×
+    that backward, masks and causality not discounted). Idempotent."""
+    from torch.utils import flop_counter as fc
+    fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+    if fwd.default in fc.flop_registry:
+        return
+
+    @fc.register_flop_formula(fwd)
+    def _fwd(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return fc.sdpa_flop_count(query_shape, key_shape, value_shape)
+
+    @fc.register_flop_formula(bwd)
+    def _bwd(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return fc.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
 class FlopCount:
     """Matmul / attention FLOPs (forward and backward) of what runs between ``start`` and
     ``stop``, counted by ``torch.utils.flop_counter.FlopCounterMode`` (mm, addmm, bmm, baddbmm,
@@ -80,6 +102,7 @@ class FlopCount:
 
     def start(self) -> None:
         from torch.utils.flop_counter import FlopCounterMode
+        register_cpu_sdpa_flops()
         self.mode = FlopCounterMode(display=False)
         self.mode.__enter__()
 
