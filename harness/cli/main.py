@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     except RunBusy as e:
         print(f"harness {args.command}: {e}", file=sys.stderr)
         return 2
+    except FloatingPointError as e:  # a run that went non-finite: recorded failed, traceback in error.txt
+        print(f"harness {args.command}: run failed: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130

@@ -129,6 +129,8 @@ def _coerce(value: Any, tp, where: str):
         value = float(value)
         if math.isnan(value):
             raise ConfigError(f"{where}: NaN is not a valid value")
+        if math.isinf(value):
+            raise ConfigError(f"{where}={value!r} is invalid: must be a finite number")
         return value
     if tp is str:
         if not isinstance(value, str):

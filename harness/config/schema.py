@@ -369,14 +369,52 @@ def parse_overrides(overrides: list[str] | None) -> list[tuple[str, Any]]:
     return out
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A YAML mapping names one key twice (the second would silently win)."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key repeated in one mapping."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            continue  # SafeLoader reports an unhashable key itself
+        if key in seen:
+            raise DuplicateKeyError(f"duplicate key '{key}' (line {seen[key] + 1} and line "
+                                    f"{key_node.start_mark.line + 1}): each key may appear once per mapping")
+        seen[key] = key_node.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def strict_yaml_load(text: str) -> Any:
+    """``yaml.safe_load`` that raises `DuplicateKeyError` (a ``yaml.YAMLError``) on a repeated key.
+    Config files and sweep files are read with it."""
+    return yaml.load(text, Loader=_StrictLoader)
+
+
 def load_yaml(path: str | os.PathLike) -> dict:
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"config file not found: {p}")
+    if not p.is_file():
+        raise ConfigError(f"config file is not a file: {p}")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = strict_yaml_load(p.read_text())
+    except DuplicateKeyError as e:
+        raise ConfigError(f"{p}: {e}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: cannot read: {e}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -67,7 +67,8 @@ import yaml
 
 from algorithms.presets import ALGORITHMS
 from harness.config.base import ConfigError, deep_merge, did_you_mean, flatten
-from harness.config.schema import BUDGET_UNITS, Config, config_from_dict, load_yaml
+from harness.config.schema import (BUDGET_UNITS, Config, DuplicateKeyError, config_from_dict, load_yaml,
+                                   strict_yaml_load)
 from harness.report.format import number
 from harness.sweep.launchers import LaunchOptions
 
@@ -167,10 +168,16 @@ def read_sweep_file(path: str | os.PathLike) -> dict:
     p = Path(path)
     if not p.exists():
         raise SweepError(f"sweep file not found: {p}")
+    if not p.is_file():
+        raise SweepError(f"sweep file is not a file: {p}")
     try:
-        spec = yaml.safe_load(p.read_text())
+        spec = strict_yaml_load(p.read_text())
+    except DuplicateKeyError as e:
+        raise SweepError(f"{p}: {e}") from None
     except yaml.YAMLError as e:
         raise SweepError(f"{p}: not valid YAML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SweepError(f"{p}: cannot read: {e}") from None
     if not isinstance(spec, dict):
         raise SweepError(f"{p}: a sweep file must be a mapping with keys {', '.join(TOP_LEVEL_KEYS)}; "
                          f"got {type(spec).__name__}")

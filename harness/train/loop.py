@@ -421,12 +421,35 @@ def _stage(run: _Run, k: int) -> tuple[dict, _StageStats]:
     torch.manual_seed(stage_seed(cfg.seed, k))
     learner.progress = consumed(run.counters, cfg.budget.unit) / cfg.budget.amount
     tm = learner.step(ro, rewards, step_rewards, k, valid=valid)
+    _check_finite(run, tm, k)
     if cfg.algorithm.ref_reset_every and (k + 1) % cfg.algorithm.ref_reset_every == 0:
         learner.reset_reference()
     dt = time.perf_counter() - t_stage
     secs = perf.pop_seconds()
     stats = _stage_stats(run, ro, rewards, step_rewards, valid, dt, secs)
     return _stage_row(tm, stats, secs, G, run.prm is not None), stats
+
+
+def _check_finite(run: _Run, tm: dict, k: int) -> None:
+    """Fail the run (FloatingPointError naming the step) at the first non-finite loss,
+    gradient norm or weight after a stage, whatever the algorithm: a run that "finishes" with
+    NaN weights is worse than one that stops. Under several processes the main rank's
+    verdict is every rank's (they raise together)."""
+    bad = [f"{key}={v}" for key, v in tm.items()
+           if ("loss" in key or "grad_norm" in key) and isinstance(v, float) and not math.isfinite(v)]
+    for name in ("policy", "critic"):
+        model = getattr(run.learner, name, None)
+        if isinstance(model, torch.nn.Module):
+            counts = [(~torch.isfinite(p.detach())).sum() for p in model.parameters()
+                      if p.is_floating_point() and p.numel()]
+            n = int(torch.stack(counts).sum()) if counts else 0  # one device sync per model
+            if n:
+                bad.append(f"{n} non-finite {name} weight(s)")
+    if run.dist.is_distributed:
+        bad = run.dist.broadcast_object(bad)
+    if bad:
+        raise FloatingPointError(f"non-finite training state after step {k + 1}: {', '.join(bad)} "
+                                 f"(train.lr={run.cfg.train.lr}); try a lower train.lr or check the rewards")
 
 
 def _stage_stats(run: _Run, ro, rewards, step_rewards, valid, dt: float, secs: dict) -> _StageStats:
