@@ -10,6 +10,17 @@ def available_tasks() -> list[str]:
     return sorted(_REGISTRY)
 
 
+_CLASSES = {"arith": evals.arith.ArithTask, "gsm8k": evals.datasets.GSM8KTask, "math": evals.datasets.MathTask,
+            "math500": evals.datasets.Math500Task}
+
+
+def has_step_checker(name: str) -> bool:
+    """Whether task ``name`` has a rule-based step checker (overrides ``Task.step_rewards``), so
+    process-reward algorithms can run on it without a process reward model."""
+    cls = _CLASSES.get(name)
+    return cls is not None and cls.step_rewards is not Task.step_rewards
+
+
 def get_task(cfg) -> Task:
     """Build the task named by ``cfg.name`` (a :class:`evals.tasks.TaskSpec` or the run config's task section)."""
     if cfg.name not in _REGISTRY:

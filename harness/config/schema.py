@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -18,6 +19,7 @@ import yaml
 
 from algorithms.presets import GROUP_ESTIMATORS, resolve
 from algorithms.registry import UnknownComponentError
+from evals.catalog import available_tasks, has_step_checker
 from evals.tasks import TaskSpec
 from harness.config.base import (ConfigError, check, check_choice, deep_merge, expand_shorthand, field_docs,
                                  from_dict, set_dotted, to_dict)
@@ -30,6 +32,30 @@ __all__ = [
     "AlgorithmConfig", "BudgetConfig", "EvalConfig", "TrackingConfig", "ConfigError",
     "load_config", "save_config", "config_hash", "config_from_dict", "field_docs", "algorithm_name",
 ]
+
+
+# Limits a run can reach or hold (a budget beyond them never ends; a stage beyond them never fits).
+MAX_BUDGET = {"steps": 1e8, "samples": 1e12, "tokens": 1e15, "seconds": 1e8}
+MAX_PER_STEP = 1_000_000        # samples in one stage (prompts_per_step x samples_per_prompt); eval.n
+MAX_SAMPLES_PER_PROMPT = 65_536
+MAX_NEW_TOKENS = 1_048_576
+MAX_EVAL_POINTS = 100_000
+NAME_RULE = ("must be a non-empty name of letters, digits, '.', '_', '-', '+', '=', ',' or '@', "
+             "without '/', '\\' or '..' and not starting with '.' (it becomes a directory name)")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_+=,@-][A-Za-z0-9._+=,@-]*$")
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
+
+
+def is_safe_name(name) -> bool:
+    """A run or sweep name that stays one directory below the output directory."""
+    return isinstance(name, str) and len(name) <= 200 and bool(_NAME_RE.match(name)) and ".." not in name
+
+
+def arith_prompt_tokens(task) -> int:
+    """Upper bound on the tiny model's tokens for an arith prompt ``Q:<expr>\nA:`` (one
+    character a token, plus BOS): operands of at most len(str(max_operand)) digits."""
+    digits = max(len(str(task.max_operand)), len(str(task.min_operand)))
+    return 1 + len("Q:\nA:") + (task.max_ops + 1) * digits + task.max_ops
 
 
 @dataclass(frozen=True)
@@ -60,6 +86,10 @@ class ModelConfig:
         check(self.num_heads >= 1, "model.num_heads", self.num_heads, "must be >= 1")
         check(self.intermediate_size >= 1, "model.intermediate_size", self.intermediate_size, "must be >= 1")
         check(self.max_length >= 8, "model.max_length", self.max_length, "must be >= 8")
+        p = Path(os.path.expanduser(self.name_or_path))
+        if self.name_or_path != "tiny" and p.is_file():
+            check(p.suffix.lower() == ".gguf", "model.name_or_path", self.name_or_path,
+                  "a file must be a .gguf model; otherwise give a Hugging Face model directory or 'tiny'")
         check_choice("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
 
 
@@ -68,6 +98,9 @@ class TaskConfig(TaskSpec):
     """The ``task`` section: fields and their meaning in :class:`evals.tasks.TaskSpec`."""
 
     def validate(self):
+        tasks = available_tasks()
+        if self.name not in tasks:
+            check_choice("task.name", self.name, tasks)
         check(self.min_ops >= 1, "task.min_ops", self.min_ops, "must be >= 1")
         check(self.max_ops >= self.min_ops, "task.max_ops", self.max_ops, "must be >= task.min_ops")
         check(0 <= self.min_operand <= self.max_operand, "task.max_operand", self.max_operand,
@@ -126,6 +159,10 @@ class SamplingConfig:
               "is not verified yet (harness.engine.vllm_sampler is optional and untested); use 'hf' or 'paged'")
         check(self.samples_per_prompt >= 1, "sampling.samples_per_prompt", self.samples_per_prompt, "must be >= 1")
         check(self.max_new_tokens >= 1, "sampling.max_new_tokens", self.max_new_tokens, "must be >= 1")
+        check(self.samples_per_prompt <= MAX_SAMPLES_PER_PROMPT, "sampling.samples_per_prompt",
+              self.samples_per_prompt, f"must be <= {MAX_SAMPLES_PER_PROMPT}")
+        check(self.max_new_tokens <= MAX_NEW_TOKENS, "sampling.max_new_tokens", self.max_new_tokens,
+              f"must be <= {MAX_NEW_TOKENS}")
         check(self.temperature > 0, "sampling.temperature", self.temperature, "must be > 0")
         check(0 < self.top_p <= 1, "sampling.top_p", self.top_p, "must be in (0, 1]")
 
@@ -169,6 +206,8 @@ class TrainConfig:
 
     def validate(self):
         check(self.prompts_per_step >= 1, "train.prompts_per_step", self.prompts_per_step, "must be >= 1")
+        check(self.prompts_per_step <= MAX_PER_STEP, "train.prompts_per_step", self.prompts_per_step,
+              f"must be <= {MAX_PER_STEP} (one stage's batch must fit in memory)")
         check(self.lr > 0, "train.lr", self.lr, "must be > 0")
         check(self.lr_warmup_steps >= 0, "train.lr_warmup_steps", self.lr_warmup_steps, "must be >= 0")
         check_choice("train.lr_schedule", self.lr_schedule, ("constant", "cosine"))
@@ -261,6 +300,11 @@ class BudgetConfig:
     def validate(self):
         check_choice("budget.unit", self.unit, BUDGET_UNITS)
         check(self.amount > 0, "budget.amount", self.amount, "must be > 0")
+        limit = MAX_BUDGET.get(self.unit)
+        check(limit is None or self.amount <= limit, "budget.amount", self.amount,
+              f"a budget in {self.unit} must be at most {limit:.0e} (a run cannot reach more)")
+        check(self.eval_points <= MAX_EVAL_POINTS, "budget.eval_points", self.eval_points,
+              f"must be <= {MAX_EVAL_POINTS}")
         check(self.eval_points >= 1, "budget.eval_points", self.eval_points, "must be >= 1")
 
 
@@ -279,6 +323,9 @@ class EvalConfig:
 
     def validate(self):
         check(self.n >= 0, "eval.n", self.n, "must be >= 0")
+        check(self.greedy or self.n > 0, "eval.n", self.n,
+              "with eval.greedy=false, eval.n must be >= 1 (otherwise nothing is evaluated)")
+        check(self.n <= MAX_PER_STEP, "eval.n", self.n, f"must be <= {MAX_PER_STEP}")
         check(self.temperature > 0, "eval.temperature", self.temperature, "must be > 0")
         check(self.max_new_tokens >= 0, "eval.max_new_tokens", self.max_new_tokens, "must be >= 0")
 
@@ -327,9 +374,9 @@ class Config:
     """Trackers mirrored from metrics.jsonl."""
 
     def validate(self):
-        check(bool(self.name) and "/" not in self.name, "name", self.name, "must be a non-empty name without '/'")
-        check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
-              self.device, "must be auto, cpu, cuda or cuda:N")
+        check(is_safe_name(self.name), "name", self.name, NAME_RULE)
+        check(bool(_DEVICE_RE.match(self.device)), "device", self.device, "must be auto, cpu, cuda or cuda:N")
+        check(bool(self.output_dir), "output_dir", self.output_dir, "must be a directory path")
         try:
             algo = resolve(self.algorithm)
         except UnknownComponentError as e:
@@ -339,6 +386,19 @@ class Config:
               f"advantage '{algo.advantage}' normalises within a group of samples per prompt: G must be >= 2")
         check(self.budget.unit != "steps" or float(self.budget.amount).is_integer(), "budget.amount",
               self.budget.amount, "a budget in steps must be a whole number")
+        check(self.train.prompts_per_step * self.sampling.samples_per_prompt <= MAX_PER_STEP,
+              "train.prompts_per_step", self.train.prompts_per_step,
+              f"prompts_per_step x sampling.samples_per_prompt must be <= {MAX_PER_STEP} samples per stage")
+        if algo.reward == "process" and self.algorithm.prm in (None, "", "rule"):
+            check(has_step_checker(self.task.name), "algorithm.prm", self.algorithm.prm,
+                  f"algorithm '{self.algorithm.name}' uses process rewards, and task '{self.task.name}' has no "
+                  f"step checker: set algorithm.prm to a process reward model directory, or use an "
+                  f"outcome-reward algorithm")
+        if self.model.name_or_path == "tiny" and self.task.name == "arith":
+            prompt = arith_prompt_tokens(self.task)
+            new = max(self.sampling.max_new_tokens, self.eval.max_new_tokens)
+            check(self.model.max_length >= prompt + new, "model.max_length", self.model.max_length,
+                  f"must hold the longest prompt ({prompt} tokens) + max_new_tokens ({new}) = {prompt + new}")
 
     def replace(self, **sections) -> "Config":
         return dataclasses.replace(self, **sections)
