@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from evals.catalog import get_task
+from harness.cli.checks import check_device, check_output_dir
 from harness.report.format import number, table
 from harness.config.schema import TaskConfig
 from harness.engine.evaluate import evaluate
@@ -78,9 +79,16 @@ def run(args) -> int:
         if v < lo:
             print(f"harness eval: {name} must be >= {lo}, got {v}", file=sys.stderr)
             return 2
+    if args.no_greedy and args.n == 0:
+        print("harness eval: --no-greedy with --n 0 evaluates nothing: give --n >= 1 or drop --no-greedy",
+              file=sys.stderr)
+        return 2
     if args.temperature <= 0:
         print(f"harness eval: --temperature must be > 0, got {args.temperature}", file=sys.stderr)
         return 2
+    check_device(args.device, "--device")
+    if args.out:
+        check_output_dir(args.out, "--out")
     # --limit 0: the whole test split (arith generates its default held-out set)
     size = args.limit if args.limit > 0 else (TaskConfig().eval_size if args.task == "arith" else 10**9)
     task = get_task(TaskConfig(name=args.task, data_path=args.data, few_shot=args.few_shot,

@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
+from harness.cli.checks import check_output_dir, check_runs_folder
 from harness.report import build
 from harness.report.build import build_report
 from harness.report.tables import format_table
@@ -17,6 +19,9 @@ def cmd_report(args) -> int:
     except ImportError as e:
         print(f"harness report: {e.name} is not installed (pip install 'grpo-harness[report]')", file=sys.stderr)
         return 2
+    check_runs_folder(args.sweep_dir, "sweep_dir")
+    out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "report"
+    check_output_dir(out, "--out")
     res = build_report(args.sweep_dir, args.out)
     print(format_table(res["table"]))
     print(f"\nwrote {res['html']}, {res['markdown']}, {res['csv']}, {res['runs_csv']} and "
@@ -31,5 +36,5 @@ def register(subparsers) -> None:
         "report", help="paper-style table and plots (Markdown, HTML, CSV) for one sweep",
         description=build.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep_dir", help="a sweep directory: RESULTS_DIR/<name>")
-    p.add_argument("--out", default=None, help="output directory (default: <sweep_dir>/report)")
+    p.add_argument("--out", "--output-dir", dest="out", default=None, help="output directory (default: <sweep_dir>/report)")
     p.set_defaults(func=cmd_report)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.cli.checks import check_output_dir
 from harness.sweep import run as sweep_run
 from harness.sweep import spec as sweep_spec
 from harness.sweep.plan import format_plan, load_sweep
@@ -33,6 +34,7 @@ def cmd_sweep(args) -> int:
     print(format_plan(sw))
     if args.dry_run:
         return 0
+    check_output_dir(sw.output_dir, "output_dir")
     print("", flush=True)
     progress: bool | str = False if args.no_progress else True
     return run_sweep(sw, only=args.only, skip_failed=args.skip_failed, progress=progress, refresh=args.refresh)

@@ -7,6 +7,7 @@ import signal
 import sys
 
 from harness.tracking import sync as tracking_sync
+from harness.cli.checks import check_runs_folder
 from harness.tracking.sync import start_ui, stop_group, sync, ui_store, wait_healthy
 
 _INSTALL = "is not installed (pip install 'grpo-harness[track]')"
@@ -39,6 +40,8 @@ def cmd_ui(args) -> int:
         print(f"harness ui: mlflow {_INSTALL}", file=sys.stderr)
         return 2
     root = ui_store(args.results_dir)
+    if not (root / "mlflow.db").exists():
+        check_runs_folder(args.results_dir, "results_dir")
     url = f"http://{args.host}:{args.port}"
     proc = start_ui(root, args.port, args.host)
     print(f"MLflow UI for {root / 'mlflow.db'}: {url}  (server pid {proc.pid}, process group {proc.pid}; Ctrl-C stops it)",

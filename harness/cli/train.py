@@ -11,6 +11,7 @@ import torch
 import yaml
 
 from evals.catalog import get_task
+from harness.cli.checks import check_device, check_output_dir
 from harness.config.base import to_dict
 from harness.config.schema import describe, load_config
 from harness.engine.models import resolve_device
@@ -49,6 +50,8 @@ def print_run(summary: dict, file=sys.stdout) -> None:
 
 def cmd_train(args) -> int:
     cfg = load_config(args.config, args.set)
+    check_device(cfg.device)
+    check_output_dir(cfg.output_dir, "output_dir")
     print(f"results: {run_dir(cfg)}")
     summary = train(cfg, resume=not args.restart, progress=not args.no_progress)
     print_run(summary)
@@ -98,6 +101,7 @@ def cmd_quickstart(args) -> int:
 
 def cmd_warmup(args) -> int:
     cfg = load_config(args.config, args.set)
+    check_device(cfg.device)
     task = get_task(cfg.task)
     _, _, info = starting_checkpoint(cfg, task, resolve_device(cfg.device), progress=True)
     print(json.dumps({k: v for k, v in info.items() if k != "config"}, indent=2))

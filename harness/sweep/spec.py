@@ -59,6 +59,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import typing
 from pathlib import Path
 from typing import Any, Optional
@@ -67,8 +68,8 @@ import yaml
 
 from algorithms.presets import ALGORITHMS
 from harness.config.base import ConfigError, deep_merge, did_you_mean, flatten
-from harness.config.schema import (BUDGET_UNITS, Config, DuplicateKeyError, config_from_dict, load_yaml,
-                                   strict_yaml_load)
+from harness.config.schema import (BUDGET_UNITS, NAME_RULE, Config, DuplicateKeyError, config_from_dict,
+                                   is_safe_name, load_yaml, strict_yaml_load)
 from harness.report.format import number
 from harness.sweep.launchers import LaunchOptions
 
@@ -163,6 +164,22 @@ def fmt_value(v: Any) -> str:
 # --------------------------------------------------------------------------- sections
 
 
+# launcher.env: what a sweep file may set in its workers' environment. A sweep file is read
+# as trusted input for everything else; this keeps it from redirecting imports or the
+# loader (PYTHONPATH, LD_PRELOAD, PATH, ...) of every worker.
+ENV_PREFIXES = ("OMP_", "MKL_", "CUDA_", "NCCL_", "OPENBLAS_", "TORCH_NCCL_", "KMP_", "GOMP_")
+ENV_NAMES = frozenset({"TOKENIZERS_PARALLELISM", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_MAX_THREADS",
+                       "PYTORCH_CUDA_ALLOC_CONF", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"})
+_ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def env_allowed(name: str) -> bool:
+    """Whether ``launcher.env`` may set variable ``name`` (see ENV_PREFIXES / ENV_NAMES)."""
+    if not _ENV_NAME_RE.match(name):
+        return False
+    return name.startswith(ENV_PREFIXES) or name in ENV_NAMES or name.endswith("_THREADS")
+
+
 def read_sweep_file(path: str | os.PathLike) -> dict:
     """The parsed mapping of a sweep file (not yet validated)."""
     p = Path(path)
@@ -191,9 +208,8 @@ def check_top_level(spec: dict, src: str) -> str:
             raise SweepError(f"{src}: unknown top-level key '{k}'{did_you_mean(k, TOP_LEVEL_KEYS)} "
                              f"(valid: {', '.join(TOP_LEVEL_KEYS)})")
     name = spec.get("name")
-    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
-        raise SweepError(f"{src}: name={name!r} is invalid: a sweep needs a non-empty name without '/' "
-                         f"(its runs go to <output_dir>/<name>/)")
+    if not is_safe_name(name):
+        raise SweepError(f"{src}: name={name!r} is invalid: {NAME_RULE} (its runs go to <output_dir>/<name>/)")
     return name
 
 
@@ -368,6 +384,11 @@ def launcher_section(raw: Any, src: str, base_dir: Path) -> LaunchOptions:
     env = raw.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
         raise SweepError(f"{src}: launcher.env must be a mapping of variable names to values, got {env!r}")
+    for k in env:
+        if not env_allowed(k):
+            raise SweepError(f"{src}: launcher.env.{k} is not allowed: launcher.env may set only thread and "
+                             f"accelerator variables ({', '.join(ENV_PREFIXES)}*, {', '.join(sorted(ENV_NAMES))}, "
+                             f"or names ending in _THREADS)")
     ls.env = {k: str(v) for k, v in env.items()}
     return ls
 
