@@ -16,20 +16,33 @@ steps and reports stay byte-identical.
 ``summary.json``'s ``budget.consumed`` is keyed by unit (``{"samples": .., "tokens": ..,
 "steps": .., "seconds": ..}``): :func:`consumed_by_unit`.
 
-Evaluation happens at ``budget.eval_points`` evenly spaced thresholds
-(:func:`eval_thresholds`); the run stops once :func:`budget_reached`. Both compare with a
-tolerance of :data:`EPS`, so float budgets (seconds) land on their thresholds.
+Evaluation happens at ``budget.eval_points`` thresholds (:func:`eval_thresholds`); the run
+stops once :func:`budget_reached`. Both compare with a tolerance of :data:`EPS`, so float
+budgets (seconds) land on their thresholds. A training stage consumes a whole batch, so:
+
+- ``samples``: the thresholds are multiples of the samples a stage consumes
+  (:func:`stage_samples`), the nearest to ``amount * k / eval_points``, and the last stage is
+  cut to land on ``amount``; every algorithm with the same batch shape evaluates at the same
+  sample counts. :func:`threshold_warning` says when ``amount / eval_points`` is not such a
+  multiple (the points are then not exact fractions of the budget).
+- ``steps``: thresholds are rounded to whole steps.
+- ``tokens`` / ``seconds``: a stage's consumption is only known after it, so evaluation is at
+  the first stage boundary at or after each threshold; every evaluation row records the
+  threshold (``budget/threshold``) next to the counters (the actual budget value), and the
+  run overshoots ``amount`` by less than one stage: :func:`overshoot` (summary.json's
+  ``budget.overshoot``).
 
 Imports nothing of the project: :mod:`harness.config.schema` takes :data:`BUDGET_UNITS`
 from here.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Optional, Sequence
 
 __all__ = ["BUDGET_UNITS", "COUNTERS", "UNIT_COUNTER", "COUNTER_UNIT", "STEP", "EPS", "new_counters",
            "counter_key", "consumed", "row_consumed", "consumed_by_unit", "row_counters", "eval_thresholds",
-           "thresholds_passed", "budget_reached", "unit_of"]
+           "thresholds_passed", "budget_reached", "unit_of", "stage_samples", "threshold_warning", "overshoot"]
 
 BUDGET_UNITS = ("samples", "tokens", "steps", "seconds")
 """The units a budget can be given in (``budget.unit``)."""
@@ -83,10 +96,63 @@ def row_counters(counters: Mapping[str, Any]) -> dict:
     return {c: counters[c] for c in COUNTERS}
 
 
-def eval_thresholds(budget) -> list[float]:
-    """Budget amounts at which to evaluate: ``budget.eval_points`` evenly spaced up to
-    ``budget.amount`` (``budget`` is a :class:`~harness.config.schema.BudgetConfig`)."""
-    return [budget.amount * k / budget.eval_points for k in range(1, budget.eval_points + 1)]
+def stage_samples(prompts_per_step: int, samples_per_prompt: int) -> int:
+    """Samples (completions) one full training stage consumes, over all ranks."""
+    return prompts_per_step * samples_per_prompt
+
+
+def eval_thresholds(budget, per_stage: Optional[int] = None) -> list[float]:
+    """Budget amounts at which to evaluate: ``budget.eval_points`` points up to
+    ``budget.amount`` (``budget`` is a :class:`~harness.config.schema.BudgetConfig`).
+
+    Evenly spaced, except that with unit ``samples`` and ``per_stage`` (samples a stage
+    consumes, :func:`stage_samples`) every threshold but the last is the multiple of
+    ``per_stage`` nearest to ``amount * k / eval_points`` (at least one stage, strictly
+    increasing while room is left), and with unit ``steps`` thresholds are whole steps. The
+    last threshold is always ``amount``."""
+    n, amount = budget.eval_points, budget.amount
+    even = [amount * k / n for k in range(1, n + 1)]
+    if budget.unit == "steps":
+        return [float(max(1, math.floor(t + 0.5))) for t in even[:-1]] + [amount]
+    if budget.unit != "samples" or not per_stage:
+        return even
+    out: list[float] = []
+    for t in even[:-1]:
+        m = max(1, math.floor(t / per_stage + 0.5)) * per_stage
+        if out and m <= out[-1]:
+            m = out[-1] + per_stage
+        out.append(float(min(m, amount)))
+    return out + [amount]
+
+
+def threshold_warning(budget, per_stage: Optional[int] = None) -> Optional[str]:
+    """A sentence when the evaluation points cannot be exact fractions of the budget (unit
+    ``samples``: ``amount / eval_points`` not a multiple of ``per_stage``; unit ``steps``: not
+    whole), else None."""
+    step = amount_step = budget.amount / budget.eval_points
+    if budget.unit == "samples" and per_stage:
+        if abs(step / per_stage - round(step / per_stage)) > EPS:
+            got = eval_thresholds(budget, per_stage)
+            return (f"budget.amount / budget.eval_points = {amount_step:g} samples is not a multiple of the "
+                    f"{per_stage} samples a stage consumes: evaluating at {', '.join(f'{t:g}' for t in got)} samples")
+    elif budget.unit == "steps" and abs(step - round(step)) > EPS:
+        got = eval_thresholds(budget)
+        return (f"budget.amount / budget.eval_points = {amount_step:g} steps is not whole: evaluating at "
+                f"{', '.join(f'{t:g}' for t in got)} steps")
+    return None
+
+
+def overshoot(budget, counters: Mapping[str, Any], stage_bound: Optional[float] = None) -> dict:
+    """How far the run went past ``budget.amount`` (summary.json's ``budget.overshoot``):
+    ``amount`` (in ``budget.unit``, >= 0), ``fraction`` (of ``budget.amount``) and ``bound``,
+    the most one stage can consume (``stage_bound``: 0 for samples, cut to land exactly, and
+    steps; the caller's bound for tokens and seconds; None when unknown). A run stops at the
+    first stage boundary at or after ``amount``, so ``amount < bound`` whenever one is known."""
+    over = max(0, consumed(counters, budget.unit) - budget.amount)
+    if over <= EPS:
+        over = 0 if budget.unit != "seconds" else 0.0
+    bound = 0 if budget.unit in ("samples", "steps") else stage_bound
+    return {"amount": over, "fraction": over / budget.amount, "bound": bound}
 
 
 def thresholds_passed(thresholds: Sequence[float], passed: int, amount_consumed: float) -> int:

@@ -59,8 +59,8 @@ from harness.engine.learner import Learner, ValueModel
 from harness.engine.models import build_tiny_model, load_prm, load_policy, resolve_device, save_policy
 from harness.engine.perf import PerfTracker
 from harness.engine.sampling import char_to_token_index, sample
-from harness.rundir.budget import (STEP, budget_reached, consumed, eval_thresholds, new_counters, row_counters,
-                                   thresholds_passed)
+from harness.rundir.budget import (STEP, budget_reached, consumed, eval_thresholds, new_counters, overshoot,
+                                   row_counters, stage_samples, threshold_warning, thresholds_passed)
 from harness.rundir.ids import run_id
 from harness.rundir.layout import CONFIG, METRICS, SUMMARY, MetricsWriter
 from harness.rundir.lock import RunBusy, lock_run_dir
@@ -339,7 +339,11 @@ def _train_to_budget(run: _Run, progress: bool) -> tuple[dict, list]:
     threshold crossed. Returns the last evaluation and the stage times."""
     cfg, counters = run.cfg, run.counters
     unit, amount = cfg.budget.unit, cfg.budget.amount
-    thresholds = eval_thresholds(cfg.budget)
+    per_stage = stage_samples(cfg.train.prompts_per_step, cfg.sampling.samples_per_prompt)
+    thresholds = eval_thresholds(cfg.budget, per_stage)
+    warning = threshold_warning(cfg.budget, per_stage)
+    if warning and run.dist.is_main and run.passed == 0:
+        log_.warning(warning)
     bar = tqdm(total=amount, initial=min(consumed(counters, unit), amount), desc=f"{cfg.algorithm.name} [{unit}]",
                disable=not progress or not run.dist.is_main, dynamic_ncols=True)
     last_eval: dict = {}
@@ -357,16 +361,17 @@ def _train_to_budget(run: _Run, progress: bool) -> tuple[dict, list]:
         crossed = thresholds_passed(thresholds, run.passed, consumed(counters, unit))
         if crossed > run.passed or budget_reached(cfg.budget, counters):
             run.passed = max(crossed, run.passed)
-            last_eval = _evaluate_and_checkpoint(run)
+            last_eval = _evaluate_and_checkpoint(run, thresholds[max(run.passed, 1) - 1])
     bar.close()
     return last_eval, step_times
 
 
-def _evaluate_and_checkpoint(run: _Run) -> dict:
-    """Evaluate at the current step; before the end, save the resume point after it."""
+def _evaluate_and_checkpoint(run: _Run, threshold: Optional[float] = None) -> dict:
+    """Evaluate at the current step; before the end, save the resume point after it. The
+    row records the threshold evaluated for (``budget/threshold``) next to the counters."""
     final = budget_reached(run.cfg.budget, run.counters)
     ev = run.evaluate(run.counters[STEP], final)
-    run.log(ev)
+    run.log(ev if threshold is None else {**ev, "budget/threshold": threshold})
     if not final:
         state = {"counters": dict(run.counters), "passed": run.passed, "initial_eval": run.summary["initial_eval"]}
         save_checkpoint(run.ckpt, run.dist, run.learner, run.cfg, state)
@@ -500,6 +505,10 @@ def _finalize(run: _Run, last_eval: dict, step_times: list) -> None:
     perf_summary["perf/step_seconds_mean"] = float(np.mean(step_times[1:] or step_times or [0.0]))
     run.log(perf_summary)
     record_end(run.summary, run.counters, last_eval, perf_summary)
+    cfg = run.cfg  # overshoot bound: one stage (tokens: every sample at max_new_tokens)
+    bound = {"tokens": stage_samples(cfg.train.prompts_per_step, cfg.sampling.samples_per_prompt)
+             * cfg.sampling.max_new_tokens, "seconds": max(step_times, default=None)}.get(cfg.budget.unit)
+    run.summary["budget"]["overshoot"] = overshoot(cfg.budget, run.counters, bound)
     if run.cfg.train.save_final_model:
         with dist.gathered(run.learner.policy) as m:  # collective under ZeRO-3; the main rank writes
             if dist.is_main:
