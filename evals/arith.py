@@ -110,6 +110,7 @@ class ArithTask(Task):
     def __init__(self, cfg=None):
         self.cfg = cfg or TaskSpec()
         self._eval: Optional[list[Problem]] = None
+        self._val: Optional[list[Problem]] = None
 
     # -- generation -------------------------------------------------------
     def random_expr(self, rng: random.Random) -> str:
@@ -150,6 +151,25 @@ class ArithTask(Task):
                     out.append(self.make_problem(e))
             self._eval = out
         return self._eval
+
+    def validation_problems(self) -> list[Problem]:
+        """``eval_size`` problems of the held-out hash bucket that are not in
+        :meth:`eval_problems`: never trained on (the bucket is excluded from training and
+        warm-up) and disjoint from the test set, which stays exactly as it was. Its own
+        generator stream (``arith-val-<seed>``)."""
+        if self._val is None:
+            test = {p.id for p in self.eval_problems()}
+            rng = random.Random(f"arith-val-{self.cfg.seed}")
+            seen, out = set(test), []
+            tries = 0
+            while len(out) < self.cfg.eval_size and tries < 200 * self.cfg.eval_size:
+                tries += 1
+                e = self.random_expr(rng)
+                if is_heldout(e) and e not in seen:
+                    seen.add(e)
+                    out.append(self.make_problem(e))
+            self._val = out
+        return self._val
 
     # -- prompting --------------------------------------------------------
     def format_prompt(self, problem: Problem) -> str:

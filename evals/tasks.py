@@ -79,6 +79,12 @@ class Task:
     def eval_problems(self) -> list[Problem]:
         raise NotImplementedError
 
+    def validation_problems(self) -> list[Problem]:
+        """A validation split, disjoint from the training problems and from
+        :meth:`eval_problems`, for choosing hyper-parameters (e.g. the learning rate) without
+        looking at the test set. Tasks without one raise NotImplementedError."""
+        raise NotImplementedError
+
     # -- prompting --------------------------------------------------------
     def bind_tokenizer(self, tokenizer) -> None:
         """Called once with the policy's tokenizer (dataset tasks use its chat template)."""

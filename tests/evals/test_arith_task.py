@@ -112,3 +112,17 @@ def test_outcome_reward_requires_every_step_well_formed(task):
     assert task.reward("#7", seven) == 1.0 and task.reward("#8", seven) == 0.0
     # process rewards are unchanged: "#6" alone is one (final) step, scored 1
     assert [s.reward for s in task.step_rewards("#6", p)] == [1.0]
+
+
+def test_validation_split_disjoint_from_train_and_test(task):
+    val, test = task.validation_problems(), task.eval_problems()
+    assert len(val) == 50 and len({p.id for p in val}) == 50
+    assert all(is_heldout(p.id) for p in val)  # the bucket training never draws from
+    assert not {p.id for p in val} & {p.id for p in test}
+    train = {p.id for p in task.sample_train(random.Random(0), 2000)}
+    assert not {p.id for p in val} & train
+    # deterministic, and the test set is unchanged by asking for validation first
+    t2 = ArithTask(TaskConfig(min_ops=2, max_ops=3, max_operand=9, eval_size=50))
+    assert [p.id for p in t2.validation_problems()] == [p.id for p in val]
+    assert [p.id for p in t2.eval_problems()] == [p.id for p in test]
+    assert [p.id for p in val[:3]] == ["7*1+1+2", "1+4-4+2", "5+6+6"]
