@@ -321,6 +321,11 @@ class EvalConfig:
     final_only_samples: bool = True
     """Draw the n samples only at the final checkpoint (greedy accuracy at every one)."""
 
+    validation: bool = False
+    """Also score the final model (greedy) on the task's validation split, disjoint from the
+    training and test problems (summary.json ``final_val_eval``), to choose hyper-parameters
+    such as the learning rate without looking at the test set (a sweep's ``select``)."""
+
     def validate(self):
         check(self.n >= 0, "eval.n", self.n, "must be >= 0")
         check(self.greedy or self.n > 0, "eval.n", self.n,

@@ -496,10 +496,28 @@ def _stage_row(tm: dict, stats: _StageStats, secs: dict, G: int, need_steps: boo
     return row
 
 
+def _validation_eval(run: _Run) -> dict:
+    """Greedy scores of the final model on the task's validation split (collective, like
+    :meth:`_Run.evaluate`); keys as an evaluation row's (``eval/<task>/acc``)."""
+    cfg, dist = run.cfg, run.dist
+    with dist.gathered(run.learner.policy) as m:
+        ev = None
+        if dist.is_main:
+            with run.perf.phase("eval"):
+                ev = run_evaluation(m, run.tok, run.task, run.task.validation_problems(), greedy=True, n=0,
+                                    max_new_tokens=cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens,
+                                    seed=stage_seed(cfg.seed, 2 * 10**6), batch_size=256,
+                                    out_path=run.out / "eval" / f"{run.task.name}_validation.jsonl")
+        dist.barrier()
+    return dist.broadcast_object(ev)
+
+
 def _finalize(run: _Run, last_eval: dict, step_times: list) -> None:
     """Log the performance summary, record the end in the summary, save the final model,
     drop the resume state."""
     dist, out = run.dist, run.out
+    if run.cfg.eval.validation:
+        run.summary["final_val_eval"] = _validation_eval(run)
     perf_summary = run.perf.summary()
     perf_summary["perf/warmup_step_seconds"] = step_times[0] if step_times else 0.0
     perf_summary["perf/step_seconds_mean"] = float(np.mean(step_times[1:] or step_times or [0.0]))

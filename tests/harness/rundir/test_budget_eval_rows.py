@@ -2,6 +2,7 @@
 records the overshoot, bounded by one stage."""
 from __future__ import annotations
 
+from evals.arith import ArithTask
 from harness.config.schema import load_config
 from harness.rundir.layout import read_json, read_jsonl
 from harness.train.loop import run_dir, train
@@ -40,3 +41,17 @@ def test_tokens_budget_records_overshoot_below_one_stage(tmp_path):
     assert o["bound"] == 2 * 2 * 4  # one stage: 4 samples at max_new_tokens 4
     assert o["amount"] == used - 20 and 0 <= o["amount"] < o["bound"]
     assert o["fraction"] == o["amount"] / 20
+
+
+def test_final_validation_eval_in_summary(tmp_path):
+    cfg = load_config(None, TINY + [f"output_dir={tmp_path}", f"warmup.cache_dir={tmp_path / 'wc'}",
+                                    "budget.unit=steps", "budget.amount=1", "budget.eval_points=1",
+                                    "eval.validation=true"])
+    s = train(cfg, progress=False)
+    rows = read_jsonl(run_dir(cfg) / "eval" / "arith_validation.jsonl")
+    task = ArithTask(cfg.task)
+    assert [r["id"] for r in rows] == [p.id for p in task.validation_problems()] == ["1-5", "6+3", "1+1", "3*9"]
+    assert not {p.id for p in task.validation_problems()} & {p.id for p in task.eval_problems()}
+    assert s["final_val_eval"]["eval/arith/acc"] == sum(bool(r["greedy"]["correct"]) for r in rows) / 4
+    assert "final_val_eval" not in _run(tmp_path / "b", "budget.unit=steps", "budget.amount=1",
+                                        "budget.eval_points=1")[0]
