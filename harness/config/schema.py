@@ -460,6 +460,16 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def yaml_error_line(e: yaml.YAMLError) -> str:
+    """One line for a YAML parse error: the problem and where (line, column)."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None)
+    if problem and mark is not None:
+        ctx = getattr(e, "context", None)
+        return f"{ctx + ': ' if ctx else ''}{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(e).split())
+
+
 def strict_yaml_load(text: str) -> Any:
     """``yaml.safe_load`` that raises `DuplicateKeyError` (a ``yaml.YAMLError``) on a repeated key.
     Config files and sweep files are read with it."""
@@ -477,7 +487,7 @@ def load_yaml(path: str | os.PathLike) -> dict:
     except DuplicateKeyError as e:
         raise ConfigError(f"{p}: {e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+        raise ConfigError(f"{p}: not valid YAML: {yaml_error_line(e)}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{p}: cannot read: {e}") from None
     if data is None:

@@ -69,7 +69,7 @@ import yaml
 from algorithms.presets import ALGORITHMS
 from harness.config.base import ConfigError, deep_merge, did_you_mean, flatten
 from harness.config.schema import (BUDGET_UNITS, NAME_RULE, Config, DuplicateKeyError, config_from_dict,
-                                   is_safe_name, load_yaml, strict_yaml_load)
+                                   is_safe_name, load_yaml, strict_yaml_load, yaml_error_line)
 from harness.report.format import number
 from harness.sweep.launchers import LaunchOptions
 
@@ -192,7 +192,7 @@ def read_sweep_file(path: str | os.PathLike) -> dict:
     except DuplicateKeyError as e:
         raise SweepError(f"{p}: {e}") from None
     except yaml.YAMLError as e:
-        raise SweepError(f"{p}: not valid YAML: {e}") from None
+        raise SweepError(f"{p}: not valid YAML: {yaml_error_line(e)}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise SweepError(f"{p}: cannot read: {e}") from None
     if not isinstance(spec, dict):
