@@ -143,3 +143,46 @@ def build_table(runs: list[RunData]):
     df.attrs.update({"budget_unit": max(set(units), key=units.count), "tasks": tasks, "ks": ks,
                      "groups": {k: [r.run_id for r in v] for k, v in groups.items()}})
     return df
+
+
+def select_by_validation(runs: list[RunData], over: str = "train.lr") -> list[dict]:
+    """Per algorithm, the value of config key ``over`` (default the learning rate) whose
+    finished runs score best on the validation split: mean over seeds of
+    ``final_val_eval.eval/<task>/acc`` (runs trained with ``eval.validation: true``).
+
+    Returns one dict per algorithm that has validation scores for at least one value:
+    ``{"algorithm", "over", "best", "val_acc", "candidates": {value: mean val acc}, "split":
+    "validation", "task"}``; ties go to the smaller value. Never looks at the test split."""
+    by_algo: dict[str, dict] = {}
+    tasks: dict[str, str] = {}
+    for r in runs:
+        if r.status != "finished":
+            continue
+        val = r.summary.get("final_val_eval") or {}
+        accs = {k: v for k, v in val.items() if k.startswith("eval/") and k.endswith("/acc")}
+        if len(accs) != 1:
+            continue
+        (key, acc), = accs.items()
+        value = flatten(r.config).get(over)
+        by_algo.setdefault(r.algorithm, {}).setdefault(value, []).append(float(acc))
+        tasks[r.algorithm] = key.split("/")[1]
+    out = []
+    for algo in sorted(by_algo):
+        cands = {v: float(np.mean(a)) for v, a in by_algo[algo].items()}
+        best = min(cands, key=lambda v: (-cands[v], v if isinstance(v, (int, float)) else 0))
+        out.append({"algorithm": algo, "over": over, "best": best, "val_acc": cands[best],
+                    "candidates": dict(sorted(cands.items(), key=lambda kv: repr(kv[0]))),
+                    "split": "validation", "task": tasks[algo]})
+    return out
+
+
+def selection_notes(selection: list[dict]) -> list[str]:
+    """One report note per algorithm: which value won and on which split."""
+    return [f"selection on the {s['task']} validation split (never the test split): {s['algorithm']} -> "
+            f"{s['over']}={_fmt(s['best'])} (validation acc {s['val_acc']:.3f}; candidates "
+            + ", ".join(f"{_fmt(v)}: {a:.3f}" for v, a in s["candidates"].items()) + ")"
+            for s in selection]
+
+
+def _fmt(v) -> str:
+    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)

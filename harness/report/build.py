@@ -27,7 +27,8 @@ import io
 import os
 from pathlib import Path
 
-from harness.report.aggregate import build_table, group_runs, load_sweep, per_seed_initial
+from harness.report.aggregate import (build_table, group_runs, load_sweep, per_seed_initial, select_by_validation,
+                                      selection_notes)
 from harness.report.format import table
 from harness.report.plots import PLOT_TITLES, figures
 from harness.report.tables import (STAT_NOTE, formatted_table, results_html, results_markdown, runs_display,
@@ -141,9 +142,12 @@ def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     csv_path, runs_csv = write_csvs(df, runs_df, out)
     sweep = runs[0].sweep if runs else sweep_dir.name
     notes = _notes(runs, done, unit, ks, excluded, missing)
+    selection = select_by_validation(runs)
+    notes += selection_notes(selection)
     runs_table = runs_display(runs_df, tasks)
     md_path, html_path = out / "report.md", out / "report.html"
     md_path.write_text(_markdown(sweep, sweep_dir, fdf, notes, plots, runs_table))
     html_path.write_text(_html(sweep, sweep_dir, df, fdf, notes, pngs, runs_df, runs_table))
     return {"table": df, "runs": runs_df, "markdown": md_path, "html": html_path, "csv": csv_path,
-            "runs_csv": runs_csv, "plots": dict(plots), "out_dir": out, "excluded": excluded}
+            "runs_csv": runs_csv, "plots": dict(plots), "out_dir": out, "excluded": excluded,
+            "selection": selection}
