@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -48,12 +49,22 @@ def print_run(summary: dict, file=sys.stdout) -> None:
               file=file)
 
 
+def _sigterm_as_interrupt(signum, frame):
+    """SIGTERM during `harness train` unwinds like Ctrl-C: the run is recorded ``interrupted``
+    (summary written, checkpoint kept) and resumes on the next `harness train`."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def cmd_train(args) -> int:
     cfg = load_config(args.config, args.set)
     check_device(cfg.device)
     check_output_dir(cfg.output_dir, "output_dir")
     print(f"results: {run_dir(cfg)}")
-    summary = train(cfg, resume=not args.restart, progress=not args.no_progress)
+    prev = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # SIGTERM: "interrupted", like Ctrl-C
+    try:
+        summary = train(cfg, resume=not args.restart, progress=not args.no_progress)
+    finally:
+        signal.signal(signal.SIGTERM, prev)
     print_run(summary)
     return 0
 

@@ -3,10 +3,12 @@ fails fast (exit 2) naming the holder's pid and host, and writes nothing."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 
+from harness.cli import train as cli_train
 from harness.cli.main import main
 from harness.config.schema import load_config
 from harness.rundir.lock import RUN_LOCK, holder_line, lock_run_dir
@@ -61,3 +63,16 @@ def test_second_trainer_fails_fast_across_processes(tmp_path, capsys):
     assert not (out / "summary.json").exists() and not (out / "metrics.jsonl").exists()
     # the holder is gone: the lock is free again
     lock_run_dir(out).release()
+
+
+def test_sigterm_during_train_is_an_interrupt(tmp_path, monkeypatch, capsys):
+    """`harness train` turns SIGTERM into KeyboardInterrupt (recorded "interrupted", exit 130)."""
+    def fake_train(cfg, **kw):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not interrupt")
+
+    monkeypatch.setattr(cli_train, "train", fake_train)
+    before = signal.getsignal(signal.SIGTERM)
+    rc = main(["train", QUICKSTART, "--no-progress", *_sets(tmp_path)])
+    assert rc == 130 and "interrupted" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) == before  # handler restored
