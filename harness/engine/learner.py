@@ -203,7 +203,7 @@ class Learner:
         Single process only (a ZeRO optimizer holds its state partitioned)."""
         if self.distributed:
             raise RuntimeError("init_optimizer_from is single-process only")
-        state = torch.load(path, weights_only=False)
+        state = torch.load(path, weights_only=True, map_location="cpu")  # tensors and plain values only
         params = list(self.policy.parameters())
         saved = state.get("state", {})
         if len(saved) != len(params):

@@ -25,7 +25,7 @@ from harness.engine.distributed import Distributed
 from harness.engine.learner import Learner
 from harness.rundir.budget import STEP
 
-__all__ = ["checkpoint_path", "save_checkpoint", "load_checkpoint", "remove_checkpoint", "DIST_REFERENCE"]
+__all__ = ["checkpoint_path", "save_checkpoint", "load_checkpoint", "remove_checkpoint", "load_state", "DIST_REFERENCE"]
 
 DIST_REFERENCE = "reference.pt"
 
@@ -36,13 +36,34 @@ def checkpoint_path(run_dir: Path) -> Path:
 
 
 def _rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """RNG states as types ``torch.load(weights_only=True)`` accepts (tuples, ints, tensors)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": random.getstate(),
+            "numpy": (kind, torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss),
+                      float(cached)),
+            "torch": torch.get_rng_state()}
 
 
 def _set_rng_state(s: dict) -> None:
     random.setstate(s["python"])
-    np.random.set_state(s["numpy"])
+    kind, keys, pos, has_gauss, cached = s["numpy"]
+    keys = keys.numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
+    np.random.set_state((kind, keys.astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(s["torch"])
+
+
+def load_state(path: Path) -> dict:
+    """``torch.load(path, weights_only=True)``: tensors and plain types only; a checkpoint that
+    needs arbitrary unpickling (or is not a checkpoint) is refused with a RuntimeError naming it."""
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as e:  # UnpicklingError, or a truncated / foreign file
+        raise RuntimeError(f"{path}: refused to load the checkpoint (only tensors and plain values are "
+                           f"loaded; remove it to start over): {type(e).__name__}: "
+                           f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    if not isinstance(state, dict):
+        raise RuntimeError(f"{path}: not a checkpoint (expected a mapping, got {type(state).__name__})")
+    return state
 
 
 def save_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config, state: dict) -> None:
@@ -65,7 +86,7 @@ def load_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config
         return _load_dist_checkpoint(ckpt, dist, learner, cfg)
     if not ckpt.exists():
         return None
-    state = torch.load(ckpt, weights_only=False)
+    state = load_state(ckpt)
     learner.load_state_dict(state["learner"])
     _set_rng_state(state["rng"])
     return state
@@ -107,7 +128,7 @@ def _load_dist_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: 
     """Every rank: the checkpoint's state (None when there is none), after loading it."""
     meta = None
     if dist.is_main and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
+        state = load_state(ckpt)
         if "dist_state" not in state:
             meta = {"error": f"{ckpt} was written by a single-process run; it cannot resume with "
                              f"{dist.world_size} processes ({dist.mode}); remove it to start over"}
@@ -126,7 +147,7 @@ def _load_dist_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: 
     if cfg.algorithm.ref_reset_every and learner.reference is not None:
         ref = None
         if dist.is_main or not dist.zero3:
-            ref = torch.load(folder / DIST_REFERENCE, weights_only=False)
+            ref = load_state(folder / DIST_REFERENCE)
         learner.load_reference_state(ref)
     learner.updates = meta.get("updates", 0)
     return meta
