@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 
 import pytest
+import support_paths
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -36,7 +37,7 @@ from harness.config.schema import load_config
 from harness.engine.learner import Learner, make_batch, token_logprobs
 from harness.train import loop
 
-CONFIG = Path(__file__).resolve().parents[1] / "harness" / "configs" / "gsm8k_smollm2.yaml"
+CONFIG = support_paths.REPO / "harness" / "configs" / "gsm8k_smollm2.yaml"
 LOGPROB_ATOL = 1e-3  # float32 on CPU: measured max |sampler - learner| ~3e-5 on SmolLM2
 MATH_ROWS = (2557, 2767, 2558, 7239)  # 0-based lines of math/train.jsonl: sin 0, cos 0, tan 0, cot 45 degrees
 
