@@ -419,7 +419,7 @@ def _stage(run: _Run, k: int) -> tuple[dict, _StageStats]:
             ro = sample(m, run.tok, [task.format_prompt(p) for p in problems], n=G,
                         max_new_tokens=cfg.sampling.max_new_tokens, temperature=cfg.sampling.temperature,
                         top_p=cfg.sampling.top_p, seed=stage_seed(cfg.seed, k) + RANK_SEED_STRIDE * dist.rank,
-                        offsets=run.prm is not None)
+                        offsets=run.prm is not None, backend=cfg.sampling.backend)
     reps = [p for p in problems for _ in range(G)]
     with perf.phase("score"):
         rewards, step_rewards = score(task, reps, ro, run.prm)
