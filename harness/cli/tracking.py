@@ -5,10 +5,12 @@ import argparse
 import importlib
 import signal
 import sys
+from pathlib import Path
 
 from harness.tracking import sync as tracking_sync
 from harness.cli.checks import check_runs_folder
 from harness.tracking.sync import start_ui, stop_group, sync, ui_store, wait_healthy
+from harness.rundir.read import find_run_dirs
 
 _INSTALL = "is not installed (pip install 'grpo-harness[track]')"
 
@@ -41,7 +43,13 @@ def cmd_ui(args) -> int:
         return 2
     root = ui_store(args.results_dir)
     if not (root / "mlflow.db").exists():
-        check_runs_folder(args.results_dir, "results_dir")
+        folder = Path(args.results_dir).expanduser()
+        if not folder.is_dir():
+            check_runs_folder(args.results_dir, "results_dir")  # refuses: missing, or not a directory
+        if not find_run_dirs(folder):
+            print(f"harness ui: nothing to show yet: no mlflow.db and no run directories under {folder}; "
+                  f"runs appear after training with tracking.mlflow or `harness sync {folder} --to mlflow`",
+                  file=sys.stderr, flush=True)
     url = f"http://{args.host}:{args.port}"
     proc = start_ui(root, args.port, args.host)
     print(f"MLflow UI for {root / 'mlflow.db'}: {url}  (server pid {proc.pid}, process group {proc.pid}; Ctrl-C stops it)",
