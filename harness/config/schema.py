@@ -476,20 +476,26 @@ def strict_yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_StrictLoader)
 
 
-def load_yaml(path: str | os.PathLike) -> dict:
+def read_yaml_file(path: str | os.PathLike, kind: str = "config", error: type = ConfigError) -> Any:
+    """The parsed YAML of a ``kind`` file (config or sweep), every failure an ``error`` naming the file."""
     p = Path(path)
     if not p.exists():
-        raise ConfigError(f"config file not found: {p}")
+        raise error(f"{kind} file not found: {p}")
     if not p.is_file():
-        raise ConfigError(f"config file is not a file: {p}")
+        raise error(f"{kind} file is not a file: {p}")
     try:
-        data = strict_yaml_load(p.read_text())
+        return strict_yaml_load(p.read_text())
     except DuplicateKeyError as e:
-        raise ConfigError(f"{p}: {e}") from None
+        raise error(f"{p}: {e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {yaml_error_line(e)}") from None
+        raise error(f"{p}: not valid YAML: {yaml_error_line(e)}") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p}: cannot read: {e}") from None
+        raise error(f"{p}: cannot read: {e}") from None
+
+
+def load_yaml(path: str | os.PathLike) -> dict:
+    p = Path(path)
+    data = read_yaml_file(p)
     if data is None:
         return {}
     if not isinstance(data, dict):

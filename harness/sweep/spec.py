@@ -64,12 +64,10 @@ import typing
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
-
 from algorithms.presets import ALGORITHMS
 from harness.config.base import ConfigError, deep_merge, did_you_mean, flatten
-from harness.config.schema import (BUDGET_UNITS, NAME_RULE, Config, DuplicateKeyError, config_from_dict,
-                                   is_safe_name, load_yaml, strict_yaml_load, yaml_error_line)
+from harness.config.schema import (BUDGET_UNITS, NAME_RULE, Config, config_from_dict, is_safe_name, load_yaml,
+                                   read_yaml_file)
 from harness.report.format import number
 from harness.sweep.launchers import LaunchOptions
 
@@ -183,18 +181,7 @@ def env_allowed(name: str) -> bool:
 def read_sweep_file(path: str | os.PathLike) -> dict:
     """The parsed mapping of a sweep file (not yet validated)."""
     p = Path(path)
-    if not p.exists():
-        raise SweepError(f"sweep file not found: {p}")
-    if not p.is_file():
-        raise SweepError(f"sweep file is not a file: {p}")
-    try:
-        spec = strict_yaml_load(p.read_text())
-    except DuplicateKeyError as e:
-        raise SweepError(f"{p}: {e}") from None
-    except yaml.YAMLError as e:
-        raise SweepError(f"{p}: not valid YAML: {yaml_error_line(e)}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SweepError(f"{p}: cannot read: {e}") from None
+    spec = read_yaml_file(p, "sweep", SweepError)
     if not isinstance(spec, dict):
         raise SweepError(f"{p}: a sweep file must be a mapping with keys {', '.join(TOP_LEVEL_KEYS)}; "
                          f"got {type(spec).__name__}")
