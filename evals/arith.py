@@ -140,17 +140,22 @@ class ArithTask(Task):
 
     def eval_problems(self) -> list[Problem]:
         if self._eval is None:
-            rng = random.Random(f"arith-eval-{self.cfg.seed}")
-            seen, out = set(), []
-            tries = 0
-            while len(out) < self.cfg.eval_size and tries < 200 * self.cfg.eval_size:
-                tries += 1
-                e = self.random_expr(rng)
-                if is_heldout(e) and e not in seen:
-                    seen.add(e)
-                    out.append(self.make_problem(e))
-            self._eval = out
+            self._eval = self._draw_heldout(f"arith-eval-{self.cfg.seed}", set())
         return self._eval
+
+    def _draw_heldout(self, stream: str, exclude: set) -> list[Problem]:
+        """Up to ``eval_size`` distinct held-out-bucket problems from generator ``stream``,
+        none of whose expressions is in ``exclude``."""
+        rng = random.Random(stream)
+        seen, out = set(exclude), []
+        tries = 0
+        while len(out) < self.cfg.eval_size and tries < 200 * self.cfg.eval_size:
+            tries += 1
+            e = self.random_expr(rng)
+            if is_heldout(e) and e not in seen:
+                seen.add(e)
+                out.append(self.make_problem(e))
+        return out
 
     def validation_problems(self) -> list[Problem]:
         """``eval_size`` problems of the held-out hash bucket that are not in
@@ -158,17 +163,7 @@ class ArithTask(Task):
         warm-up) and disjoint from the test set, which stays exactly as it was. Its own
         generator stream (``arith-val-<seed>``)."""
         if self._val is None:
-            test = {p.id for p in self.eval_problems()}
-            rng = random.Random(f"arith-val-{self.cfg.seed}")
-            seen, out = set(test), []
-            tries = 0
-            while len(out) < self.cfg.eval_size and tries < 200 * self.cfg.eval_size:
-                tries += 1
-                e = self.random_expr(rng)
-                if is_heldout(e) and e not in seen:
-                    seen.add(e)
-                    out.append(self.make_problem(e))
-            self._val = out
+            self._val = self._draw_heldout(f"arith-val-{self.cfg.seed}", {p.id for p in self.eval_problems()})
         return self._val
 
     # -- prompting --------------------------------------------------------

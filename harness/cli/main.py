@@ -58,10 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as e:
         print(f"harness: {e}", file=sys.stderr)
         return 2
-    except DatasetError as e:
-        print(f"harness {args.command}: {e}", file=sys.stderr)
-        return 2
-    except RunBusy as e:
+    except (DatasetError, RunBusy) as e:  # bad data file; another process writes the run
         print(f"harness {args.command}: {e}", file=sys.stderr)
         return 2
     except FloatingPointError as e:  # a run that went non-finite: recorded failed, traceback in error.txt

@@ -283,16 +283,21 @@ def _check_algorithm_override(k: str, a: str, src: str, grid: dict) -> None:
                              f"it is ambiguous which wins — keep it in one place")
 
 
+def _check_keys(raw: dict, section: str, valid, src: str) -> None:
+    """Every key of the ``section`` mapping is one of ``valid``; else an error naming it."""
+    for k in raw:
+        if k not in valid:
+            raise SweepError(f"{src}: unknown key '{section}.{k}'{did_you_mean(k, valid)} "
+                             f"(valid: {', '.join(valid)})")
+
+
 def budget_section(raw: Any, src: str) -> dict:
     """Check ``budget``; returns ``{unit, amount[, eval_points]}`` (``{}`` when absent)."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise SweepError(f"{src}: budget must be a mapping with unit, amount, eval_points; got {raw!r}")
-    for k in raw:
-        if k not in BUDGET_KEYS:
-            raise SweepError(f"{src}: unknown key 'budget.{k}'{did_you_mean(k, BUDGET_KEYS)} "
-                             f"(valid: {', '.join(BUDGET_KEYS)})")
+    _check_keys(raw, "budget", BUDGET_KEYS, src)
     unit = raw.get("unit")
     if unit is None:
         raise SweepError(f"{src}: budget.unit is missing (one of {', '.join(BUDGET_UNITS)})")
@@ -324,10 +329,7 @@ def launcher_section(raw: Any, src: str, base_dir: Path) -> LaunchOptions:
         return LaunchOptions()
     if not isinstance(raw, dict):
         raise SweepError(f"{src}: launcher must be a mapping ({', '.join(LAUNCHER_KEYS)}), got {raw!r}")
-    for k in raw:
-        if k not in LAUNCHER_KEYS:
-            raise SweepError(f"{src}: unknown key 'launcher.{k}'{did_you_mean(k, LAUNCHER_KEYS)} "
-                             f"(valid: {', '.join(LAUNCHER_KEYS)})")
+    _check_keys(raw, "launcher", LAUNCHER_KEYS, src)
     ls = LaunchOptions()
     t = raw.get("type", "local")
     if t not in LAUNCHER_TYPES:
