@@ -119,3 +119,38 @@ def mean_curve(curves: list[tuple[np.ndarray, np.ndarray]]):
         ys = np.stack([np.interp(grid, c[0], c[1]) for c in cleaned])
     stats = [mean_ci(ys[:, j]) for j in range(ys.shape[1])]
     return grid, np.array([s[0] for s in stats]), np.array([s[1] for s in stats]), len(cleaned)
+
+
+def paired_diff_ci(a: dict, b: dict, level: float = 0.95) -> dict:
+    """Paired difference ``a - b`` over the keys (seeds) both have with finite values: the
+    mean of the per-seed differences and its two-sided t-interval (`mean_ci` of the
+    differences, n-1 dof). Pairing removes what the two share per seed (same warm-up, same
+    prompts), which two marginal intervals cannot. Returns mean, half, lo, hi, n and the
+    seeds used; half/lo/hi are NaN for n < 2."""
+    seeds = sorted(k for k in a.keys() & b.keys()
+                   if a[k] is not None and b[k] is not None and np.isfinite(a[k]) and np.isfinite(b[k]))
+    diffs = [float(a[k]) - float(b[k]) for k in seeds]
+    mean, half, n = mean_ci(diffs, level)
+    return {"mean": mean, "half": half, "lo": mean - half, "hi": mean + half, "n": n, "seeds": seeds,
+            "level": level}
+
+
+VERDICTS = ("reproduced", "contradicted", "inconclusive")
+
+
+def verdict(diff: dict, expected_sign: int = 1) -> str:
+    """The verdict on a claim that ``a - b`` has ``expected_sign`` (+1: a > b, -1: a < b),
+    from a `paired_diff_ci` result: 'reproduced' when the whole interval lies on the expected
+    side of 0, 'contradicted' when it lies wholly on the other side, otherwise (including
+    fewer than 2 pairs) 'inconclusive'."""
+    if expected_sign not in (1, -1):
+        raise ValueError(f"expected_sign must be +1 or -1, got {expected_sign}")
+    lo, hi = diff["lo"] * expected_sign, diff["hi"] * expected_sign
+    lo, hi = min(lo, hi), max(lo, hi)
+    if diff["n"] < 2 or not (np.isfinite(lo) and np.isfinite(hi)):
+        return "inconclusive"
+    if lo > 0:
+        return "reproduced"
+    if hi < 0:
+        return "contradicted"
+    return "inconclusive"
