@@ -25,6 +25,10 @@ ALGORITHMS: dict[str, dict] = {
     "grpo": dict(_GRPO),
     # GRPO with process supervision (§4.1.3): step rewards, cumulative normalised advantages
     "grpo_ps": dict(_GRPO, advantage="grpo_ps", reward="process"),
+    # Iterative GRPO (§4.1.4, reference reset): GRPO whose reference model is replaced by the current
+    # policy every algorithm.ref_reset_every steps (required > 0); the paper also retrains its reward
+    # model, which a rule-checked task does not need
+    "grpo_iter": dict(_GRPO),
     # Dr. GRPO (Liu et al., 2025): no std division, constant normaliser
     "dr_grpo": dict(_GRPO, advantage="dr_grpo", aggregation="seq-mean-token-sum-norm"),
     # RLOO (Ahmadian et al., 2024): leave-one-out baseline

@@ -1,7 +1,7 @@
 """Run ids, defined once: ``<algorithm>-s<seed>-<hash8>`` made from a resolved config, and parsed back.
 
 The hash covers every field that changes what a run computes; ``name``, ``output_dir`` and
-``tracking`` do not, so the same cell in two sweeps (or a re-launch with a tracker switched
+``tracking`` (and ``warmup.cache_dir``, ``train.checkpoint_minutes``) do not, so the same cell in two sweeps (or a re-launch with a tracker switched
 on) is the same run. It is the first 8 hex digits of the SHA-256 of the remaining config as
 sorted JSON (the same digest as :func:`harness.config.schema.config_hash`).
 
@@ -48,6 +48,10 @@ def run_id(cfg) -> str:
     d = to_dict(cfg)
     for k in NOT_HASHED:
         d.pop(k, None)
+    if isinstance(d.get("warmup"), dict):
+        d["warmup"].pop("cache_dir", None)  # where the warm-up is cached, not what it is
+    if isinstance(d.get("train"), dict):
+        d["train"].pop("checkpoint_minutes", None)  # how often it saves, not what it computes
     return format_run_id(cfg.algorithm.name, cfg.seed, _digest(d, HASH_LENGTH))
 
 

@@ -101,8 +101,9 @@ def expand_sweep(spec: dict, *, base_dir: str | os.PathLike = ".", source: str =
     data = base_config(spec, src, base_dir)
     if "algorithm" in data:
         check_algorithm(data["algorithm"], f"{src}: config.algorithm", algos)
-    grid = grid_section(spec.get("grid"), src, algos)
-    per_algo = algorithms_section(spec.get("algorithms"), src, grid, algos)
+    grids = grid_section(spec.get("grid"), src, algos)
+    grid_keys = list(dict.fromkeys(str(k) for g in grids for k in g))
+    per_algo = algorithms_section(spec.get("algorithms"), src, grid_keys, algos)
     budget = budget_section(spec.get("budget"), src)
     launcher = launcher_section(spec.get("launcher"), src, base_dir)
     columns = report_section(spec.get("report"), src)
@@ -112,22 +113,22 @@ def expand_sweep(spec: dict, *, base_dir: str | os.PathLike = ".", source: str =
     for k, _ in cli:
         check_key(k, "--set")
     layers = _Layers(data, per_algo, budget, cli, name, Path(od).expanduser().resolve(), src, algos)
-    runs, used_algos = _expand_grid(grid, layers)
+    runs, used_algos = _expand_grids(grids, layers)
     warnings = [f"algorithms.{a} is given but no run uses algorithm {a!r}" for a in per_algo if a not in used_algos]
     eff_budget = dict(to_dict(runs[0].config.budget)) if runs else budget
     return Sweep(name=name, source=src, description=str(spec.get("description") or ""), runs=runs,
                  budget=eff_budget, launcher=launcher, output_dir=layers.out_root,
-                 varying=_varying(runs, [str(k) for k in grid]), report_columns=columns, warnings=warnings)
+                 varying=_varying(runs, grid_keys), report_columns=columns, warnings=warnings)
 
 
-def _expand_grid(grid: dict, layers: _Layers) -> tuple[list[PlannedRun], set]:
-    """One validated run per cell of the grid's cartesian product; also the algorithms used."""
-    keys = [str(k) for k in grid]
+def _expand_grids(grids: list[dict], layers: _Layers) -> tuple[list[PlannedRun], set]:
+    """One validated run per cell of each grid's cartesian product, in order; also the
+    algorithms used. Two cells (of one grid or of two) that expand to one config are an error."""
+    cells = [dict(zip([str(k) for k in g], combo)) for g in grids for combo in itertools.product(*g.values())]
     runs: list[PlannedRun] = []
     seen: dict[str, dict] = {}
     used_algos = set()
-    for combo in itertools.product(*(grid[k] for k in grid)):
-        cell = dict(zip(keys, combo))
+    for cell in cells:
         where = f"{layers.src}: run [{cell_label(cell)}]"
         algo, d = _layer_run(layers, cell, where)
         used_algos.add(algo)

@@ -16,7 +16,8 @@ closest valid key)::
       task: {name: arith}
       train.lr: 1e-4
     grid:                         # required, non-empty: dotted config key -> list of values;
-      algorithm: [grpo, ppo, rft] #   the runs are the cartesian product of the lists
+      algorithm: [grpo, ppo, rft] #   the runs are the cartesian product of the lists (a list
+                                  #   of such mappings joins the runs of several grids)
       seed: [0, 1, 2]
     algorithms:                   # optional: overrides applied only to runs of one algorithm
       ppo: {train.lr: 5e-5, algorithm.critic_lr: 1e-4}
@@ -224,8 +225,14 @@ def base_config(spec: dict, src: str, base_dir: Path) -> dict:
     return apply_overrides(data, inline, f"{src}: config")
 
 
-def grid_section(grid: Any, src: str, algos: Optional[list[str]]) -> dict:
-    """Check ``grid``: known dotted keys, each with a non-empty list; no budget, name or output_dir."""
+def grid_section(grid: Any, src: str, algos: Optional[list[str]]) -> list[dict]:
+    """Check ``grid``: known dotted keys, each with a non-empty list; no budget, name or
+    output_dir. A list of such mappings is several grids whose runs are joined (e.g. five
+    seeds for some algorithms, three for others); returns the list of grids."""
+    if isinstance(grid, list):
+        if not grid:
+            raise SweepError(f"{src}: grid is an empty list: give one mapping, or a list of mappings")
+        return [grid_section(g, f"{src}: grid[{i}]", algos)[0] for i, g in enumerate(grid)]
     if grid is None:
         raise SweepError(f"{src}: grid is missing: a sweep needs at least one key with a list of values, "
                          f"e.g. grid: {{algorithm: [grpo, ppo], seed: [0, 1]}}")
@@ -250,7 +257,7 @@ def grid_section(grid: Any, src: str, algos: Optional[list[str]]) -> dict:
         if key in ("algorithm", "algorithm.name"):
             for v in values:
                 check_algorithm(v, f"{src}: grid.{key}", algos)
-    return grid
+    return [grid]
 
 
 def algorithms_section(per_algo: Any, src: str, grid: dict, algos: Optional[list[str]]) -> dict:

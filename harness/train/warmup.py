@@ -26,17 +26,29 @@ WARMUP_SEED = 0
 OPTIMIZER_FILE = "optimizer.pt"
 
 
+def warmup_seed(cfg: Config) -> int:
+    """The warm-up's seed: the run's with ``warmup.per_seed``, else the shared WARMUP_SEED."""
+    return cfg.seed if cfg.warmup.per_seed else WARMUP_SEED
+
+
 def warmup_key(cfg: Config) -> str:
     task = to_dict(cfg.task)
     task.pop("eval_size", None)
     warm = to_dict(cfg.warmup)
     warm.pop("cache_dir", None)
+    if warm.pop("per_seed", False):  # absent when off: the keys of shared warm-ups do not change
+        warm["seed"] = warmup_seed(cfg)
     model = to_dict(cfg.model)
     return config_hash({"model": model, "task": task, "warmup": warm, "v": 2}, 12)
 
 
+def warmup_cache_root(cfg: Config) -> Path:
+    """``warmup.cache_dir``, or ``<output_dir>/_cache/warmup`` when unset."""
+    return Path(cfg.warmup.cache_dir) if cfg.warmup.cache_dir else Path(cfg.output_dir) / "_cache" / "warmup"
+
+
 def warmup_dir(cfg: Config) -> Path:
-    return Path(cfg.warmup.cache_dir) / warmup_key(cfg)
+    return warmup_cache_root(cfg) / warmup_key(cfg)
 
 
 def _locked(path: Path) -> FileLock:
@@ -73,7 +85,8 @@ def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) ->
 
     tok = build_char_tokenizer()
     task.bind_tokenizer(tok)
-    model = build_tiny_model(cfg.model, tok, seed=WARMUP_SEED).to(device)
+    seed = warmup_seed(cfg)
+    model = build_tiny_model(cfg.model, tok, seed=seed).to(device)
     w = cfg.warmup
     opt = torch.optim.AdamW(model.parameters(), lr=w.lr, betas=(0.9, 0.98), weight_decay=0.01)
     warm_steps = max(1, min(50, w.steps // 10))
@@ -85,8 +98,8 @@ def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) ->
         f = w.final_lr_fraction
         return w.lr * (f + (1 - f) * 0.5 * (1 + math.cos(math.pi * frac)))
 
-    rng = random.Random(f"warmup-{WARMUP_SEED}")
-    torch.manual_seed(WARMUP_SEED)
+    rng = random.Random(f"warmup-{seed}")
+    torch.manual_seed(seed)
     model.train()
     t0 = time.time()
     bar = tqdm(range(w.steps), desc="warm-up (SFT)", disable=not progress, dynamic_ncols=True)
@@ -109,7 +122,7 @@ def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) ->
     tmp = out.with_name(out.name + ".tmp")
     save_policy(model, tok, tmp)
     torch.save(opt.state_dict(), tmp / OPTIMIZER_FILE)
-    meta = {"key": out.name, "steps": w.steps, "final_loss": ema, "seconds": time.time() - t0,
+    meta = {"key": out.name, "seed": seed, "steps": w.steps, "final_loss": ema, "seconds": time.time() - t0,
             "config": {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "warmup": to_dict(cfg.warmup)}}
     (tmp / "warmup.json").write_text(json.dumps(meta, indent=2))
     if out.exists():
@@ -129,13 +142,19 @@ def starting_checkpoint(cfg: Config, task, device, progress: bool = True):
         tok = build_char_tokenizer()
         return build_tiny_model(cfg.model, tok, seed=WARMUP_SEED).to(device), tok, {"source": "tiny-untrained"}
     out = warmup_dir(cfg)
+    t0 = time.time()
     with _locked(out.with_name(out.name + ".lock")):
+        waited = time.time() - t0
         if (out / "warmup.json").exists():
             info = json.loads((out / "warmup.json").read_text())
             info["cached"] = True
         else:
             info = train_warmup(cfg, task, out, device, progress)
             info["cached"] = False
+    # time spent on the shared warm-up by this run (lock wait + building it): its own phase,
+    # not the run's wall-clock (harness.rundir.summary.record_end)
+    info["wait_seconds"] = waited
+    info["build_seconds"] = 0.0 if info["cached"] else float(info.get("seconds", 0.0))
     model, tok = load_policy(str(out))
     info["source"] = str(out)
     if (out / OPTIMIZER_FILE).exists():

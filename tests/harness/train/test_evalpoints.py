@@ -1,0 +1,89 @@
+"""Evaluation points: the out-of-domain set, the n-sample subset, the shared start evaluation
+(cached next to the warm-up, exactly equal to a fresh one), per-seed warm-ups, and a run's
+wall-clock without the warm-up wait."""
+import contextlib
+import json
+import time
+
+import pytest
+
+from harness.config.schema import load_config
+from harness.rundir.ids import run_id
+from harness.train import warmup as warmup_mod
+from harness.train.loop import run_dir, train
+
+TINY = [
+    "model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32",
+    "task.min_ops=1", "task.max_ops=1", "task.eval_size=6", "warmup.steps=3", "warmup.examples_per_step=4",
+    "sampling.samples_per_prompt=2", "sampling.max_new_tokens=8", "train.prompts_per_step=2",
+    "train.threads=1", "train.save_final_model=false", "budget.unit=steps", "budget.amount=2",
+    "budget.eval_points=1",
+]
+
+
+def _cfg(tmp_path, *extra, out="out"):
+    return load_config(None, TINY + [f"output_dir={tmp_path / out}", *extra])
+
+
+def test_ood_set_and_sample_subset_are_scored_at_start_and_end(tmp_path):
+    cfg = _cfg(tmp_path, "eval.n=3", "eval.sample_problems=2", "eval.ood.enabled=true",
+               "eval.ood.min_ops=2", "eval.ood.max_ops=2", "eval.ood.eval_size=5", "algorithm=grpo")
+    s = train(cfg, progress=False)
+    for ev in (s["initial_eval"], s["final_eval"]):
+        assert ev["eval/arith/num_problems"] == 6 and ev["eval/arith/sample_problems"] == 2
+        assert ev["eval/arith_ood/num_problems"] == 5 and ev["eval/arith_ood/sample_problems"] == 2
+        assert {"eval/arith/pass@3", "eval/arith/maj@3", "eval/arith_ood/pass@3", "eval/arith_ood/acc"} <= set(ev)
+    out = run_dir(cfg) / "eval"
+    ood = [json.loads(line) for line in (out / "arith_ood_0.jsonl").read_text().splitlines()]
+    assert len(ood) == 5 and all(sum(ch in "+-*" for ch in r["id"]) == 2 for r in ood)  # operands 1..9
+    samples = [json.loads(line) for line in (out / "arith_0_samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2 and all(len(r["samples"]) == 3 for r in samples)
+
+
+def test_start_evaluation_is_shared_by_algorithms_and_equals_a_fresh_one(tmp_path):
+    a = train(_cfg(tmp_path, "algorithm=grpo", "eval.n=2"), progress=False)
+    cache = list((tmp_path / "out" / "_cache" / "warmup").glob("*/initial_eval/*/metrics.json"))
+    assert len(cache) == 1
+    b_cfg = _cfg(tmp_path, "algorithm=rft", "eval.n=2")
+    b = train(b_cfg, progress=False)
+    assert b["initial_eval"] == a["initial_eval"]
+    assert (run_dir(b_cfg) / "eval" / "arith_0.jsonl").read_text() == \
+        (tmp_path / "out" / "default" / run_id(_cfg(tmp_path, "algorithm=grpo", "eval.n=2")) / "eval" /
+         "arith_0.jsonl").read_text()
+    # the same start computed afresh (another output folder, so no cache) gives the same numbers
+    c = train(_cfg(tmp_path, "algorithm=rft", "eval.n=2", out="fresh"), progress=False)
+    def scores(ev):
+        return {k: v for k, v in ev.items() if not k.endswith("/seconds")}
+    assert scores(c["initial_eval"]) == scores(a["initial_eval"]) and len(scores(a["initial_eval"])) >= 10
+    # another seed is another start evaluation (its own sampling seeds)
+    train(_cfg(tmp_path, "algorithm=grpo", "eval.n=2", "seed=1"), progress=False)
+    assert len(list((tmp_path / "out" / "_cache" / "warmup").glob("*/initial_eval/*/metrics.json"))) == 2
+
+
+def test_warmup_cache_defaults_under_the_output_dir_and_per_seed_keys(tmp_path):
+    c0, c1 = _cfg(tmp_path, "seed=0"), _cfg(tmp_path, "seed=1")
+    assert warmup_mod.warmup_dir(c0).parent == tmp_path / "out" / "_cache" / "warmup"
+    assert warmup_mod.warmup_dir(c0) == warmup_mod.warmup_dir(c1)
+    p0, p1 = _cfg(tmp_path, "seed=0", "warmup.per_seed=true"), _cfg(tmp_path, "seed=1", "warmup.per_seed=true")
+    assert warmup_mod.warmup_dir(p0) != warmup_mod.warmup_dir(p1) != warmup_mod.warmup_dir(c1)
+    assert warmup_mod.warmup_seed(p1) == 1 and warmup_mod.warmup_seed(c1) == 0
+    # where the cache lives does not change the run id
+    assert run_id(c0) == run_id(_cfg(tmp_path, "seed=0", f"warmup.cache_dir={tmp_path / 'elsewhere'}"))
+
+
+def test_wall_clock_excludes_a_warmup_lock_wait(tmp_path, monkeypatch):
+    real = warmup_mod._locked
+
+    @contextlib.contextmanager
+    def slow_lock(path):
+        time.sleep(2.0)  # another worker holds the warm-up lock
+        with real(path):
+            yield
+
+    monkeypatch.setattr(warmup_mod, "_locked", slow_lock)
+    t0 = time.time()
+    s = train(_cfg(tmp_path, "algorithm=grpo"), progress=False)
+    total = time.time() - t0
+    assert s["setup_seconds"]["warmup_wait"] >= 2.0
+    assert s["warmup_seconds"] >= 2.0 + s["setup_seconds"]["warmup_build"] - 1e-9
+    assert 0 < s["wall_seconds"] <= total - 2.0
