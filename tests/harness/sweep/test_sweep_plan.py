@@ -260,6 +260,9 @@ def test_shipped_sweep_contents(tmp_path):
     papers = [p for p in SHIPPED if p.name.startswith("paper_")]
     models = set()
     for p in papers:
+        head = p.read_text()
+        # each says what it assumes and how long it should take (issue: paper sweeps annotated)
+        assert "Assumes:" in head and "Expected wall-clock" in head and "NOT measured" in head, p.name
         sw = load_sweep(p, output_dir=str(tmp_path))
         for r in sw.runs:
             c = r.config
