@@ -10,7 +10,9 @@ of the update lives here:
 - :func:`kl_reward_token_rewards`: the per-token reward ``-kl_coef * KL(old || ref)`` when the KL
   is placed in the reward instead (PPO, DeepSeekMath eq. 1-2), for the advantage estimator;
 - :func:`value_objective`: PPO's clipped critic loss, aggregated like the policy loss;
-- :func:`clip_stats`: the diagnostics of the ratio (tokens outside the clip range, largest ratio).
+- :func:`clip_stats`: the diagnostics of the ratio (tokens outside the clip range, largest ratio);
+- :func:`reference_kl`: the per-token KL to the reference that every algorithm holding one logs
+  as ``train/kl`` (one estimator whatever the objective uses, so the curves overlay).
 
 Components are given by their registered names (``algorithms.presets.ResolvedAlgorithm``'s
 fields); aggregations take the *whole batch's* counts (:class:`AggContext`), so micro-batch
@@ -85,3 +87,18 @@ def clip_stats(logp: torch.Tensor, old_logp: Optional[torch.Tensor], mask: torch
         ratio = torch.exp(logp - (old_logp if old_logp is not None else logp))
         clipped = ((ratio - 1).abs() > clip_eps).float() * mask
         return clipped.sum().item(), (ratio * mask).max().item()
+
+
+REFERENCE_KL_ESTIMATOR = "k3"
+"""Estimator of the logged ``train/kl`` for every algorithm (k3: unbiased for KL(pi || pi_ref) on
+samples of pi, and >= 0 per token), independent of the one an objective optimises."""
+
+
+def reference_kl(sample_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    """(sum over the masked tokens of the KL(pi_sample || pi_ref) estimate, number of masked tokens):
+    the sampling policy's log-probs ``sample_logp`` against the reference's, [B, T], no gradient.
+    Their ratio is ``train/kl``, the mean per-token KL to the reference, the same quantity for
+    GRPO (KL in the loss) and PPO (KL in the reward)."""
+    with torch.no_grad():
+        kl = KL_ESTIMATORS.get(REFERENCE_KL_ESTIMATOR)(sample_logp.detach(), ref_logp.detach()) * mask
+        return kl.sum().item(), mask.sum().item()

@@ -2,25 +2,36 @@
 
 Writes ``<out>/<task>_metrics.json`` (metrics + the settings used) and ``<out>/<task>.jsonl``
 (per-problem records, see :mod:`evals.records`) and prints a small table.
+
+Given a run directory (or its ``final_model``) as ``--model``, or a run's config as ``--config``,
+the task is built from that run's ``task`` section, so ``harness eval`` scores the very problems
+the run's own evaluation scored (arith: the same generator seed and eval_size), with the run's
+completion limit and evaluation batch; ``--seed`` only seeds the sampling of ``--n`` completions.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
 from harness.report.format import number, table
-from harness.config.schema import TaskConfig
+from harness.config.base import to_dict
+from harness.config.schema import Config, TaskConfig, config_from_dict, load_config
+from harness.rundir.layout import CONFIG, SUMMARY, read_json
 from harness.engine.evaluate import evaluate
 from harness.engine.models import load_policy, resolve_device
 
 TASKS = ("gsm8k", "math", "math500", "arith")
+RUN_EVAL_BATCH = 256
+"""Sequences decoded at once by a run's own evaluation (``harness.train.loop.evaluate``)."""
 
 
 def register(subparsers) -> None:
@@ -29,24 +40,37 @@ def register(subparsers) -> None:
         description="Evaluate a local causal LM (Hugging Face directory or GGUF) on a task. Greedy accuracy, "
                     "and with --n > 0 the pass@k / maj@k curves for k = 1..n. Nothing is downloaded.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", required=True, help="local model directory (or a .gguf file)")
+    p.add_argument("--model", required=True,
+                   help="local model directory (or a .gguf file); a run directory or its final_model: the "
+                        "run's final policy, evaluated on the run's own task and problem set")
+    p.add_argument("--config", default=None,
+                   help="a run's config (e.g. <run>/config.yaml): its task section defines the problems "
+                        "(default: the run's config when --model is a run directory or its final_model)")
     p.add_argument("--gguf-file", default=None, help="GGUF file name inside --model")
-    p.add_argument("--task", default="gsm8k", choices=TASKS, help="task to evaluate on")
+    p.add_argument("--task", default=None, choices=TASKS, help="task to evaluate on (default: the run's, else gsm8k)")
     p.add_argument("--data", default=None,
                    help="data file or folder (default: shared/data found up from here, or $GRPO_HARNESS_DATA); "
                         "hf:<name>[:<config>] loads a hub dataset (online)")
     p.add_argument("--limit", type=int, default=0, help="first N test problems (0 = all)")
-    p.add_argument("--few-shot", type=int, default=0, help="worked examples from the train split in each prompt")
+    p.add_argument("--few-shot", type=int, default=None,
+                   help="worked examples from the train split in each prompt (default: the run's, else 0)")
     p.add_argument("--n", type=int, default=0, help="samples per problem for pass@k / maj@k (0 = greedy only)")
     p.add_argument("--no-greedy", action="store_true", help="skip the greedy completion")
     p.add_argument("--temperature", type=float, default=1.0, help="temperature of the n samples")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass of the n samples")
-    p.add_argument("--max-new-tokens", type=int, default=512, help="completion length limit")
-    p.add_argument("--batch-size", type=int, default=64, help="sequences decoded at once")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="completion length limit (default: the run's evaluation limit, else 512)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"sequences decoded at once (default: {RUN_EVAL_BATCH} as a run's evaluation, else 64)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the --n sampled completions (not of the problems: see --task-seed)")
+    p.add_argument("--task-seed", type=int, default=None,
+                   help="arith: seed of the problem generator (default: the run's task.seed, else the "
+                        f"task's default {TaskConfig().seed})")
     p.add_argument("--out", default=None, help="output folder (default: results/eval/<task>-<model name>)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                   help="parameter dtype (default: the run's model.dtype, else float32)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = library default)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -71,45 +95,97 @@ def format_table(metrics: dict, task: str) -> str:
     return table(None, rows)
 
 
+def _config_in(d: Path) -> Optional[Config]:
+    """The config of run directory ``d`` (its config.yaml, else its summary.json's), or None."""
+    if (d / CONFIG).is_file():
+        return load_config(d / CONFIG)
+    summary = read_json(d / SUMMARY, None)
+    if isinstance(summary, dict) and isinstance(summary.get("config"), dict):
+        return config_from_dict(summary["config"])
+    return None
+
+
+def resolve_run(model: str, config: Optional[str]) -> tuple[Optional[Config], Optional[str], str]:
+    """(the run's config or None, where it was read, the model path to load) for ``--model`` /
+    ``--config``: a run directory stands for its ``final_model``; a ``final_model`` folder's run
+    is its parent."""
+    p = Path(model)
+    run_dir = None
+    if p.is_dir() and (p / "final_model").is_dir() and ((p / CONFIG).is_file() or (p / SUMMARY).is_file()):
+        run_dir, model = p, str(p / "final_model")
+    elif p.name == "final_model" and ((p.parent / CONFIG).is_file() or (p.parent / SUMMARY).is_file()):
+        run_dir = p.parent
+    if config:
+        return load_config(config), config, model
+    cfg = _config_in(run_dir) if run_dir is not None else None
+    return cfg, (str(run_dir) if cfg is not None else None), model
+
+
+def task_spec(args, cfg: Optional[Config]) -> TaskConfig:
+    """The task to score: the run's ``task`` section when there is a run (and ``--task`` names its
+    task or nothing), else ``--task`` with the task's default generator seed; ``--task-seed``,
+    ``--data`` and ``--few-shot`` override either."""
+    if cfg is not None and args.task in (None, cfg.task.name):
+        over = {k: v for k, v in (("seed", args.task_seed), ("data_path", args.data), ("few_shot", args.few_shot))
+                if v is not None}
+        return dataclasses.replace(cfg.task, **over)
+    name = args.task or "gsm8k"
+    # --limit 0: the whole test split (arith generates its default held-out set)
+    size = args.limit if args.limit > 0 else (TaskConfig().eval_size if name == "arith" else 10**9)
+    return TaskConfig(name=name, data_path=args.data, few_shot=args.few_shot or 0, eval_size=size,
+                      seed=TaskConfig().seed if args.task_seed is None else args.task_seed)
+
+
+def _check_args(args) -> Optional[str]:
+    """The first invalid option as a message, or None."""
+    for name, v, lo in (("--n", args.n, 0), ("--limit", args.limit, 0), ("--few-shot", args.few_shot, 0),
+                        ("--max-new-tokens", args.max_new_tokens, 1), ("--batch-size", args.batch_size, 1)):
+        if v is not None and v < lo:
+            return f"{name} must be >= {lo}, got {v}"
+    if args.no_greedy and args.n == 0:
+        return "--no-greedy with --n 0 evaluates nothing: give --n >= 1 or drop --no-greedy"
+    if args.temperature <= 0:
+        return f"--temperature must be > 0, got {args.temperature}"
+    return None
+
+
 def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
-    for name, v, lo in (("--n", args.n, 0), ("--limit", args.limit, 0), ("--few-shot", args.few_shot, 0),
-                        ("--max-new-tokens", args.max_new_tokens, 1), ("--batch-size", args.batch_size, 1)):
-        if v < lo:
-            print(f"harness eval: {name} must be >= {lo}, got {v}", file=sys.stderr)
-            return 2
-    if args.no_greedy and args.n == 0:
-        print("harness eval: --no-greedy with --n 0 evaluates nothing: give --n >= 1 or drop --no-greedy",
-              file=sys.stderr)
-        return 2
-    if args.temperature <= 0:
-        print(f"harness eval: --temperature must be > 0, got {args.temperature}", file=sys.stderr)
+    bad = _check_args(args)
+    if bad:
+        print(f"harness eval: {bad}", file=sys.stderr)
         return 2
     check_device(args.device, "--device")
     if args.out:
         check_output_dir(args.out, "--out")
-    # --limit 0: the whole test split (arith generates its default held-out set)
-    size = args.limit if args.limit > 0 else (TaskConfig().eval_size if args.task == "arith" else 10**9)
-    task = get_task(TaskConfig(name=args.task, data_path=args.data, few_shot=args.few_shot,
-                               eval_size=size, seed=args.seed))
+    cfg, run_source, model_path = resolve_run(args.model, args.config)
+    spec = task_spec(args, cfg)
+    task = get_task(spec)
     problems = task.eval_problems()
-    model_name = Path(args.gguf_file or args.model.rstrip("/")).stem
-    out = Path(args.out) if args.out else Path("results") / "eval" / f"{args.task}-{model_name}"
-    model, tok = load_policy(args.model, gguf_file=args.gguf_file, dtype=args.dtype)
+    if cfg is not None and args.limit > 0:
+        problems = problems[:args.limit]
+    max_new = args.max_new_tokens or ((cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens) if cfg else 512)
+    batch_size = args.batch_size or (RUN_EVAL_BATCH if cfg is not None else 64)
+    dtype = args.dtype or (cfg.model.dtype if cfg is not None else "float32")
+    model_name = Path(args.gguf_file or model_path.rstrip("/")).stem
+    if run_source is not None and model_name == "final_model":
+        model_name = Path(model_path).parent.name
+    out = Path(args.out) if args.out else Path("results") / "eval" / f"{spec.name}-{model_name}"
+    model, tok = load_policy(model_path, gguf_file=args.gguf_file, dtype=dtype)
     model.to(resolve_device(args.device))
     t0 = time.time()
     metrics = evaluate(model, tok, task, problems, greedy=not args.no_greedy, n=args.n,
-                       temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                       seed=args.seed, batch_size=args.batch_size, out_path=out / f"{args.task}.jsonl",
+                       temperature=args.temperature, top_p=args.top_p, max_new_tokens=max_new,
+                       seed=args.seed, batch_size=batch_size, out_path=out / f"{spec.name}.jsonl",
                        progress=not args.no_progress)
-    meta = {"model": args.model, "gguf_file": args.gguf_file, "task": args.task, "data": args.data,
-            "limit": args.limit, "few_shot": args.few_shot, "n": args.n, "greedy": not args.no_greedy,
-            "temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens,
-            "seed": args.seed, "batch_size": args.batch_size, "time": t0}
+    meta = {"model": model_path, "gguf_file": args.gguf_file, "task": spec.name, "data": spec.data_path,
+            "run_config": run_source, "task_spec": to_dict(spec), "limit": args.limit, "few_shot": spec.few_shot,
+            "n": args.n, "greedy": not args.no_greedy, "temperature": args.temperature, "top_p": args.top_p,
+            "max_new_tokens": max_new, "seed": args.seed, "batch_size": batch_size, "dtype": dtype, "time": t0}
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.task}_metrics.json").write_text(json.dumps({"metrics": metrics, "settings": meta}, indent=1))
-    print(f"{args.task}: {model_name}")
-    print(format_table(metrics, args.task))
-    print(f"wrote {out / (args.task + '_metrics.json')} and {out / (args.task + '.jsonl')}")
+    (out / f"{spec.name}_metrics.json").write_text(json.dumps({"metrics": metrics, "settings": meta}, indent=1))
+    print(f"{spec.name}: {model_name}" + (f" (task from the run config {run_source})" if run_source else ""))
+    print(format_table(metrics, spec.name))
+    print(f"wrote {out / (spec.name + '_metrics.json')} and {out / (spec.name + '.jsonl')}")
     return 0

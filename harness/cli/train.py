@@ -13,7 +13,7 @@ import yaml
 
 from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
-from harness.config.base import to_dict
+from harness.config.base import effective_dict
 from harness.config.schema import describe, load_config
 from harness.engine.models import resolve_device
 from harness.report.build import build_report
@@ -121,7 +121,7 @@ def cmd_warmup(args) -> int:
 
 def cmd_config(args) -> int:
     if args.show:
-        print(yaml.safe_dump(to_dict(load_config(args.show, args.set)), sort_keys=False))
+        print(yaml.safe_dump(effective_dict(load_config(args.show, args.set)), sort_keys=False))
         return 0
     for name, default, doc in describe():
         print(f"{name:30s} {default:>14}  {doc}")

@@ -19,6 +19,9 @@ import typing
 from functools import lru_cache
 from typing import Any, Union
 
+from algorithms.presets import ALGORITHMS, COMPONENTS, resolve
+from algorithms.registry import UnknownComponentError
+
 
 class ConfigError(ValueError):
     """A config could not be loaded; the message names the offending key and value."""
@@ -175,6 +178,40 @@ def to_dict(obj) -> Any:
     if isinstance(obj, dict):
         return {k: to_dict(v) for k, v in obj.items()}
     return obj
+
+
+def effective_algorithm(section: Any) -> Any:
+    """An ``algorithm`` section (a mapping, or the ``"ppo"`` shorthand) with every component left
+    null filled in from its preset (:func:`algorithms.presets.resolve`): the values the run uses.
+    A section naming an unknown algorithm or component is returned as given."""
+    sec = expand_shorthand(section)
+    if not isinstance(sec, dict) or sec.get("name", "grpo") not in ALGORITHMS:
+        return section
+    sec = {"name": "grpo", **sec}
+    try:
+        algo = resolve(types.SimpleNamespace(**{k: sec.get(k) for k in ("name",) + COMPONENTS}))
+    except UnknownComponentError:
+        return section
+    return {**sec, **{k: getattr(algo, k) for k in COMPONENTS}}
+
+
+def effective_dict(cfg: Any) -> dict:
+    """The config as ``config.yaml``, ``harness config --show`` and the trackers show it: the
+    plain dict of ``cfg`` (a Config or a dict) with the algorithm's preset-filled components
+    written out, so runs of two algorithms differ visibly where they differ. Run ids still hash
+    :func:`to_dict` of the config as given (``harness.rundir.ids``), not this."""
+    d = dict(to_dict(cfg) if not isinstance(cfg, dict) else cfg)
+    if "algorithm" in d:
+        d["algorithm"] = effective_algorithm(d["algorithm"])
+    return d
+
+
+def effective_flat(flat: dict) -> dict:
+    """:func:`effective_dict` for a flattened config (``{"algorithm.kl_coef": None, ...}``)."""
+    if "algorithm.name" not in flat:
+        return flat
+    sec = effective_algorithm({k.split(".", 1)[1]: v for k, v in flat.items() if k.startswith("algorithm.")})
+    return {**flat, **{f"algorithm.{k}": v for k, v in sec.items()}}
 
 
 def flatten(d: Any, prefix: str = "") -> dict:

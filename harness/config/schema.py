@@ -21,8 +21,8 @@ from algorithms.presets import GROUP_ESTIMATORS, resolve
 from algorithms.registry import UnknownComponentError
 from evals.catalog import available_tasks, has_step_checker
 from evals.tasks import TaskSpec
-from harness.config.base import (ConfigError, check, check_choice, deep_merge, expand_shorthand, field_docs,
-                                 from_dict, set_dotted, to_dict)
+from harness.config.base import (ConfigError, check, check_choice, deep_merge, effective_dict, expand_shorthand,
+                                 field_docs, from_dict, set_dotted, to_dict)
 from harness.rundir.budget import BUDGET_UNITS  # noqa: F401  (owner: harness.rundir.budget)
 from harness.rundir.ids import run_id  # noqa: F401  (owner: harness.rundir.ids)
 from harness.rundir.layout import write_text_atomic
@@ -519,8 +519,10 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
 
 
 def save_config(cfg: Config, path: str | os.PathLike) -> None:
+    """``config.yaml``: the effective config (:func:`harness.config.base.effective_dict`, the
+    algorithm's preset-filled components written out); the run id hashes ``cfg`` as given."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    write_text_atomic(path, yaml.safe_dump(effective_dict(cfg), sort_keys=False))
 
 
 def config_hash(obj: Any, length: int = 10) -> str:

@@ -56,7 +56,7 @@ from torch import nn
 from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, masked_whiten, outcome_token_rewards
 from algorithms.filters import FILTERS
 from algorithms.losses import AggContext
-from algorithms.objective import clip_stats, kl_reward_token_rewards, policy_objective, value_objective
+from algorithms.objective import clip_stats, kl_reward_token_rewards, policy_objective, reference_kl, value_objective
 from algorithms.presets import ResolvedAlgorithm
 from harness.engine import fastlm
 
@@ -472,7 +472,8 @@ class Learner:
         policy is frozen for the critic's warm-up), then a critic step per mini-batch (the fused
         pass's loss where the critic already trained). Returns the summed losses and ratio
         statistics."""
-        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "value_loss": 0.0, "ratio_max": 0.0}
+        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "value_loss": 0.0, "ratio_max": 0.0,
+                "ref_kl": 0.0, "ref_kl_tokens": 0.0}
         for epoch in range(self.cfg.train.inner_epochs):
             if not policy_frozen:
                 for mini in k.minis:
@@ -504,6 +505,10 @@ class Learner:
                                            clip_eps=acfg.clip_eps)
                     if obj.kl is not None:
                         sums["kl"] += obj.kl.item()
+                    if epoch == 0 and old is None and k.ref_logp is not None:  # logp = the sampling policy's
+                        kl_sum, kl_tokens = reference_kl(logp, k.ref_logp[sl], mb.mask)
+                        sums["ref_kl"] += kl_sum
+                        sums["ref_kl_tokens"] += kl_tokens
                 if not torch.isfinite(obj.loss):
                     raise FloatingPointError(f"policy loss is {obj.loss.item()} at step {step} (epoch {epoch}); "
                                              f"try a lower train.lr or check the rewards")
@@ -528,7 +533,8 @@ class Learner:
         m["train/loss"] = sums["loss"] / steps
         m["train/pg_loss"] = sums["pg_loss"] / steps
         if self.algo.kl_placement == "loss" and k.ref_logp is not None:
-            m["train/kl"] = sums["kl"] / steps
+            m["train/kl_loss"] = sums["kl"] / steps  # the KL term of the loss (the algorithm's estimator)
+        self._reference_kl_metric(k, sums, m, raw)
         m["train/clip_frac"] = sums["clip_frac"] / max(k.kept_tokens * E, 1)
         raw["clipped"] = sums["clip_frac"]
         m["train/ratio_max"] = sums["ratio_max"]
@@ -539,6 +545,22 @@ class Learner:
                 raw["value_sum"] = k.values[k.b.mask.bool()].sum().item()
         m["train/lr"] = tc.lr * self._lr_scale(step)
         m["train/policy_frozen"] = float(policy_frozen)
+
+    @staticmethod
+    def _reference_kl_metric(k: "_Kept", sums: dict, m: dict, raw: dict) -> None:
+        """``train/kl``: the mean per-token KL of the sampling policy to the reference over the kept
+        tokens (:func:`algorithms.objective.reference_kl`), the same for every algorithm that holds
+        a reference: from the old log-probs where the update has them (PPO, mu > 1), else from the
+        first pass's log-probs (one optimizer step: they are the sampling policy's)."""
+        if k.ref_logp is None:
+            return
+        if k.old_logp is not None:
+            kl_sum, tokens = reference_kl(k.old_logp, k.ref_logp, k.b.mask)
+        else:
+            kl_sum, tokens = sums["ref_kl"], sums["ref_kl_tokens"]
+        raw["ref_kl_sum"], raw["ref_kl_tokens"] = kl_sum, tokens
+        if tokens > 0:
+            m["train/kl"] = kl_sum / tokens
 
     def _critic_pass(self, b: Batch, slices: list, vctx: AggContext, targets, step: int) -> tuple[float, list]:
         """One optimizer step of the critic over the micro-batches ``slices`` of ``b``.
@@ -577,10 +599,13 @@ class Learner:
             return sum(r.get(k, 0.0) for r in rs)
 
         out = dict(ms[0])  # lr, policy_frozen, skipped, grad_norm: the same on every rank
-        for k in ("train/loss", "train/pg_loss", "train/kl", "train/value_loss"):
+        for k in ("train/loss", "train/pg_loss", "train/kl_loss", "train/value_loss"):
             vals = [x[k] for x in ms if k in x]
             if vals:
                 out[k] = sum(vals) / len(vals)
+        out.pop("train/kl", None)
+        if tot("ref_kl_tokens") > 0:  # per-token mean over every rank's kept tokens
+            out["train/kl"] = tot("ref_kl_sum") / tot("ref_kl_tokens")
         out["train/kept_fraction"] = tot("kept") / max(tot("rows"), 1.0)
         if any("train/kl_reward_penalty" in x for x in ms):
             out["train/kl_reward_penalty"] = tot("kl_pen_sum") / max(tot("rows"), 1.0)

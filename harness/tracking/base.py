@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from harness.config.base import expand_shorthand, to_dict
+from harness.config.base import effective_dict, effective_flat, expand_shorthand
 
 
 class Tracker:
@@ -46,7 +46,7 @@ class TrackerSet:
                 self.trackers.remove(t)
 
     def start(self, params: dict, tags: dict) -> None:
-        self._call("start", params, tags)
+        self._call("start", effective_flat(params or {}), tags)  # the algorithm's effective components
 
     def log(self, row: dict, step: float) -> None:
         self._call("log", row, step)
@@ -74,8 +74,8 @@ def cfg_get(cfg: Any, dotted: str, default: Any = None) -> Any:
 
 
 def config_dict(cfg: Any) -> dict:
+    """The config a mirror records (params, wandb config): the effective one, with the
+    algorithm's preset-filled components written out (:func:`harness.config.base.effective_dict`)."""
     if cfg is None:
         return {}
-    if isinstance(cfg, dict):
-        return cfg
-    return to_dict(cfg)
+    return effective_dict(cfg)

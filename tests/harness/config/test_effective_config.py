@@ -1,0 +1,69 @@
+"""The effective config: config.yaml, `harness config --show` and the trackers' params write out the
+algorithm's preset-filled components (no nulls), while run ids keep hashing the config as given."""
+import pytest
+import yaml
+
+from algorithms.presets import COMPONENTS
+from harness.cli.main import main
+from harness.config.base import effective_dict, effective_flat, flatten, to_dict
+from harness.config.schema import config_from_dict, load_config, save_config
+from harness.rundir.ids import run_id
+from harness.tracking.base import TrackerSet, config_dict
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo", "rft"])
+def test_config_yaml_has_no_null_algorithm_component(algorithm, tmp_path):
+    cfg = load_config(None, [f"algorithm={algorithm}"])
+    assert any(getattr(cfg.algorithm, k) is None for k in COMPONENTS)  # the user config leaves them to the preset
+    save_config(cfg, tmp_path / "config.yaml")
+    written = yaml.safe_load((tmp_path / "config.yaml").read_text())["algorithm"]
+    assert all(written[k] is not None for k in COMPONENTS), written
+    # what is written loads back as a valid config that resolves to the same algorithm
+    assert config_from_dict(yaml.safe_load((tmp_path / "config.yaml").read_text())).algorithm.name == algorithm
+
+
+def test_grpo_and_ppo_differ_exactly_where_their_presets_differ():
+    g = flatten(effective_dict(load_config(None, ["algorithm=grpo"])))
+    p = flatten(effective_dict(load_config(None, ["algorithm=ppo"])))
+    differ = {k for k in g.keys() | p.keys() if g.get(k) != p.get(k)}
+    assert differ == {"algorithm.name", "algorithm.advantage", "algorithm.kl_estimator", "algorithm.kl_placement",
+                      "algorithm.whiten_advantages"}
+    assert (p["algorithm.kl_placement"], g["algorithm.kl_placement"]) == ("reward", "loss")
+
+
+def test_user_overrides_win_over_the_preset():
+    e = effective_dict(load_config(None, ["algorithm=ppo", "algorithm.kl_coef=0.1"]))["algorithm"]
+    assert e["kl_coef"] == 0.1 and e["advantage"] == "gae"
+
+
+def test_run_id_still_hashes_the_config_as_given():
+    """Existing run directories keep their ids: the hash sees the user's nulls, not the effective values
+    (a config with the same values written out explicitly is, as before, another run)."""
+    cfg = config_from_dict(to_dict(load_config(None, ["algorithm=ppo"])))  # (a round trip makes budget.amount float)
+    assert to_dict(cfg)["algorithm"]["advantage"] is None
+    assert run_id(cfg) == run_id(config_from_dict(to_dict(cfg)))
+    assert run_id(cfg) != run_id(config_from_dict(effective_dict(cfg)))
+
+
+def test_config_show_prints_effective_values(tmp_path, capsys):
+    (tmp_path / "c.yaml").write_text("algorithm: ppo\n")
+    assert main(["config", "--show", str(tmp_path / "c.yaml")]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)["algorithm"]
+    assert shown["advantage"] == "gae" and shown["kl_placement"] == "reward" and shown["kl_coef"] == 0.04
+
+
+def test_trackers_get_effective_params_and_config():
+    cfg = load_config(None, ["algorithm=grpo"])
+    assert config_dict(cfg)["algorithm"]["kl_placement"] == "loss"
+    assert config_dict({"algorithm": "rft"})["algorithm"]["filter"] == "correct"  # a summary's dict, shorthand
+
+    class Rec:
+        name = "rec"
+
+        def start(self, params, tags):
+            self.params = params
+
+    rec = Rec()
+    TrackerSet([rec]).start(flatten(to_dict(cfg)), {})  # what the trainer passes
+    assert rec.params["algorithm.advantage"] == "grpo" and rec.params["algorithm.kl_coef"] == 0.04
+    assert effective_flat({"train.lr": 1.0}) == {"train.lr": 1.0}  # no algorithm section: unchanged
