@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
 
 from harness.cli.checks import check_output_dir
+from harness.report.build import build_report
 from harness.sweep import run as sweep_run
 from harness.sweep import spec as sweep_spec
 from harness.sweep.plan import format_plan, load_sweep
@@ -37,7 +40,27 @@ def cmd_sweep(args) -> int:
     check_output_dir(sw.output_dir, "output_dir")
     print("", flush=True)
     progress: bool | str = False if args.no_progress else True
-    return run_sweep(sw, only=args.only, skip_failed=args.skip_failed, progress=progress, refresh=args.refresh)
+    rc = run_sweep(sw, only=args.only, skip_failed=args.skip_failed, progress=progress, refresh=args.refresh)
+    return _write_report(sw) if rc == 0 else rc
+
+
+def _write_report(sw) -> int:
+    """Every run finished: the sweep's report (as `harness report <sweep_dir>`, with report.columns)."""
+    try:
+        for extra in ("matplotlib", "pandas"):
+            importlib.import_module(extra)
+    except ImportError as e:
+        print(f"\nno report written: {e.name} is not installed (pip install 'grpo-harness[report]')")
+        return 0
+    try:
+        res = build_report(sw.sweep_dir, columns=sw.report_columns)
+    except Exception as e:  # the runs are done; say so and how to retry the report alone
+        print(f"harness sweep: every run finished but the report failed ({type(e).__name__}: {e}); "
+              f"retry with `harness report {sw.sweep_dir}`", file=sys.stderr)
+        return 1
+    print(f"\nreport: {res['html']} (also {res['markdown'].name}, {res['csv'].name}, {res['runs_csv'].name} "
+          f"and {len(res['plots'])} plots in {res['out_dir'] / 'plots'})")
+    return 0
 
 
 def register(subparsers) -> None:

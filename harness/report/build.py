@@ -2,7 +2,9 @@
 
 Writes ``report.md``, ``report.html`` (plots embedded as base64 PNG, so the file stands
 alone), ``table.csv`` (the aggregate table), ``runs.csv`` (one row per run) and
-``plots/*.png`` into ``--out`` (default ``<sweep>/report/``).
+``plots/*.png`` into ``--out`` (default ``<sweep>/report/``). ``harness sweep`` writes the same
+report when all its runs have finished. The sweep file's ``report.columns`` (dotted paths into
+summary.json, recorded in ``sweep.json``) add a per-run table of those values.
 
 The table has one row for the starting checkpoint and one per algorithm (per algorithm
 *and* config, when a sweep holds several configs of one algorithm: the label then names the
@@ -33,7 +35,8 @@ from harness.report.format import table
 from harness.report.plots import PLOT_TITLES, figures
 from harness.report.tables import (STAT_NOTE, formatted_table, results_html, results_markdown, runs_display,
                                    runs_frame, runs_html, write_csvs)
-from harness.rundir.read import RunData
+from harness.rundir.layout import read_json
+from harness.rundir.read import RunData, flatten
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1200px;color:#222}
@@ -87,19 +90,42 @@ def _notes(runs: list[RunData], done: list[RunData], unit: str, ks: dict, exclud
     return notes
 
 
-def _markdown(sweep: str, sweep_dir: Path, fdf, notes: list[str], plots: dict[str, Path], runs_table) -> str:
+def sweep_columns(sweep_dir: Path) -> list[str]:
+    """The sweep file's ``report.columns`` as ``harness sweep`` recorded them in sweep.json ([] without)."""
+    doc = read_json(Path(sweep_dir) / "sweep.json", {}) or {}
+    cols = doc.get("report_columns") if isinstance(doc, dict) else None
+    return [str(c) for c in cols] if isinstance(cols, list) else []
+
+
+def columns_table(runs: list[RunData], columns: list[str]):
+    """(header, rows) of ``report.columns``: one row per run, each column a dotted path into summary.json."""
+    if not columns:
+        return None
+    rows = []
+    for r in runs:
+        flat = flatten(r.summary)
+        vals = [flat.get(c) for c in columns]
+        rows.append([r.run_id, r.status] + ["—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+                                            for v in vals])
+    return ["run id", "status"] + list(columns), rows
+
+
+def _markdown(sweep: str, sweep_dir: Path, fdf, notes: list[str], plots: dict[str, Path], runs_table,
+              cols_table=None) -> str:
     """report.md: results table, notes, one section per plot, runs table."""
     hdr, rrows = runs_table
     md = [f"# Report: {sweep}", "", f"Sweep directory: `{sweep_dir}`", "", results_markdown(fdf),
           ""] + [f"- {n}" for n in notes] + [""]
     for name, path in plots.items():
         md += [f"## {PLOT_TITLES[name]}", "", f"![{PLOT_TITLES[name]}](plots/{path.name})", ""]
+    if cols_table:
+        md += ["## Columns of the sweep file (report.columns)", "", table(*cols_table, "markdown"), ""]
     md += ["## Runs", "", table(hdr, rrows, "markdown"), ""]
     return "\n".join(md)
 
 
 def _html(sweep: str, sweep_dir: Path, df, fdf, notes: list[str], pngs: dict[str, bytes], runs_df,
-          runs_table) -> str:
+          runs_table, cols_table=None) -> str:
     """report.html: the same content as report.md, plots embedded as base64 PNG."""
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Report: {html.escape(sweep)}</title>"
              f"<style>{_CSS}</style></head><body>",
@@ -113,13 +139,19 @@ def _html(sweep: str, sweep_dir: Path, df, fdf, notes: list[str], pngs: dict[str
                      f"<img id='plot-{name}' class='plot' alt='{html.escape(PLOT_TITLES[name])}' "
                      f"src='data:image/png;base64,{b64}'>"
                      f"<figcaption>plots/{name}.png</figcaption></figure>")
+    if cols_table:
+        parts.append("<h2>Columns of the sweep file (report.columns)</h2>"
+                     + table(*cols_table, "html", table_attrs=" id='columns-table'"))
     parts.append("<h2>Runs</h2>" + runs_html(runs_df, *runs_table, "runs-table"))
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
-def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None) -> dict:
+def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None,
+                 columns: list[str] | None = None) -> dict:
     """Write report.md, report.html, table.csv, runs.csv and plots/*.png for one sweep.
+
+    ``columns``: the sweep file's ``report.columns`` (default: as recorded in ``sweep.json``).
 
     Returns ``{"table": DataFrame, "runs": DataFrame, "markdown": Path, "html": Path,
     "csv": Path, "runs_csv": Path, "plots": {name: Path}, "out_dir": Path,
@@ -146,8 +178,9 @@ def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     notes += selection_notes(selection)
     runs_table = runs_display(runs_df, tasks)
     md_path, html_path = out / "report.md", out / "report.html"
-    md_path.write_text(_markdown(sweep, sweep_dir, fdf, notes, plots, runs_table))
-    html_path.write_text(_html(sweep, sweep_dir, df, fdf, notes, pngs, runs_df, runs_table))
+    cols_table = columns_table(runs, sweep_columns(sweep_dir) if columns is None else columns)
+    md_path.write_text(_markdown(sweep, sweep_dir, fdf, notes, plots, runs_table, cols_table))
+    html_path.write_text(_html(sweep, sweep_dir, df, fdf, notes, pngs, runs_df, runs_table, cols_table))
     return {"table": df, "runs": runs_df, "markdown": md_path, "html": html_path, "csv": csv_path,
             "runs_csv": runs_csv, "plots": dict(plots), "out_dir": out, "excluded": excluded,
             "selection": selection}

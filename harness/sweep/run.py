@@ -17,7 +17,9 @@ when the worker died without writing them, e.g. killed or segfault) and the swee
 the command then exits 1 and lists the failures. Ctrl-C (or SIGTERM) stops the workers,
 marks in-flight runs ``interrupted`` (they resume next time) and keeps finished runs; exit
 code 130. Each run's stdout/stderr go to ``<run_dir>/worker.log``. The sweep writes
-``<output_dir>/<name>/sweep.json`` (the plan and each run's final state) for reports.
+``<output_dir>/<name>/sweep.json`` (the plan, ``report.columns`` and each run's final state) for
+reports. When every run has finished, ``harness sweep`` writes the report
+(``<output_dir>/<name>/report/``, as ``harness report`` would) and prints where.
 """
 from __future__ import annotations
 
@@ -127,7 +129,7 @@ def _write_sweep_json(sw: Sweep, results: dict, status: str) -> None:
     launcher = {k: v for k, v in dataclasses.asdict(sw.launcher).items() if k != "train"}
     doc = {
         "name": sw.name, "source": sw.source, "description": sw.description, "status": status,
-        "budget": sw.budget, "varying": sw.varying, "launcher": launcher,
+        "budget": sw.budget, "varying": sw.varying, "launcher": launcher, "report_columns": list(sw.report_columns),
         "updated": time.time(),
         "runs": [{"run_id": r.run_id, "algorithm": r.config.algorithm.name, "seed": r.config.seed,
                   "cell": r.cell, "dir": str(r.run_dir),
