@@ -1,4 +1,4 @@
-"""`harness report RESULTS_DIR/<sweep> [--out DIR]`: the paper-style table and plots of one sweep."""
+"""`harness report RESULTS_DIR/<sweep> [--out DIR] [--study]`: the paper-style table and plots of one sweep, or its study report."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +9,7 @@ from pathlib import Path
 from harness.cli.checks import check_output_dir, check_runs_folder
 from harness.report import build
 from harness.report.build import build_report
+from harness.report.study import build_study_report
 from harness.report.tables import format_table
 
 
@@ -20,6 +21,8 @@ def cmd_report(args) -> int:
         print(f"harness report: {e.name} is not installed (pip install 'grpo-harness[report]')", file=sys.stderr)
         return 2
     check_runs_folder(args.sweep_dir, "sweep_dir")
+    if getattr(args, "study", False):
+        return _cmd_study(args)
     out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "report"
     check_output_dir(out, "--out")
     res = build_report(args.sweep_dir, args.out)
@@ -31,10 +34,23 @@ def cmd_report(args) -> int:
     return 0
 
 
+def _cmd_study(args) -> int:
+    """`harness report SWEEP_DIR --study`: the DeepSeekMath small-study report (harness.report.study)."""
+    out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "study"
+    check_output_dir(out, "--out")
+    path = build_study_report(args.sweep_dir, out)
+    print(f"wrote {path}, {out / 'claims.csv'}, {out / 'table5.csv'}, {out / 'compute_curves.csv'} "
+          f"and the plots in {out / 'plots'}")
+    return 0
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "report", help="paper-style table and plots (Markdown, HTML, CSV) for one sweep",
         description=build.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep_dir", help="a sweep directory: RESULTS_DIR/<name>")
-    p.add_argument("--out", "--output-dir", dest="out", default=None, help="output directory (default: <sweep_dir>/report)")
+    p.add_argument("--out", "--output-dir", dest="out", default=None,
+                   help="output directory (default: <sweep_dir>/report, or <sweep_dir>/study with --study)")
+    p.add_argument("--study", action="store_true",
+                   help="the DeepSeekMath small-study report (Table 5, Figs. 5-7, compute curves, claims) instead")
     p.set_defaults(func=cmd_report)
