@@ -2,8 +2,11 @@
 
 One row for the starting checkpoint ("start": each run's ``initial_eval`` averaged per seed)
 and one per algorithm, or per algorithm and config when runs of one algorithm differ in config
-keys other than seeds, names, paths and tracking. Only finished runs enter the aggregates;
-each cell is `harness.report.stats.mean_ci` over the row's runs (seeds).
+keys other than seeds, names, paths and tracking (compared as effective configs: the
+algorithm's preset-filled components written out). Only finished runs enter the aggregates;
+each cell is `harness.report.stats.mean_ci` over the row's runs (seeds). `differing_settings`
+lists the config fields that differ between rows, `paired_differences` each row's paired
+difference over seeds from the first algorithm's row (`harness.report.stats.paired_diff_ci`).
 """
 from __future__ import annotations
 
@@ -14,14 +17,22 @@ from typing import Optional
 
 import numpy as np
 
-from harness.report.stats import mean_ci
-from harness.rundir.read import RunData, flatten, is_run_dir, k_of, load_run, split_metric
+from harness.config.base import effective_dict
+from harness.report.stats import mean_ci, paired_diff_ci
+from harness.rundir.read import RunData, flatten, is_number, is_run_dir, k_of, load_run, split_metric
 
 _IGNORED_CFG = ("seed", "name", "output_dir", "device", "tracking.", "train.threads", "warmup.cache_dir")
+PAIRED_SKIP = ("budget_consumed", "warmup_seconds")
+"""Columns without a paired difference (the budget is matched; the warm-up is shared)."""
 
 
 def _ignored(key: str) -> bool:
     return key.endswith("seed") or any(key == p or (p.endswith(".") and key.startswith(p)) for p in _IGNORED_CFG)
+
+
+def run_settings(r: RunData) -> dict:
+    """The run's effective config, flattened, less seeds, names, paths and tracking."""
+    return {k: v for k, v in flatten(effective_dict(r.config)).items() if not _ignored(k)}
 
 
 def load_sweep(sweep_dir: str | os.PathLike) -> list[RunData]:
@@ -47,7 +58,7 @@ def group_runs(runs: list[RunData]) -> "OrderedDict[str, list[RunData]]":
     groups: "OrderedDict[str, list[RunData]]" = OrderedDict()
     for algo in sorted(by_algo):
         rs = by_algo[algo]
-        flat = [{k: v for k, v in flatten(r.config).items() if not _ignored(k)} for r in rs]
+        flat = [run_settings(r) for r in rs]
         keys = sorted({k for f in flat for k in f})
         differing = [k for k in keys if len({repr(f.get(k)) for f in flat}) > 1]
         if not differing:
@@ -102,7 +113,10 @@ def _metric_columns(tasks: list[str], ks: dict[str, int], runs: list[RunData]) -
     cols += ["peak_rss_mb", "peak_rss_above_base_mb"]
     if any((r.peak.get("cuda_mb") or 0) > 0 for r in runs):
         cols.append("peak_cuda_mb")
-    cols += ["wall_seconds", "train_seconds", "budget_consumed"]
+    cols += ["wall_seconds", "train_seconds"]
+    if any(is_number(r.summary.get("warmup_seconds")) for r in runs):
+        cols.append("warmup_seconds")  # recorded apart from wall_seconds (shared warm-up build, lock waits)
+    cols.append("budget_consumed")
     return cols
 
 
@@ -111,7 +125,9 @@ def _run_values(r: RunData) -> dict[str, Optional[float]]:
     p = r.peak
     v.update({"peak_rss_mb": p["rss_mb"], "peak_rss_above_base_mb": p["rss_above_base_mb"],
               "peak_cuda_mb": p["cuda_mb"], "wall_seconds": r.wall_seconds,
-              "train_seconds": r.train_seconds, "budget_consumed": r.budget_consumed})
+              "train_seconds": r.train_seconds, "budget_consumed": r.budget_consumed,
+              "warmup_seconds": float(r.summary["warmup_seconds"]) if is_number(r.summary.get("warmup_seconds"))
+              else None})
     return v
 
 
@@ -143,6 +159,59 @@ def build_table(runs: list[RunData]):
     df.attrs.update({"budget_unit": max(set(units), key=units.count), "tasks": tasks, "ks": ks,
                      "groups": {k: [r.run_id for r in v] for k, v in groups.items()}})
     return df
+
+
+def _setting_text(v) -> str:
+    return "—" if v is None else _fmt(v)
+
+
+def differing_settings(groups: "OrderedDict[str, list[RunData]]") -> tuple[list[str], dict[str, dict[str, str]]]:
+    """The config fields (dotted, effective values) that differ between the table's rows, and
+    each row's value of them: ``(keys, {label: {key: text}})``. A row whose runs disagree on a
+    key shows every value, comma-separated. Seeds, names, paths and tracking are left out."""
+    per_row = {label: [run_settings(r) for r in rs] for label, rs in groups.items()}
+    keys = sorted({k for flats in per_row.values() for f in flats for k in f})
+    text = {label: {k: ", ".join(dict.fromkeys(_setting_text(f.get(k)) for f in flats)) for k in keys}
+            for label, flats in per_row.items()}
+    differing = [k for k in keys if len({row[k] for row in text.values()}) > 1]
+    return differing, {label: {k: row[k] for k in differing} for label, row in text.items()}
+
+
+def per_seed_values(runs: list[RunData], column: str) -> dict:
+    """Seed -> the runs' value of an aggregate column (mean over runs of one seed; runs without
+    a seed or a finite value are left out)."""
+    by_seed: dict = {}
+    for r in runs:
+        v = _run_values(r).get(column)
+        if r.seed is not None and v is not None and np.isfinite(v):
+            by_seed.setdefault(r.seed, []).append(float(v))
+    return {s: float(np.mean(v)) for s, v in by_seed.items()}
+
+
+def paired_differences(groups: "OrderedDict[str, list[RunData]]", columns: list[str]) -> tuple[str, dict]:
+    """(the first row's label, {label: {column: paired_diff_ci(row, first)}}) for every other row:
+    the mean over seeds of (row - first), each seed's runs against the same seed's, with the
+    t-interval of those differences (n = the seeds both rows have; no interval for n < 2)."""
+    labels = list(groups)
+    if len(labels) < 2:
+        return (labels[0] if labels else ""), {}
+    base = labels[0]
+    cols = [c for c in columns if c not in PAIRED_SKIP]
+    return base, {lab: {c: paired_diff_ci(per_seed_values(groups[lab], c), per_seed_values(groups[base], c))
+                        for c in cols} for lab in labels[1:]}
+
+
+def seeds_note(groups: "OrderedDict[str, list[RunData]]") -> str:
+    """Number of seeds (and which) per row, and the interval method, as one report note."""
+    rows = []
+    for label, rs in groups.items():
+        seeds = sorted({r.seed for r in rs if r.seed is not None})
+        rows.append(f"{label}: n={len(rs)} run{'s' if len(rs) != 1 else ''} "
+                    f"(seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds)) or '?'})")
+    return ("seeds per row: " + "; ".join(rows) + ". Interval: two-sided 95% Student-t over seeds, "
+            "t_{0.975, n-1} * s / sqrt(n) (s with ddof 1); n = 1 shows the value alone, without an interval. "
+            "Differences between two algorithms: paired by seed (same warm-up, same prompts), the same "
+            "t-interval of the per-seed differences.")
 
 
 def select_by_validation(runs: list[RunData], over: str = "train.lr") -> list[dict]:

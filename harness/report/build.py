@@ -14,7 +14,11 @@ evaluated, peak memory, wall-clock and budget consumed.
 Statistics: each cell is the mean over seeds ± the half-width of a two-sided 95% Student-t
 confidence interval, ``t_{0.975, n-1} * s / sqrt(n)`` with ``s`` the sample standard
 deviation (ddof=1) over the ``n`` runs (seeds) of that row. With a single seed the value is
-shown alone (no interval). Only runs with status ``finished`` enter the aggregates; failed
+shown alone (no interval); the notes give each row's seeds and this method. Below the notes,
+"settings that differ" lists every config field (effective values) that differs between rows,
+and "paired differences vs <first row>" each other row's mean per-seed difference with the
+t-interval of those differences (`harness.report.stats.paired_diff_ci`, runs paired by seed).
+Only runs with status ``finished`` enter the aggregates; failed
 (and still-running) runs are listed in the runs table, marked, and excluded. The starting
 checkpoint row uses each run's ``initial_eval`` (evaluation before any RL update): runs that
 share a seed start from the same checkpoint, so their initial evaluations are averaged
@@ -29,12 +33,12 @@ import io
 import os
 from pathlib import Path
 
-from harness.report.aggregate import (build_table, group_runs, load_sweep, per_seed_initial, select_by_validation,
-                                      selection_notes)
+from harness.report.aggregate import (build_table, differing_settings, group_runs, load_sweep, paired_differences,
+                                      per_seed_initial, seeds_note, select_by_validation, selection_notes)
 from harness.report.format import table
 from harness.report.plots import PLOT_TITLES, figures
-from harness.report.tables import (STAT_NOTE, formatted_table, results_html, results_markdown, runs_display,
-                                   runs_frame, runs_html, write_csvs)
+from harness.report.tables import (STAT_NOTE, formatted_table, paired_table, results_html, results_markdown,
+                                   runs_display, runs_frame, runs_html, settings_table, write_csvs)
 from harness.rundir.layout import read_json
 from harness.rundir.read import RunData, flatten
 
@@ -81,7 +85,8 @@ def _notes(runs: list[RunData], done: list[RunData], unit: str, ks: dict, exclud
              f"maj@K / pass@K at the largest K evaluated ({k_line}); accuracy is greedy.",
              "memory: peak resident set size (RSS) of the run, and the same minus the process baseline the trainer "
              "records (RSS above base); "
-             "wall-clock includes evaluation, train time does not.",
+             "wall-clock includes evaluation, train time does not; neither includes building or waiting for "
+             "the shared warm-up, shown apart as warm-up (s) where runs record it.",
              budget_line + "."]
     if excluded:
         notes.append(f"excluded from aggregates (not finished): {', '.join(excluded)}.")
@@ -110,12 +115,30 @@ def columns_table(runs: list[RunData], columns: list[str]):
     return ["run id", "status"] + list(columns), rows
 
 
+def _comparison_sections(groups, df) -> list[tuple[str, str, tuple]]:
+    """(title, table id, (header, rows)) of the tables that compare rows: the config fields that
+    differ between them, and each row's paired difference over seeds from the first row."""
+    out = []
+    settings = settings_table(*differing_settings(groups))
+    if settings:
+        out.append(("Settings that differ between rows", "settings-table", settings))
+    cols = [c for c in dict.fromkeys(df.columns.get_level_values(0)) if c != "seeds"]
+    base, diffs = paired_differences(groups, cols)
+    paired = paired_table(base, diffs, df.attrs.get("budget_unit", "steps"))
+    if paired:
+        out.append((f"Paired differences vs {base} (mean over seeds of the per-seed difference ± 95% CI)",
+                    "paired-table", paired))
+    return out
+
+
 def _markdown(sweep: str, sweep_dir: Path, fdf, notes: list[str], plots: dict[str, Path], runs_table,
-              cols_table=None) -> str:
+              cols_table=None, sections=()) -> str:
     """report.md: results table, notes, one section per plot, runs table."""
     hdr, rrows = runs_table
     md = [f"# Report: {sweep}", "", f"Sweep directory: `{sweep_dir}`", "", results_markdown(fdf),
           ""] + [f"- {n}" for n in notes] + [""]
+    for title, _, (hdr_, rows_) in sections:
+        md += [f"## {title}", "", table(hdr_, rows_, "markdown"), ""]
     for name, path in plots.items():
         md += [f"## {PLOT_TITLES[name]}", "", f"![{PLOT_TITLES[name]}](plots/{path.name})", ""]
     if cols_table:
@@ -125,7 +148,7 @@ def _markdown(sweep: str, sweep_dir: Path, fdf, notes: list[str], plots: dict[st
 
 
 def _html(sweep: str, sweep_dir: Path, df, fdf, notes: list[str], pngs: dict[str, bytes], runs_df,
-          runs_table, cols_table=None) -> str:
+          runs_table, cols_table=None, sections=()) -> str:
     """report.html: the same content as report.md, plots embedded as base64 PNG."""
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Report: {html.escape(sweep)}</title>"
              f"<style>{_CSS}</style></head><body>",
@@ -133,6 +156,8 @@ def _html(sweep: str, sweep_dir: Path, df, fdf, notes: list[str], pngs: dict[str
              f"<p class='note'>Sweep directory: <code>{html.escape(str(sweep_dir))}</code></p>",
              "<h2>Results</h2>", results_html(df, fdf, "results-table"),
              "<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"]
+    for title, tid, (hdr_, rows_) in sections:
+        parts.append(f"<h2>{html.escape(title)}</h2>" + table(hdr_, rows_, "html", table_attrs=f" id='{tid}'"))
     for name, png in pngs.items():
         b64 = base64.b64encode(png).decode()
         parts.append(f"<h2>{html.escape(PLOT_TITLES[name])}</h2><figure>"
@@ -176,11 +201,14 @@ def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     notes = _notes(runs, done, unit, ks, excluded, missing)
     selection = select_by_validation(runs)
     notes += selection_notes(selection)
+    groups = group_runs(done)
+    notes.insert(1, seeds_note(groups))
+    sections = _comparison_sections(groups, df)
     runs_table = runs_display(runs_df, tasks)
     md_path, html_path = out / "report.md", out / "report.html"
     cols_table = columns_table(runs, sweep_columns(sweep_dir) if columns is None else columns)
-    md_path.write_text(_markdown(sweep, sweep_dir, fdf, notes, plots, runs_table, cols_table))
-    html_path.write_text(_html(sweep, sweep_dir, df, fdf, notes, pngs, runs_df, runs_table, cols_table))
+    md_path.write_text(_markdown(sweep, sweep_dir, fdf, notes, plots, runs_table, cols_table, sections))
+    html_path.write_text(_html(sweep, sweep_dir, df, fdf, notes, pngs, runs_df, runs_table, cols_table, sections))
     return {"table": df, "runs": runs_df, "markdown": md_path, "html": html_path, "csv": csv_path,
             "runs_csv": runs_csv, "plots": dict(plots), "out_dir": out, "excluded": excluded,
-            "selection": selection}
+            "selection": selection, "sections": sections}

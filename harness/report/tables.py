@@ -1,13 +1,16 @@
 """The tables of a sweep report as text: results (aggregate) and runs, for terminal, Markdown, HTML and CSV.
 
 A results cell is ``mean ± half-width`` (`format_cell`: percentages for task metrics, whole
-MB for memory, seconds with one decimal); the runs table has one row per run, excluded runs
-marked. Rendering goes through `harness.report.format.table` / `number`.
+MB for memory, seconds with one decimal; a single seed shows the value alone); the runs table
+has one row per run, excluded runs marked. `settings_table` shows the config fields that differ
+between rows, `paired_table` the paired differences over seeds from the first algorithm's row.
+Rendering goes through `harness.report.format.table` / `number`.
 """
 from __future__ import annotations
 
 import html
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -23,7 +26,8 @@ def display_name(metric: str, unit: str = "steps") -> str:
     """Column header of a metric of the aggregate table."""
     names = {"peak_rss_mb": "peak RSS (MB)", "peak_rss_above_base_mb": "RSS above base (MB)",
              "peak_cuda_mb": "peak CUDA (MB)", "wall_seconds": "wall-clock (s)",
-             "train_seconds": "train time (s)", "budget_consumed": f"budget ({unit})", "seeds": "n"}
+             "train_seconds": "train time (s)", "warmup_seconds": "warm-up (s)",
+             "budget_consumed": f"budget ({unit})", "seeds": "n"}
     if metric in names:
         return names[metric]
     task, m = split_metric(metric)
@@ -65,6 +69,33 @@ def formatted_table(df):
     for m in metrics:
         out[display_name(m, unit)] = [format_cell(m, df.at[i, (m, "mean")], df.at[i, (m, "ci95")]) for i in df.index]
     return out
+
+
+def settings_table(keys: list[str], values: dict[str, dict[str, str]]) -> Optional[tuple[list[str], list[list]]]:
+    """(header, rows) of the "settings that differ" table (one row per results row, one column
+    per differing config field, from `aggregate.differing_settings`); None when nothing differs."""
+    if not keys:
+        return None
+    return ["row"] + list(keys), [[label] + [row[k] for k in keys] for label, row in values.items()]
+
+
+def format_diff(metric: str, d: dict) -> str:
+    """One paired difference: signed mean ± half-width in the metric's unit (percentage points
+    for task metrics) and the number of seed pairs; no ± below two pairs."""
+    if d["n"] == 0 or not np.isfinite(d["mean"]):
+        return MISSING
+    cell = format_cell(metric, abs(d["mean"]), d["half"] if d["n"] > 1 else float("nan"))
+    return ("-" if d["mean"] < 0 else "+") + cell + f" (n={d['n']})"
+
+
+def paired_table(base: str, diffs: dict[str, dict[str, dict]], unit: str = "steps") \
+        -> Optional[tuple[list[str], list[list]]]:
+    """(header, rows) of the "paired differences vs <base>" table from `aggregate.paired_differences`."""
+    if not diffs:
+        return None
+    cols = list(next(iter(diffs.values())))
+    header = ["difference"] + [display_name(c, unit).replace("(%)", "(points)") for c in cols]
+    return header, [[f"{label} − {base}"] + [format_diff(c, row[c]) for c in cols] for label, row in diffs.items()]
 
 
 def _results_rows(fdf) -> tuple[list[str], list[list]]:
@@ -113,6 +144,7 @@ def runs_frame(runs: list[RunData], tasks: list[str]):
             rec[f"{t}/acc"] = r.final_eval.get(f"{t}/acc")
         rec.update({"peak_rss_mb": r.peak["rss_mb"], "peak_rss_above_base_mb": r.peak["rss_above_base_mb"],
                     "peak_cuda_mb": r.peak["cuda_mb"], "wall_seconds": r.wall_seconds,
+                    "warmup_seconds": r.summary.get("warmup_seconds"),
                     "budget_unit": r.budget_unit, "budget_consumed": r.budget_consumed,
                     "error": r.error or ""})
         recs.append(rec)
