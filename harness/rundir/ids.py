@@ -2,7 +2,9 @@
 
 The hash covers every field that changes what a run computes; ``name``, ``output_dir`` and
 ``tracking`` (and ``warmup.cache_dir``, ``train.checkpoint_minutes``) do not, so the same cell in two sweeps (or a re-launch with a tracker switched
-on) is the same run. It is the first 8 hex digits of the SHA-256 of the remaining config as
+on) is the same run. The algorithm's components are hashed with their preset values filled in
+(:func:`harness.config.base.effective_dict`), so a run's own ``config.yaml``, which writes them
+out, names the same run as the config it was made from. It is the first 8 hex digits of the SHA-256 of the remaining config as
 sorted JSON (the same digest as :func:`harness.config.schema.config_hash`).
 
 :func:`parse_run_id` is the inverse used wherever only the id is at hand (a run directory
@@ -16,7 +18,7 @@ import json
 import re
 from typing import Any, NamedTuple, Optional
 
-from harness.config.base import to_dict
+from harness.config.base import effective_dict, to_dict
 
 __all__ = ["run_id", "format_run_id", "parse_run_id", "RunIdParts", "HASH_LENGTH", "NOT_HASHED"]
 
@@ -45,7 +47,7 @@ def format_run_id(algorithm: str, seed: int, digest: str) -> str:
 
 def run_id(cfg) -> str:
     """Run id of a resolved :class:`~harness.config.schema.Config` (its algorithm, seed and hash)."""
-    d = to_dict(cfg)
+    d = effective_dict(cfg)  # preset-filled: a config.yaml written out (effective values) is the same run
     for k in NOT_HASHED:
         d.pop(k, None)
     if isinstance(d.get("warmup"), dict):

@@ -36,13 +36,14 @@ def test_user_overrides_win_over_the_preset():
     assert e["kl_coef"] == 0.1 and e["advantage"] == "gae"
 
 
-def test_run_id_still_hashes_the_config_as_given():
-    """Existing run directories keep their ids: the hash sees the user's nulls, not the effective values
-    (a config with the same values written out explicitly is, as before, another run)."""
+def test_run_id_hashes_the_effective_config():
+    """A run's config.yaml (effective values written out) names the same run as the config it came
+    from, and a real difference in a component is another run."""
     cfg = config_from_dict(to_dict(load_config(None, ["algorithm=ppo"])))  # (a round trip makes budget.amount float)
     assert to_dict(cfg)["algorithm"]["advantage"] is None
-    assert run_id(cfg) == run_id(config_from_dict(to_dict(cfg)))
-    assert run_id(cfg) != run_id(config_from_dict(effective_dict(cfg)))
+    assert run_id(cfg) == run_id(config_from_dict(effective_dict(cfg)))
+    assert run_id(cfg) != run_id(config_from_dict(to_dict(load_config(None, ["algorithm=ppo",
+                                                                           "algorithm.kl_coef=0.05"]))))
 
 
 def test_config_show_prints_effective_values(tmp_path, capsys):
