@@ -3,13 +3,15 @@
 Each module of this package registers its subcommands with ``register(subparsers)`` and
 sets ``func`` (the handler, which returns an exit code). This is the one place that turns
 what a handler raises into an exit code: a config (or sweep file) error and a missing file
-are 2, so is a run directory another trainer holds (`RunBusy`); Ctrl-C is 130.
+are 2, so is a run directory another trainer holds (`RunBusy`); a full disk or quota
+(ENOSPC / EDQUOT, wherever it is raised) is 3, one line naming the path; Ctrl-C is 130.
 
     python -m harness.cli.main sweep sweeps/quickstart.yaml --dry-run   # same as `harness sweep ...`
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
 from evals.datasets import DatasetError
@@ -29,6 +31,8 @@ GROUPS = (
     tracking_cmd,   # sync, ui
 )
 COMMAND_MODULES = [m.__name__ for m in GROUPS]
+EXIT_NO_SPACE = 3
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,10 +68,23 @@ def main(argv: list[str] | None = None) -> int:
     except FloatingPointError as e:  # a run that went non-finite: recorded failed, traceback in error.txt
         print(f"harness {args.command}: run failed: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        if e.errno not in NO_SPACE:
+            raise
+        print(_no_space_line(args.command, e), file=sys.stderr)
+        return EXIT_NO_SPACE
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130
     return int(rc or 0)
+
+
+def _no_space_line(command: str, e: OSError) -> str:
+    """The one line for a full disk: what, where, and what to do (the run that hit it is
+    marked failed where there was room, its temporary files removed; re-running resumes)."""
+    where = f" writing {e.filename}" if e.filename else ""
+    return (f"harness {command}: out of disk space{where} ({e.strerror or e}): free space (or raise the "
+            f"quota) and re-run the same command to resume from the last checkpoint")
 
 
 if __name__ == "__main__":

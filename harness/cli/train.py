@@ -59,6 +59,8 @@ def cmd_train(args) -> int:
     cfg = load_config(args.config, args.set)
     check_device(cfg.device)
     check_output_dir(cfg.output_dir, "output_dir")
+    if cfg.warmup.cache_dir and cfg.model.name_or_path == "tiny" and cfg.warmup.enabled:
+        check_output_dir(cfg.warmup.cache_dir, "warmup.cache_dir")  # refused before the run starts
     print(f"results: {run_dir(cfg)}")
     prev = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # SIGTERM: "interrupted", like Ctrl-C
     try:

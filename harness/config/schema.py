@@ -203,6 +203,10 @@ class TrainConfig:
     starting checkpoint ships them. With a fresh Adam the first updates are ~lr * sign(g) on
     every weight: on the tiny model even continued SFT on gold solutions at lr 5e-4 fell from
     59% to 50% in 3 steps that way."""
+    checkpoint_minutes: float = 10.0
+    """Also save the resume point after the stage that ends every this-many minutes of
+    training (0 = only at evaluation points), so a long gap between evaluations loses at most
+    this much to a kill. Does not change what the run computes, nor its run id."""
 
     def validate(self):
         check(self.prompts_per_step >= 1, "train.prompts_per_step", self.prompts_per_step, "must be >= 1")
@@ -217,6 +221,8 @@ class TrainConfig:
         check(self.micro_batch_size >= 1, "train.micro_batch_size", self.micro_batch_size, "must be >= 1")
         check(self.max_grad_norm >= 0, "train.max_grad_norm", self.max_grad_norm, "must be >= 0")
         check(self.threads >= 0, "train.threads", self.threads, "must be >= 0")
+        check(self.checkpoint_minutes >= 0, "train.checkpoint_minutes", self.checkpoint_minutes,
+              "must be >= 0 (0 = checkpoint at evaluation points only)")
 
 
 @dataclass(frozen=True)

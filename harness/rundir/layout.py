@@ -81,6 +81,20 @@ def rewrite_atomic(path: str | os.PathLike, write: Callable[[TextIO], None]) -> 
     _fsync_dir(path.parent)
 
 
+def remove_temp_files(run_dir: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files failed writes left under a run directory (``*.tmp``: a
+    checkpoint's ``state.tmp``, a rewrite's ``.<name>.<random>.tmp``), best effort; returns
+    the ones removed. Called by the run's one writer (it holds the run lock) when it fails."""
+    removed = []
+    for tmp in Path(run_dir).rglob("*.tmp"):
+        try:
+            tmp.unlink()
+            removed.append(tmp)
+        except OSError:
+            pass
+    return removed
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """``Path(path).write_text(text)``, atomically (:func:`rewrite_atomic`)."""
     rewrite_atomic(path, lambda f: f.write(text))
@@ -162,5 +176,10 @@ class MetricsWriter:
             self._f = open(self.path, "a")
 
     def close(self) -> None:
+        """Close the file; every row was flushed when written, so a flush that fails here is
+        the row whose write already raised (disk full): not raised a second time."""
         if not self._f.closed:
-            self._f.close()
+            try:
+                self._f.close()
+            except OSError:
+                pass

@@ -27,9 +27,13 @@ Writers: the trainer (:func:`new_summary` at start, :func:`record_end` then
 :func:`write_summary` at the end, :func:`record_exception` when it raises) and the sweep
 launchers for runs that could not record themselves (:func:`record_failure`,
 :func:`mark_interrupted`). Every write is atomic (:func:`harness.rundir.layout.write_json_atomic`).
+Recording an end (:func:`record_exception`, :func:`record_failure`, :func:`mark_interrupted`)
+is best effort: on a full disk (any ``OSError``) it logs one warning and returns, so the
+error being recorded, not the failure to record it, reaches the user (docs/faults.md).
 """
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -41,6 +45,8 @@ from harness.rundir.layout import (ERROR_TXT, METRICS, SUMMARY, read_json, read_
 
 __all__ = ["STATUSES", "read_summary", "write_summary", "new_summary", "record_end", "record_exception",
            "placeholder_summary", "record_failure", "mark_interrupted", "INTERRUPTED_ERROR"]
+
+log = logging.getLogger(__name__)
 
 STATUSES = ("running", "finished", "failed", "interrupted")
 INTERRUPTED_ERROR = "interrupted by the sweep launcher; re-launch the sweep to resume from the checkpoint"
@@ -54,6 +60,16 @@ def read_summary(run_dir: str | Path) -> Optional[dict]:
 def write_summary(run_dir: str | Path, summary: dict) -> None:
     """Atomically (re)write the run's summary.json."""
     write_json_atomic(Path(run_dir) / SUMMARY, summary)
+
+
+def _best_effort(what: str, path: Path, write, *args) -> bool:
+    """``write(*args)``; an OSError (disk full, read-only folder) is logged, not raised."""
+    try:
+        write(*args)
+        return True
+    except OSError as e:
+        log.warning("could not record %s in %s: %s", what, path, e.strerror or e)
+        return False
 
 
 # --------------------------------------------------------------------------- the trainer's summary
@@ -88,9 +104,9 @@ def record_exception(run_dir: str | Path, summary: dict, exc: BaseException, tra
     interrupted = isinstance(exc, KeyboardInterrupt)
     summary["status"] = "interrupted" if interrupted else "failed"
     summary["error"] = f"{type(exc).__name__}: {exc}"
-    write_summary(run_dir, summary)
+    _best_effort(f"status {summary['status']}", run_dir, write_summary, run_dir, summary)
     if not interrupted:
-        write_text_atomic(run_dir / ERROR_TXT, traceback_text)
+        _best_effort("the traceback", run_dir, write_text_atomic, run_dir / ERROR_TXT, traceback_text)
     return summary["status"]
 
 
@@ -124,8 +140,13 @@ def _base_summary(run_dir: Path, run_id: str, config: dict) -> dict:
 
 
 def record_failure(run_dir: str | Path, run_id: str, config: dict, error: str, details: str = "") -> None:
-    """Mark a run failed: summary status/error, and error.txt unless the trainer wrote one."""
+    """Mark a run failed: summary status/error, and error.txt unless the trainer wrote one
+    (best effort: a launcher survives a disk too full to record it)."""
     run_dir = Path(run_dir)
+    _best_effort("status failed", run_dir, _record_failure, run_dir, run_id, config, error, details)
+
+
+def _record_failure(run_dir: Path, run_id: str, config: dict, error: str, details: str) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     s = _base_summary(run_dir, run_id, config)
     s["status"] = "failed"
@@ -145,5 +166,5 @@ def mark_interrupted(run_dir: str | Path, run_id: str, config: dict) -> str:
     s["status"] = "interrupted"
     s["error"] = INTERRUPTED_ERROR
     s.setdefault("budget", {})["consumed"] = _consumed(run_dir)
-    write_summary(run_dir, s)
+    _best_effort("status interrupted", run_dir, write_summary, run_dir, s)
     return "interrupted"

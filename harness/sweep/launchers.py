@@ -24,7 +24,10 @@ run's :class:`~harness.config.schema.Config`, calls the train entry point
 A worker that dies without recording anything (killed, out of memory, segfault) is
 recorded by the launcher, with the signal and the tail of ``worker.log``. On Ctrl-C (or
 SIGTERM) the launcher stops its workers and marks their runs ``interrupted``: the next
-launch hands them to the trainer, which resumes from the run's checkpoint.
+launch hands them to the trainer, which resumes from the run's checkpoint. A worker sent
+SIGTERM on its own is recorded ``interrupted`` too (not failed), and the sweep goes on with
+the other runs. Recording is best effort: a run that cannot be recorded or started (disk
+full) is reported failed and the launcher goes on (docs/faults.md).
 """
 from __future__ import annotations
 
@@ -245,6 +248,9 @@ def conclude(spec: RunSpec, rc: Optional[int], seconds: float, crash: Optional[s
         return RunResult(spec.run_id, "finished", returncode=rc, seconds=seconds)
     if status == "failed" and s.get("error") and (run_dir / ERROR_TXT).exists():
         return RunResult(spec.run_id, "failed", error=s.get("error"), returncode=rc, seconds=seconds)
+    if rc in (130, -signal.SIGTERM):  # the worker was terminated (SIGTERM) or interrupted: resumable
+        status = mark_interrupted(run_dir, spec.run_id, spec.config)
+        return RunResult(spec.run_id, status, returncode=rc, seconds=seconds)
     if rc == 0:
         error = f"the worker exited normally but summary.json says status={status!r}"
     else:
@@ -290,9 +296,11 @@ def _torchrun(payload: dict) -> int:
     return rc
 
 
-def run_worker(payload: dict) -> int:
+def run_worker(payload: dict, sigterm: bool = False) -> int:
     """Worker entry point (a fresh process, or one rank of a torchrun group): run one
-    training run and record a failure in its folder. Returns the process exit code."""
+    training run and record a failure in its folder. Returns the process exit code (130
+    when interrupted). ``sigterm`` (the worker process's own ``main``): SIGTERM interrupts
+    the run like Ctrl-C, so it is recorded ``interrupted`` and resumes on the next launch."""
     run_dir = Path(payload["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     cwd = payload.get("cwd")
@@ -312,6 +320,8 @@ def run_worker(payload: dict) -> int:
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
     rank = int(os.environ.get("RANK", "0"))
+    if sigterm:
+        signal.signal(signal.SIGTERM, _SigtermAsInterrupt._handler)
     try:
         fn = resolve_callable(payload["train"])
         cfg = config_from_dict(payload["config"])
@@ -321,9 +331,14 @@ def run_worker(payload: dict) -> int:
             summary = None
         else:
             tb = traceback.format_exc()
-            sys.stderr.write(tb)
-            sys.stderr.flush()
-            if rank == 0:
+            try:
+                sys.stderr.write(tb)
+                sys.stderr.flush()
+            except OSError:  # worker.log on a full disk: recording below is best effort too
+                pass
+            if rank == 0 and isinstance(e, KeyboardInterrupt):
+                mark_interrupted(run_dir, payload["run_id"], payload["config"])
+            elif rank == 0:
                 record_failure(run_dir, payload["run_id"], payload["config"], f"{type(e).__name__}: {e}", tb)
             return 130 if isinstance(e, KeyboardInterrupt) else 1
     if rank == 0 and not (run_dir / SUMMARY).exists() and isinstance(summary, dict):
@@ -418,7 +433,13 @@ class LocalLauncher:
                     while queue and len(running) < workers:
                         spec = queue.pop(0)
                         slot = free.pop(0) if free is not None else None
-                        running[spec.run_id] = self._start(spec, slot) + (slot,)
+                        started = self._try_start(spec, slot)
+                        if started is None:  # recorded failed; its slot is free again
+                            if free is not None:
+                                free.append(slot)
+                            monitor.update(spec.run_id, "failed")
+                            continue
+                        running[spec.run_id] = started + (slot,)
                         monitor.update(spec.run_id, "running")
                     for rid in list(running):
                         proc, spec, t0, logf, slot = running[rid]
@@ -440,17 +461,36 @@ class LocalLauncher:
                 raise
         return self.results
 
+    def _try_start(self, spec: RunSpec, slot: Optional[str]):
+        """:meth:`_start`, or None when the run cannot start (its folder or worker.log cannot be
+        written: disk full; no process): the run is recorded failed (best effort) and the
+        sweep goes on with the others."""
+        try:
+            return self._start(spec, slot)
+        except OSError as e:
+            error = f"could not start the worker: {type(e).__name__}: {e}"
+            record_failure(spec.run_dir, spec.run_id, spec.config, error)
+            self.results[spec.run_id] = RunResult(spec.run_id, "failed", error=error)
+            return None
+
     def _start(self, spec: RunSpec, slot: Optional[str]):
         run_dir = Path(spec.run_dir)
         _prepare_run_dir(run_dir)
         payload = _payload(spec, self.options)
         logf = open(run_dir / WORKER_LOG, "a")
-        logf.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} launch {spec.run_id} "
-                   f"(CUDA_VISIBLE_DEVICES={slot if slot is not None else '-'}, threads={payload['threads']})\n")
-        logf.flush()
-        cmd = [sys.executable, "-m", "harness.sweep.launchers", "worker", json.dumps(payload)]
-        proc = subprocess.Popen(cmd, env=self._env(payload, slot), stdout=logf, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_pdeathsig)
+        try:
+            logf.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} launch {spec.run_id} "
+                       f"(CUDA_VISIBLE_DEVICES={slot if slot is not None else '-'}, threads={payload['threads']})\n")
+            logf.flush()
+            cmd = [sys.executable, "-m", "harness.sweep.launchers", "worker", json.dumps(payload)]
+            proc = subprocess.Popen(cmd, env=self._env(payload, slot), stdout=logf, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_pdeathsig)
+        except BaseException:
+            try:
+                logf.close()
+            except OSError:
+                pass
+            raise
         return proc, spec, time.time(), logf
 
     def _stop(self, running: dict, monitor) -> None:
@@ -594,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m harness.sweep.launchers worker PAYLOAD_JSON  (started by `harness sweep`)",
               file=sys.stderr)
         return 2
-    return run_worker(json.loads(argv[1]))
+    return run_worker(json.loads(argv[1]), sigterm=True)
 
 
 if __name__ == "__main__":

@@ -135,7 +135,11 @@ def _write_sweep_json(sw: Sweep, results: dict, status: str) -> None:
                   "cell": r.cell, "dir": str(r.run_dir),
                   "state": (results[r.run_id].status if r.run_id in results else r.state)} for r in sw.runs],
     }
-    write_json_atomic(sw.sweep_dir / SWEEP_FILE, doc)
+    try:
+        write_json_atomic(sw.sweep_dir / SWEEP_FILE, doc)
+    except OSError as e:  # disk full: the runs go on (each is recorded in its own folder, best effort)
+        print(f"harness sweep: could not write {sw.sweep_dir / SWEEP_FILE} (status {status}): "
+              f"{e.strerror or e}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- running
@@ -223,6 +227,7 @@ def run_sweep(sw: Sweep, *, train: str | Callable | None = None, launcher: Optio
         if not todo:
             return _nothing_to_run(sw, results, stream)
         interrupted = _launch(sw, todo, opts, results, progress, refresh, stream)
+        interrupted = interrupted or any(res.status == "interrupted" for res in results.values())  # SIGTERMed
         failed = [rid for rid, res in results.items() if res.status == "failed"]
         _write_sweep_json(sw, results, "interrupted" if interrupted else ("failed" if failed else "finished"))
         _print_outcome(sw, results, failed, interrupted, stream)

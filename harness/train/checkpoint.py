@@ -72,9 +72,22 @@ def save_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config
         _save_dist_checkpoint(ckpt, dist, learner, cfg, state)
         return
     ckpt.parent.mkdir(parents=True, exist_ok=True)
+    _save_atomic({"learner": learner.state_dict(), **state, "rng": _rng_state()}, ckpt)
+
+
+def _save_atomic(obj: dict, ckpt: Path) -> None:
+    """``torch.save`` into ``state.tmp``, then ``os.replace`` over ``ckpt``; a failed save
+    (disk full) removes the partial ``state.tmp`` and leaves the previous resume point."""
     tmp = ckpt.with_suffix(".tmp")
-    torch.save({"learner": learner.state_dict(), **state, "rng": _rng_state()}, tmp)
-    os.replace(tmp, ckpt)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, ckpt)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
 
 
 def load_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config, resume: bool) -> Optional[dict]:
@@ -115,10 +128,8 @@ def _save_dist_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: 
         torch.save(ref, folder / DIST_REFERENCE)
     dist.barrier()  # every rank's shard is on disk before state.pt names the folder
     if dist.is_main:
-        tmp = ckpt.with_suffix(".tmp")
-        torch.save({**state, "dist_state": tag, "mode": dist.mode, "world_size": dist.world_size,
-                    "updates": learner.updates, "rng": _rng_state()}, tmp)
-        os.replace(tmp, ckpt)
+        _save_atomic({**state, "dist_state": tag, "mode": dist.mode, "world_size": dist.world_size,
+                      "updates": learner.updates, "rng": _rng_state()}, ckpt)
         for old in ckpt.parent.glob("dist_*"):
             if old.name != tag:
                 shutil.rmtree(old, ignore_errors=True)

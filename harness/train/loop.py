@@ -11,8 +11,9 @@ evenly spaced checkpoints in the same unit, so curves of different algorithms li
 
 Determinism and resume: the prompts and the sampling seed of stage ``k`` are functions of
 (seed, k) alone, so a run resumed from its last checkpoint (policy, critic, optimizers,
-RNG states and counters are saved at every evaluation checkpoint) replays exactly the
-stages an uninterrupted run would have run.
+RNG states and counters are saved at every evaluation checkpoint, and after the stage that
+ends every ``train.checkpoint_minutes`` of training) replays exactly the stages an
+uninterrupted run would have run.
 
 Several processes (``torchrun``, e.g. the sweep's ``launcher.procs > 1``; ZeRO stage from
 ``HARNESS_ZERO_STAGE``): a :class:`harness.engine.distributed.Distributed` is created before any
@@ -62,7 +63,7 @@ from harness.engine.sampling import char_to_token_index, sample
 from harness.rundir.budget import (STEP, budget_reached, consumed, eval_thresholds, new_counters, overshoot,
                                    row_counters, stage_samples, threshold_warning, thresholds_passed)
 from harness.rundir.ids import run_id
-from harness.rundir.layout import CONFIG, METRICS, SUMMARY, MetricsWriter
+from harness.rundir.layout import CONFIG, METRICS, SUMMARY, MetricsWriter, remove_temp_files
 from harness.rundir.lock import RunBusy, lock_run_dir
 from harness.rundir.summary import new_summary, read_summary, record_end, record_exception, write_summary
 from harness.tracking.base import TrackerSet
@@ -241,7 +242,8 @@ def _train_run(cfg: Config, dist: Distributed, out: Path, resume: bool, progress
     except BaseException as e:
         if not main:  # the main rank records the failure (the launcher records a dead group)
             raise
-        status = record_exception(out, summary, e, traceback.format_exc())
+        remove_temp_files(out)  # e.g. a checkpoint/state.tmp a full disk cut short
+        status = record_exception(out, summary, e, traceback.format_exc())  # best effort
         trackers.finish(summary, status)
         raise
     finally:
@@ -348,6 +350,7 @@ def _train_to_budget(run: _Run, progress: bool) -> tuple[dict, list]:
                disable=not progress or not run.dist.is_main, dynamic_ncols=True)
     last_eval: dict = {}
     step_times = []
+    saved_at = counters["seconds"]  # training seconds at the last resume point (time checkpoints)
     while not budget_reached(cfg.budget, counters):
         row, stats = _stage(run, counters[STEP])
         step_times.append(stats.dt)
@@ -362,6 +365,10 @@ def _train_to_budget(run: _Run, progress: bool) -> tuple[dict, list]:
         if crossed > run.passed or budget_reached(cfg.budget, counters):
             run.passed = max(crossed, run.passed)
             last_eval = _evaluate_and_checkpoint(run, thresholds[max(run.passed, 1) - 1])
+            saved_at = counters["seconds"]
+        elif _time_checkpoint_due(cfg, counters["seconds"] - saved_at):
+            _save_resume_point(run)
+            saved_at = counters["seconds"]
     bar.close()
     return last_eval, step_times
 
@@ -373,9 +380,22 @@ def _evaluate_and_checkpoint(run: _Run, threshold: Optional[float] = None) -> di
     ev = run.evaluate(run.counters[STEP], final)
     run.log(ev if threshold is None else {**ev, "budget/threshold": threshold})
     if not final:
-        state = {"counters": dict(run.counters), "passed": run.passed, "initial_eval": run.summary["initial_eval"]}
-        save_checkpoint(run.ckpt, run.dist, run.learner, run.cfg, state)
+        _save_resume_point(run)
     return ev
+
+
+def _time_checkpoint_due(cfg: Config, seconds_since: float) -> bool:
+    """``train.checkpoint_minutes`` of training (the budget's ``seconds`` counter: the same on
+    every rank, so every rank decides alike) have passed since the last resume point (0 = off)."""
+    minutes = cfg.train.checkpoint_minutes
+    return minutes > 0 and seconds_since >= 60.0 * minutes
+
+
+def _save_resume_point(run: _Run) -> None:
+    """Every rank: the resume point after the current stage (counters, thresholds passed,
+    initial evaluation, learner, RNG); resuming from it replays what an uninterrupted run does."""
+    state = {"counters": dict(run.counters), "passed": run.passed, "initial_eval": run.summary["initial_eval"]}
+    save_checkpoint(run.ckpt, run.dist, run.learner, run.cfg, state)
 
 
 @dataclass

@@ -32,6 +32,7 @@ TRAIN_SETS = [
     ("prompts-huge", ["train.prompts_per_step=1000000000"], "train.prompts_per_step"),
     ("prompts-float", ["train.prompts_per_step=1e9"], "train.prompts_per_step"),
     ("stage-too-big", ["train.prompts_per_step=200000", "sampling.samples_per_prompt=64"], "train.prompts_per_step"),
+    ("checkpoint-minutes-negative", ["train.checkpoint_minutes=-1"], "train.checkpoint_minutes"),
     ("eval-nothing", ["eval.greedy=false", "eval.n=0"], "eval.n"),
     ("eval-n-negative", ["eval.n=-1"], "eval.n"),
     ("max-length-short", ["model.max_length=30"], "model.max_length"),
@@ -96,6 +97,13 @@ def test_train_refuses(sets, must, sandbox, capsys):
     for s in sets:
         argv += ["--set", s]
     _refused(capsys, argv, must, sandbox)
+
+
+def test_train_refuses_an_unwritable_warmup_cache(sandbox, capsys):
+    # checked after the output directory (which it may create, as every run does)
+    argv = ["train", QUICKSTART, "--no-progress", "--set", f"output_dir={sandbox / 'out'}",
+            "--set", "warmup.cache_dir=/proc/harness-cache"]
+    _refused(capsys, argv, "warmup.cache_dir", sandbox, allowed={"out"})
 
 
 def _write(p: Path, text: str) -> Path:
@@ -166,6 +174,17 @@ budget: {{unit: samples, amount: 64}}
 ], ids=["env-ld-preload", "env-pythonpath", "env-path", "name-dotdot", "name-slash", "name-dots", "dup-key"])
 def test_sweep_refuses(extra, name, must, sandbox, capsys):
     f = _write(sandbox / "sweep.yaml", SWEEP.format(name=name, base=QUICKSTART) + extra + "\n")
+    _refused(capsys, ["sweep", str(f), "--output-dir", str(sandbox / "out"), "--dry-run"], must, sandbox)
+
+
+@pytest.mark.parametrize("budget,config,must", [
+    ("{unit: samples, amount: 1.0e30}", "", "budget.amount"),
+    ("{unit: steps, amount: 1.0e12}", "", "budget.amount"),
+    ("{unit: samples, amount: 64}", "config: {train.prompts_per_step: 1000000000}", "train.prompts_per_step"),
+], ids=["sweep-budget-huge", "sweep-steps-huge", "sweep-prompts-huge"])
+def test_sweep_refuses_budgets_and_batches_it_cannot_reach_or_hold(budget, config, must, sandbox, capsys):
+    text = SWEEP.format(name="big", base=QUICKSTART).replace("{unit: samples, amount: 64}", budget) + config + "\n"
+    f = _write(sandbox / "sweep.yaml", text)
     _refused(capsys, ["sweep", str(f), "--output-dir", str(sandbox / "out"), "--dry-run"], must, sandbox)
 
 
