@@ -29,8 +29,8 @@ from harness.rundir.layout import write_text_atomic
 
 __all__ = [
     "Config", "ModelConfig", "TaskConfig", "WarmupConfig", "SamplingConfig", "TrainConfig",
-    "AlgorithmConfig", "BudgetConfig", "EvalConfig", "TrackingConfig", "ConfigError",
-    "load_config", "save_config", "config_hash", "config_from_dict", "field_docs", "algorithm_name",
+    "AlgorithmConfig", "BudgetConfig", "EvalConfig", "OodEvalConfig", "TrackingConfig", "ConfigError",
+    "load_config", "save_config", "config_hash", "config_from_dict", "field_docs", "algorithm_name", "ood_task_spec",
 ]
 
 
@@ -126,8 +126,14 @@ class WarmupConfig:
     final_lr_fraction: float = 0.05
     """Learning rate at the end of the warm-up, as a fraction of lr (1.0 = constant: the
     checkpoint is not annealed, as when SFT stops early)."""
-    cache_dir: str = "results/_cache/warmup"
-    """Where warm-up checkpoints are cached (keyed by a hash of model+task+warmup)."""
+    cache_dir: Optional[str] = None
+    """Where warm-up checkpoints are cached (keyed by a hash of model+task+warmup); default
+    ``<output_dir>/_cache/warmup``, so every run and sweep under one output directory shares
+    it wherever the command is started. Does not enter the run id."""
+    per_seed: bool = False
+    """Train one warm-up per run seed (the seed initialises the model and orders its data),
+    shared by every algorithm of that seed; false: one warm-up (seed 0) for every run. A
+    study with per-seed warm-ups measures the spread that comes from the starting point too."""
 
     def validate(self):
         check(self.steps >= 0, "warmup.steps", self.steps, "must be >= 0")
@@ -229,7 +235,8 @@ class TrainConfig:
 class AlgorithmConfig:
     name: str = "grpo"
     """Named algorithm; sets the defaults of every component below that is left null:
-    grpo, grpo_ps (process supervision), dr_grpo, rloo, grpo_token_mean, ppo, rft, rft_dedup."""
+    grpo, grpo_ps (process supervision), grpo_iter (reference reset), dr_grpo, rloo, grpo_token_mean, ppo,
+    rft, rft_dedup."""
     advantage: Optional[str] = None
     """Advantage estimator (registry in algorithms.advantages), e.g. grpo, grpo_ps, rloo, dr_grpo, gae."""
     policy_loss: Optional[str] = None
@@ -315,6 +322,29 @@ class BudgetConfig:
 
 
 @dataclass(frozen=True)
+class OodEvalConfig:
+    """An out-of-domain held-out set: the task with some knobs changed (arith: more operations
+    or larger operands than training saw), scored at the start and at the end of the run
+    (greedy, and the n samples when ``eval.n`` > 0), as ``eval/<task>_ood/...`` metrics."""
+
+    enabled: bool = False
+    """Score the out-of-domain set at the start and the end of the run."""
+    min_ops: Optional[int] = None
+    """Fewest operations (None: the task's)."""
+    max_ops: Optional[int] = None
+    """Most operations (None: the task's)."""
+    min_operand: Optional[int] = None
+    """Smallest operand (None: the task's)."""
+    max_operand: Optional[int] = None
+    """Largest operand (None: the task's)."""
+    eval_size: Optional[int] = None
+    """Problems in the set (None: the task's eval_size)."""
+
+    def overrides(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "enabled" and v is not None}
+
+
+@dataclass(frozen=True)
 class EvalConfig:
     greedy: bool = True
     """Report greedy (temperature 0) accuracy on the held-out set."""
@@ -327,6 +357,12 @@ class EvalConfig:
     final_only_samples: bool = True
     """Draw the n samples only at the final checkpoint (greedy accuracy at every one)."""
 
+    sample_problems: int = 0
+    """Draw the n samples for pass@k / maj@k on the first this-many held-out problems only
+    (0 = all); greedy accuracy always uses every problem. Lets a large greedy set (small
+    standard error) sit beside an affordable n = 64 evaluation."""
+    ood: OodEvalConfig = field(default_factory=OodEvalConfig)
+    """Out-of-domain held-out set (off by default)."""
     validation: bool = False
     """Also score the final model (greedy) on the task's validation split, disjoint from the
     training and test problems (summary.json ``final_val_eval``), to choose hyper-parameters
@@ -339,6 +375,7 @@ class EvalConfig:
         check(self.n <= MAX_PER_STEP, "eval.n", self.n, f"must be <= {MAX_PER_STEP}")
         check(self.temperature > 0, "eval.temperature", self.temperature, "must be > 0")
         check(self.max_new_tokens >= 0, "eval.max_new_tokens", self.max_new_tokens, "must be >= 0")
+        check(self.sample_problems >= 0, "eval.sample_problems", self.sample_problems, "must be >= 0 (0 = all)")
 
 
 @dataclass(frozen=True)
@@ -405,14 +442,32 @@ class Config:
                   f"algorithm '{self.algorithm.name}' uses process rewards, and task '{self.task.name}' has no "
                   f"step checker: set algorithm.prm to a process reward model directory, or use an "
                   f"outcome-reward algorithm")
+        check(self.algorithm.name != "grpo_iter" or self.algorithm.ref_reset_every > 0,
+              "algorithm.ref_reset_every", self.algorithm.ref_reset_every,
+              "iterative GRPO (grpo_iter) resets its reference every N steps: set N >= 1")
+        if self.eval.ood.enabled:
+            check(self.task.name == "arith", "eval.ood.enabled", True,
+                  f"the out-of-domain knobs are arith's; task '{self.task.name}' has none")
+            ood_task_spec(self)  # validates the changed knobs
         if self.model.name_or_path == "tiny" and self.task.name == "arith":
-            prompt = arith_prompt_tokens(self.task)
+            tasks = [self.task] + ([ood_task_spec(self)] if self.eval.ood.enabled else [])
+            prompt = max(arith_prompt_tokens(t) for t in tasks)
             new = max(self.sampling.max_new_tokens, self.eval.max_new_tokens)
             check(self.model.max_length >= prompt + new, "model.max_length", self.model.max_length,
                   f"must hold the longest prompt ({prompt} tokens) + max_new_tokens ({new}) = {prompt + new}")
 
     def replace(self, **sections) -> "Config":
         return dataclasses.replace(self, **sections)
+
+
+def ood_task_spec(cfg: Config) -> TaskConfig:
+    """The out-of-domain set's task: the run's task with ``eval.ood``'s knobs changed."""
+    spec = dataclasses.replace(cfg.task, **cfg.eval.ood.overrides())
+    try:
+        spec.validate()
+    except ConfigError as e:
+        raise ConfigError(f"eval.ood: {e}") from None
+    return spec
 
 
 def config_from_dict(data: dict | None) -> Config:
