@@ -71,7 +71,8 @@ class ValueModel(nn.Module):
         # where deep-copying partitioned parameters is not an option)
         self.backbone = copy.deepcopy(backbone) if copy_backbone else backbone
         hidden = policy.config.hidden_size
-        self.head = nn.Linear(hidden, 1)
+        dtype = next(self.backbone.parameters()).dtype  # a bf16 policy gets a bf16 critic, head included
+        self.head = nn.Linear(hidden, 1, dtype=dtype)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 

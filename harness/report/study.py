@@ -451,8 +451,8 @@ def claims(study: Study) -> list[dict]:
         _claim(study, "4", "Iterative RL helps (iterative GRPO > GRPO)", f"grpo_iter − grpo: final {acc} (points)",
                [(acc, "grpo_iter", final(acc), "grpo", final(acc), 100.0, "points")], simple, RULE_SIMPLE),
         _claim(study, "5", "GRPO needs less memory than PPO at equal policy size",
-               f"grpo − ppo: peak RSS (MB; expected < 0); {_policy_sizes(study, ('grpo', 'ppo'))}",
-               [("peak rss_mb", "grpo", peak_rss, "ppo", peak_rss, 1.0, "MB")],
+               f"grpo − ppo: peak RSS (MiB; expected < 0); {_policy_sizes(study, ('grpo', 'ppo'))}",
+               [("peak rss_mb", "grpo", peak_rss, "ppo", peak_rss, 1.0, "MiB")],
                lambda parts: verdict(parts[0], -1), RULE_SIMPLE + "; expected side: below 0"),
         _claim(study, "6", "RL improves out-of-domain too (GRPO)", f"grpo after RL − its start: {o}/acc (points)",
                [(f"{o}/acc", "grpo", final(f"{o}/acc"), "grpo", initial(f"{o}/acc"), 100.0, "points")],
@@ -494,7 +494,7 @@ def claims_markdown(rows: list[dict]) -> list[str]:
     rules = [f"- claim{'s' if len(ids) > 1 else ''} {', '.join(ids)}: {rule}" for rule, ids in by_rule.items()]
     return ["## Claims", "",
             "Verdicts are computed from the data: paired by seed, 95% two-sided t-interval of the per-seed "
-            "differences. Differences in accuracy points (× 100) unless marked MB.", "",
+            "differences. Differences in accuracy points (× 100) unless marked MiB.", "",
             table(["claim", "comparison", "paired mean diff", "95% CI", "n pairs", "verdict"], body, style="markdown"),
             "", "Verdict rules:", *rules, ""]
 
