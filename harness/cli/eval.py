@@ -67,7 +67,9 @@ def register(subparsers) -> None:
     p.add_argument("--task-seed", type=int, default=None,
                    help="arith: seed of the problem generator (default: the run's task.seed, else the "
                         f"task's default {TaskConfig().seed})")
-    p.add_argument("--out", default=None, help="output folder (default: results/eval/<task>-<model name>)")
+    p.add_argument("--output-dir", dest="out", default=None, metavar="DIR",
+                   help="output folder (default: results/eval/<task>-<model name>)")
+    p.add_argument("--out", dest="out", default=None, help=argparse.SUPPRESS)  # the old spelling
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="parameter dtype (default: the run's model.dtype, else float32)")
@@ -158,7 +160,7 @@ def run(args) -> int:
         return 2
     check_device(args.device, "--device")
     if args.out:
-        check_output_dir(args.out, "--out")
+        check_output_dir(args.out, "--output-dir")
     cfg, run_source, model_path = resolve_run(args.model, args.config)
     spec = task_spec(args, cfg)
     task = get_task(spec)

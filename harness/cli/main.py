@@ -19,6 +19,7 @@ from harness.cli import eval as eval_cmd
 from harness.cli import report as report_cmd
 from harness.cli import sweep as sweep_cmd
 from harness.cli import tracking as tracking_cmd
+from harness.cli.polish import blame_override, finish_parser, hydra_hint, quiet_third_party
 from harness.cli import train as train_cmd
 from harness.config.base import ConfigError
 from harness.rundir.lock import RunBusy
@@ -42,22 +43,46 @@ def build_parser() -> argparse.ArgumentParser:
                     "under matched budgets, with evaluation, memory and wall-clock tracking.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Start with `harness quickstart`. Every subcommand has --help.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for group in GROUPS:
         group.register(sub)
-    return p
+    return finish_parser(p)
+
+
+def version() -> str:
+    """The installed grpo-harness version (``unknown`` outside an install)."""
+    try:
+        from importlib.metadata import version as _v
+        return _v("grpo-harness")
+    except Exception:
+        return "unknown"
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
+    """Parse; Hydra-style ``key=value`` arguments are refused with the ``--set`` spelling."""
+    args, extra = parser.parse_known_args(argv)
+    positionals = [getattr(args, k, None) for k in ("config", "file", "sweep_dir", "results_dir")]
+    hint = hydra_hint(getattr(args, "command", None) or "", [*extra, *positionals])
+    if hint:
+        print(hint, file=sys.stderr)
+        raise SystemExit(2)
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    quiet_third_party(getattr(args, "verbose", False))
     try:
         rc = args.func(args)
     except ConfigError as e:
-        print(f"harness: config error: {e}", file=sys.stderr)
+        print(f"harness: config error: {blame_override(str(e), getattr(args, 'set', None))}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:
         print(f"harness: {e}", file=sys.stderr)

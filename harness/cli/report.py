@@ -1,4 +1,4 @@
-"""`harness report RESULTS_DIR/<sweep> [--out DIR] [--study]`: the paper-style table and plots of one sweep, or its study report."""
+"""`harness report RESULTS_DIR/<sweep> [--output-dir DIR] [--study]`: the paper-style table and plots of one sweep, or its study report."""
 from __future__ import annotations
 
 import argparse
@@ -24,7 +24,7 @@ def cmd_report(args) -> int:
     if getattr(args, "study", False):
         return _cmd_study(args)
     out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "report"
-    check_output_dir(out, "--out")
+    check_output_dir(out, "--output-dir")
     res = build_report(args.sweep_dir, args.out)
     print(format_table(res["table"]))
     print(f"\nwrote {res['html']}, {res['markdown']}, {res['csv']}, {res['runs_csv']} and "
@@ -37,7 +37,7 @@ def cmd_report(args) -> int:
 def _cmd_study(args) -> int:
     """`harness report SWEEP_DIR --study`: the DeepSeekMath small-study report (harness.report.study)."""
     out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "study"
-    check_output_dir(out, "--out")
+    check_output_dir(out, "--output-dir")
     path = build_study_report(args.sweep_dir, out)
     print(f"wrote {path}, {out / 'claims.csv'}, {out / 'table5.csv'}, {out / 'compute_curves.csv'} "
           f"and the plots in {out / 'plots'}")
@@ -47,10 +47,11 @@ def _cmd_study(args) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "report", help="paper-style table and plots (Markdown, HTML, CSV) for one sweep",
-        description=build.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=build.__doc__.replace("--out DIR", "--output-dir DIR"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep_dir", help="a sweep directory: RESULTS_DIR/<name>")
-    p.add_argument("--out", "--output-dir", dest="out", default=None,
+    p.add_argument("--output-dir", dest="out", default=None, metavar="DIR",
                    help="output directory (default: <sweep_dir>/report, or <sweep_dir>/study with --study)")
+    p.add_argument("--out", dest="out", default=None, help=argparse.SUPPRESS)  # the old spelling
     p.add_argument("--study", action="store_true",
                    help="the DeepSeekMath small-study report (Table 5, Figs. 5-7, compute curves, claims) instead")
     p.set_defaults(func=cmd_report)

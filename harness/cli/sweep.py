@@ -1,27 +1,22 @@
 """`harness sweep FILE.yaml`: print the plan of a sweep, then launch its unfinished runs."""
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 
 from harness.cli.checks import check_output_dir
+from harness.cli.polish import split_list
 from harness.report.build import build_report
-from harness.sweep import run as sweep_run
-from harness.sweep import spec as sweep_spec
 from harness.sweep.plan import format_plan, load_sweep
 from harness.sweep.run import run_sweep
 from harness.sweep.spec import LAUNCHER_TYPES, SweepError
 
 
-def _section(doc: str, heading: str) -> str:
-    """The part of a module docstring from ``heading`` on (the user documentation)."""
-    return doc[doc.index(heading + "\n"):].strip("\n")
-
-
-DESCRIPTION = ("`harness sweep FILE.yaml`: expand a grid of runs, launch them, resume, report.\n\n"
-               + _section(sweep_spec.__doc__, "Sweep file") + "\n\n"
-               + _section(sweep_run.__doc__, "Runs, resume and failures") + "\n")
+DESCRIPTION = ("Expand a sweep file's grid into runs (algorithms x seeds x ...) at one matched budget, "
+               "print the plan, launch the unfinished runs (a finished run is never redone, an "
+               "interrupted or failed one resumes from its checkpoint), show a live table with ETAs, "
+               "and write the report when every run finished. The sweep file format: docs/sweeps.md "
+               "(or harness/sweep/spec.py).")
 
 
 def cmd_sweep(args) -> int:
@@ -40,7 +35,7 @@ def cmd_sweep(args) -> int:
     check_output_dir(sw.output_dir, "output_dir")
     print("", flush=True)
     progress: bool | str = False if args.no_progress else True
-    rc = run_sweep(sw, only=args.only, skip_failed=args.skip_failed, progress=progress, refresh=args.refresh)
+    rc = run_sweep(sw, only=split_list(args.only), skip_failed=args.skip_failed, progress=progress, refresh=args.refresh)
     return _write_report(sw) if rc == 0 else rc
 
 
@@ -66,8 +61,8 @@ def _write_report(sw) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "sweep", help="run a grid of training runs (algorithms x seeds x ...) at a matched budget",
-        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("file", help="sweep YAML (see `harness sweep --help` or harness/sweep/spec.py for the schema)")
+        description=DESCRIPTION)
+    p.add_argument("file", help="sweep YAML (format: docs/sweeps.md)")
     p.add_argument("--dry-run", action="store_true", help="print the expanded plan and run nothing")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="runs in parallel (default: launcher.workers, else fit the CPUs/GPUs)")
@@ -78,8 +73,8 @@ def register(subparsers) -> None:
                    help="root of run outputs (default: the sweep's output_dir, else the config's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override applied to every run (changes run ids), e.g. --set budget.amount=64")
-    p.add_argument("--only", action="append", default=None, metavar="PATTERN",
-                   help="launch only runs whose id matches (glob or substring); repeatable")
+    p.add_argument("--only", action="append", nargs="+", default=None, metavar="PATTERN",
+                   help="launch only runs whose id matches a glob or substring: --only a b, --only a,b or repeated")
     p.add_argument("--skip-failed", action="store_true", help="do not re-run runs recorded as failed")
     p.add_argument("--no-progress", action="store_true", help="no live progress table")
     p.add_argument("--refresh", type=float, default=None, metavar="SECONDS",

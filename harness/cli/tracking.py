@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import signal
 import sys
+import urllib.request
 from pathlib import Path
 
 from harness.tracking import sync as tracking_sync
@@ -37,19 +39,55 @@ def cmd_sync(args) -> int:
     return 1 if failed else 0
 
 
+def _say_nothing_to_show(results_dir: str, root: Path) -> None:
+    """No MLflow store yet: say so, where runs are expected, and how to fill it (the server
+    still starts, on an empty store)."""
+    folder = Path(results_dir).expanduser()
+    if not folder.is_dir():
+        check_runs_folder(results_dir, "results_dir")  # refuses: missing, or not a directory
+    runs = find_run_dirs(folder)
+    hint = (f"{len(runs)} run directories are there: `harness sync {folder} --to mlflow` copies them in"
+            if runs else "runs appear there after training with --set tracking.mlflow=true, "
+                         f"or after `harness sync {folder} --to mlflow`")
+    print(f"harness ui: nothing to show yet: no MLflow store at {root / 'mlflow.db'}, where runs "
+          f"under {folder} are expected; {hint}", file=sys.stderr, flush=True)
+
+
+ML_VIEW = "workflowType=machine_learning"
+"""MLflow 3's UI opens in its GenAI view unless the URL (or the browser's last choice) asks for this."""
+
+
+def experiment_links(url: str) -> list[tuple[str, str]]:
+    """(experiment name, URL of its runs list in the model-training view) for each experiment."""
+    req = urllib.request.Request(f"{url}/api/2.0/mlflow/experiments/search", method="POST",
+                                 data=json.dumps({"max_results": 1000}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        exps = json.loads(r.read()).get("experiments", [])
+    return [(e["name"], f"{url}/#/experiments/{e['experiment_id']}/runs?{ML_VIEW}")
+            for e in exps if e.get("name") != "Default"]
+
+
+def _print_experiment_links(url: str) -> None:
+    """Where to click: one link per sweep (its runs list, the sweep's parent run on top)."""
+    try:
+        links = experiment_links(url)
+    except Exception:
+        return
+    for name, link in links:
+        print(f"  sweep {name}: {link}", flush=True)
+    if links:
+        print("  (runs of a sweep are grouped under a parent run named after it: expand it, tick runs, "
+              "then Chart view; metric steps are the budget consumed)", flush=True)
+
+
 def cmd_ui(args) -> int:
     if _missing("mlflow"):
         print(f"harness ui: mlflow {_INSTALL}", file=sys.stderr)
         return 2
     root = ui_store(args.results_dir)
     if not (root / "mlflow.db").exists():
-        folder = Path(args.results_dir).expanduser()
-        if not folder.is_dir():
-            check_runs_folder(args.results_dir, "results_dir")  # refuses: missing, or not a directory
-        if not find_run_dirs(folder):
-            print(f"harness ui: nothing to show yet: no mlflow.db and no run directories under {folder}; "
-                  f"runs appear after training with tracking.mlflow or `harness sync {folder} --to mlflow`",
-                  file=sys.stderr, flush=True)
+        _say_nothing_to_show(args.results_dir, root)
     url = f"http://{args.host}:{args.port}"
     proc = start_ui(root, args.port, args.host)
     print(f"MLflow UI for {root / 'mlflow.db'}: {url}  (server pid {proc.pid}, process group {proc.pid}; Ctrl-C stops it)",
@@ -62,6 +100,7 @@ def cmd_ui(args) -> int:
     try:
         if wait_healthy(url, proc):
             print(f"ready: {url}", flush=True)
+            _print_experiment_links(url)
         elif proc.poll() is not None:
             print(f"harness ui: mlflow server exited with code {proc.returncode} "
                   f"(port {args.port} in use?)", file=sys.stderr)

@@ -13,6 +13,7 @@ import yaml
 
 from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
+from harness.cli.polish import count, split_list
 from harness.config.base import effective_dict
 from harness.config.schema import describe, load_config
 from harness.engine.models import resolve_device
@@ -42,7 +43,7 @@ def print_run(summary: dict, file=sys.stdout) -> None:
             print(f"  {k:32s} start {_fmt(ini.get(k, '-')):>7}  ->  end {_fmt(fin.get(k, '-')):>7}", file=file)
     c = summary.get("budget", {}).get("consumed", {})
     if c:
-        print("  budget consumed: " + ", ".join(f"{k}={_fmt(v)}" for k, v in c.items()), file=file)
+        print("  budget consumed: " + ", ".join(count(v, k) for k, v in c.items()), file=file)
     peak = summary.get("peak") or {}
     if peak:
         print(f"  peak RSS {peak.get('rss_mb', 0):.0f} MiB ({peak.get('rss_above_base_mb', 0):.0f} above baseline)",
@@ -63,6 +64,8 @@ def cmd_train(args) -> int:
         check_output_dir(cfg.warmup.cache_dir, "warmup.cache_dir")  # refused before the run starts
     print(f"results: {run_dir(cfg)}")
     prev = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # SIGTERM: "interrupted", like Ctrl-C
+    if args.no_progress:
+        os.environ["TQDM_DISABLE"] = "1"  # every bar, the start evaluation's included
     try:
         summary = train(cfg, resume=not args.restart, progress=not args.no_progress)
     finally:
@@ -85,9 +88,10 @@ def cmd_quickstart(args) -> int:
     matched budget), then the report."""
     t0 = time.time()
     sw = load_sweep(args.sweep or _quickstart_sweep(), overrides=args.set, output_dir=args.output_dir)
+    args.only = split_list(args.only)
     runs = [r for r in sw.runs if not args.only or r.config.algorithm.name in args.only]
     if not runs:
-        raise SystemExit(f"--only {args.only}: no run of the quickstart sweep matches")
+        raise SystemExit(f"--only {','.join(args.only)}: no run of the quickstart sweep matches")
     print("quickstart: a 0.87M-parameter Llama with a character tokenizer learns multi-step arithmetic "
           "(supervised warm-up, cached), then GRPO, PPO and online RFT train from it at the same budget.\n")
     print(format_plan(sw))
@@ -145,7 +149,8 @@ def register(sub) -> None:
                        description="Supervised warm-up of the built-in tiny model (cached), then the runs of "
                                    "sweeps/quickstart.yaml at a matched budget, then the report; prints held-out "
                                    "greedy accuracy before and after each algorithm. Re-running skips finished runs.")
-    q.add_argument("--only", nargs="+", metavar="ALGORITHM", help="run only these algorithms, e.g. --only grpo")
+    q.add_argument("--only", action="append", nargs="+", metavar="ALGORITHM",
+                   help="run only these algorithms: --only grpo ppo, --only grpo,ppo or repeated")
     q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field of every run, e.g. --set budget.amount=2048")
     q.add_argument("--sweep", help="another sweep file instead of sweeps/quickstart.yaml")
@@ -153,8 +158,12 @@ def register(sub) -> None:
     q.add_argument("--no-progress", action="store_true", help="no progress bars or live table")
     q.set_defaults(func=cmd_quickstart)
 
-    w = sub.add_parser("warmup", help="build (or reuse) the cached supervised warm-up checkpoint")
-    w.add_argument("config", nargs="?", default=str(QUICKSTART))
+    w = sub.add_parser("warmup", help="build (or reuse) the cached supervised warm-up checkpoint",
+                       description="Train the built-in tiny model's supervised warm-up checkpoint that RL "
+                                   "runs start from (or reuse the cached one) and print where it is.")
+    w.add_argument("config", nargs="?", default=str(QUICKSTART),
+                   help="YAML config whose model, task and warm-up settings name the checkpoint "
+                        "(default: the quickstart's)")
     w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
     w.set_defaults(func=cmd_warmup)
 

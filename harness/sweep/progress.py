@@ -1,6 +1,12 @@
-"""Live progress table of a sweep: one row per run with its state, budget consumed / amount,
-last reward and last held-out accuracy, read from each run's ``metrics.jsonl`` (tailed
-incrementally) and ``summary.json``.
+"""Live progress table of a sweep: one row per run with its state (and, before its first metrics row, what it waits on), budget consumed / amount, last reward and accuracy, and ETAs.
+
+Read from each run's ``metrics.jsonl`` (tailed incrementally), ``summary.json`` and lock
+files. What a running run waits on before its first metrics row: ``building warm-up`` (it
+holds the warm-up lock and the checkpoint is not written yet), ``waiting for warm-up lock``
+(another process builds it), ``initial evaluation`` (summary ``phase``, written by the
+trainer) or ``loading``. ETA of a run: its remaining budget at the rate between its first
+and last metrics rows of this launch; ETA of the sweep: the remaining work of running and
+pending runs (at the finished or projected run duration) over the parallel runs seen.
 
 On a terminal the table is redrawn in place (with ``rich`` when installed, else ANSI
 clear-and-reprint); otherwise (logs, CI) it is re-printed as plain text when a run changes
@@ -14,9 +20,12 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.config.schema import load_config
 from harness.report.format import number, table
 from harness.rundir.budget import UNIT_COUNTER
-from harness.rundir.layout import METRICS, SUMMARY, read_json
+from harness.rundir.layout import CONFIG, METRICS, SUMMARY, read_json
+from harness.rundir.lock import RUN_LOCK, read_holder
+from harness.train.warmup import warmup_dir
 
 __all__ = ["Progress", "RunProgress", "reward_of", "accuracy_of"]
 
@@ -45,7 +54,8 @@ def accuracy_of(row: dict) -> Optional[float]:
 
 
 class RunProgress:
-    def __init__(self, run_id: str, run_dir: str | Path, state: str):
+    def __init__(self, run_id: str, run_dir: str | Path, state: str, unit: str = "steps"):
+        self.unit = unit
         self.run_id = run_id
         self.run_dir = Path(run_dir)
         self.state = state
@@ -56,6 +66,12 @@ class RunProgress:
         self.started: Optional[float] = None
         self.ended: Optional[float] = None
         self._buf = ""
+        self.first: Optional[tuple[float, float]] = None  # (time, consumed) of the first row this launch
+        self.last: Optional[tuple[float, float]] = None
+        self.rows_seen = 0
+        self.phase = ""  # what a running run waits on before its first metrics row
+        self._warmup: Optional[Path] = None
+        self._warmup_known = False
 
     def poll(self) -> None:
         """Read metrics rows appended since the last poll."""
@@ -87,9 +103,15 @@ class RunProgress:
                 self._take(row)
 
     def _take(self, row: dict) -> None:
-        for unit, key in UNIT_COUNTER.items():
+        self.rows_seen += 1
+        for u, key in UNIT_COUNTER.items():
             if isinstance(row.get(key), (int, float)):
-                self.consumed[unit] = row[key]
+                self.consumed[u] = row[key]
+        t, c = row.get("time"), self.consumed.get(self.unit)
+        if isinstance(t, (int, float)) and isinstance(c, (int, float)) and t >= (self.started or 0) - 5:
+            self.last = (float(t), float(c))  # rows of this launch only (a resumed run's old rows are not its rate)
+            if self.first is None or c < self.first[1]:  # a restart begins again at 0
+                self.first = self.last
         r = reward_of(row)
         if r is not None:
             self.reward = r
@@ -111,6 +133,43 @@ class RunProgress:
                 self.acc = a
 
 
+    def waiting_on(self) -> str:
+        """What a running run without metrics rows waits on ('' once it has rows)."""
+        if self.state != "running" or self.rows_seen:
+            return ""
+        s = read_json(self.run_dir / SUMMARY)
+        if isinstance(s, dict) and s.get("status") == "running" and s.get("phase"):
+            return str(s["phase"])
+        wdir = self._warmup_dir()
+        if wdir is not None and not (wdir / "warmup.json").exists():
+            holder = read_holder(wdir.with_name(wdir.name + ".lock"))
+            mine = read_holder(self.run_dir / RUN_LOCK)
+            return "building warm-up" if holder and holder == mine else "waiting for warm-up lock"
+        return "loading"
+
+    def _warmup_dir(self) -> Optional[Path]:
+        """The warm-up checkpoint this run starts from (None: it uses none), read once."""
+        if not self._warmup_known:
+            try:
+                cfg = load_config(self.run_dir / CONFIG)
+                if cfg.model.name_or_path == "tiny" and cfg.warmup.enabled:
+                    self._warmup = warmup_dir(cfg)
+                self._warmup_known = True
+            except Exception:  # config.yaml not written yet: ask again next time
+                return None
+        return self._warmup
+
+    def eta(self, amount: float, now: float) -> Optional[float]:
+        """Seconds until the budget is reached, at the rate since the first row of this launch."""
+        if self.state != "running" or self.first is None or self.last is None or not amount:
+            return None
+        (t0, c0), (t1, c1) = self.first, self.last
+        if c1 <= c0 or t1 <= t0:
+            return None
+        rate = (c1 - c0) / (t1 - t0)
+        return max(0.0, (amount - c1) / rate - (now - t1))
+
+
 def _num(v: Any) -> str:
     return number(v, ".3g", large_spec=",.0f", int_spec=",", missing="-")
 
@@ -126,7 +185,7 @@ class Progress:
     """``with Progress(...) as p: p.update(run_id, state); p.tick()`` — the launchers call
     ``update`` on state changes and ``tick`` every poll."""
 
-    HEADERS = ("run id", "state", "budget", "%", "reward", "acc", "time")
+    HEADERS = ("run id", "state", "budget", "%", "reward", "acc", "time", "eta")
 
     def __init__(self, runs: list[tuple[str, str | Path]], *, unit: str, amount: float,
                  initial: Optional[dict] = None, mode: bool | str = True, stream=None,
@@ -134,7 +193,8 @@ class Progress:
         self.stream = stream or sys.stdout
         self.unit, self.amount = unit, amount
         initial = initial or {}
-        self.runs = {rid: RunProgress(rid, d, initial.get(rid, "pending")) for rid, d in runs}
+        self.runs = {rid: RunProgress(rid, d, initial.get(rid, "pending"), unit) for rid, d in runs}
+        self.parallel = 1  # the most runs seen running at once (the sweep ETA's workers)
         for rp in self.runs.values():
             if rp.state == "finished":
                 rp.load_summary()
@@ -229,14 +289,40 @@ class Progress:
             el = None
             if rp.started is not None:
                 el = (rp.ended or now) - rp.started
-            out.append([rp.run_id, rp.state, f"{_num(c)}/{_num(self.amount)} {self.unit}", pct, _num(rp.reward),
-                        _num(rp.acc), _dur(el)])
+            waiting = rp.waiting_on()
+            state = f"{rp.state}: {waiting}" if waiting else rp.state
+            out.append([rp.run_id, state, f"{_num(c)}/{_num(self.amount)} {self.unit}", pct, _num(rp.reward),
+                        _num(rp.acc), _dur(el), _dur(rp.eta(self.amount, now))])
         return out
+
+    def sweep_eta(self, now: Optional[float] = None) -> Optional[float]:
+        """Seconds until every run has ended (None while there is nothing to estimate from)."""
+        now = time.time() if now is None else now
+        runs = list(self.runs.values())
+        running = [r for r in runs if r.state == "running"]
+        pending = sum(r.state in ("pending", "queued") for r in runs)
+        if not running and not pending:
+            return 0.0
+        self.parallel = max(self.parallel, len(running))
+        done = [r.ended - r.started for r in runs if r.state == "finished" and r.started and r.ended]
+        left = []
+        for r in running:
+            eta = r.eta(self.amount, now)
+            if eta is not None:
+                left.append(eta)
+                if not done and r.started is not None:
+                    done.append(now - r.started + eta)  # projected duration
+        if len(left) < len(running) or (pending and not done):
+            return None
+        work = sum(left) + pending * (sum(done) / len(done) if done else 0.0)
+        return max(max(left, default=0.0), work / self.parallel)
 
     def counts(self) -> str:
         from collections import Counter
         c = Counter(rp.state for rp in self.runs.values())
-        return ", ".join(f"{n} {s}" for s, n in sorted(c.items()))
+        text = ", ".join(f"{n} {s}" for s, n in sorted(c.items()))
+        eta = self.sweep_eta()
+        return text + (f"; sweep ETA {_dur(eta)}" if eta else "")
 
     def text(self) -> str:
         return table(self.HEADERS, self.rows()) + "\n" + self.counts()
@@ -245,9 +331,9 @@ class Progress:
         from rich.table import Table
         t = Table(title=f"sweep: {self.counts()}", title_justify="left")
         for h in self.HEADERS:
-            t.add_column(h, justify="right" if h in ("%", "reward", "acc", "time", "budget") else "left")
+            t.add_column(h, justify="right" if h in ("%", "reward", "acc", "time", "budget", "eta") else "left")
         style = {"finished": "green", "failed": "red", "interrupted": "yellow", "running": "cyan"}
         for r in self.rows():
-            st = style.get(r[1])
+            st = style.get(r[1].split(":")[0])
             t.add_row(*[f"[{st}]{c}[/{st}]" if st and i == 1 else c for i, c in enumerate(r)])
         return t

@@ -90,12 +90,16 @@ def _consumed(run: PlannedRun, summary: dict, unit: str) -> Any:
     return cons
 
 
+_HEADERS = {"peak.rss_mb": "peak RSS MiB", "peak.rss_above_base_mb": "RSS above base MiB",
+            "peak.cuda_mb": "peak CUDA MiB", "wall_seconds": "wall s"}  # memory in MiB everywhere
+
+
 def format_results(sw: Sweep, results: dict) -> str:
     """One row per run: status, budget consumed, and the report columns (default: final accuracies, peak RSS, wall)."""
     summaries = {r.run_id: (read_json(r.run_dir / SUMMARY) or {}) for r in sw.runs}
     cols = sw.report_columns or _default_columns(list(summaries.values()))
-    headers = ["run id", "status", "consumed"] + [c.split(".", 1)[-1] if c.startswith("final_eval.") else c
-                                                  for c in cols]
+    headers = ["run id", "status", "consumed"] + [c.split(".", 1)[-1] if c.startswith("final_eval.") else
+                                                  _HEADERS.get(c, c) for c in cols]
     rows = []
     unit = sw.budget["unit"]
     for r in sw.runs:

@@ -3,16 +3,23 @@
 - Store: ``cfg.tracking.mlflow_uri`` if set, else ``$MLFLOW_TRACKING_URI`` if set, else a
   SQLite database in the results root: ``sqlite:///<output_dir>/mlflow.db`` (artifacts next
   to it in ``<output_dir>/mlartifacts/<sweep>/``). A remote ``http(s)://`` server works the same.
-- One experiment per sweep (experiment name = ``cfg.name``), one MLflow run per harness
-  ``run_id`` (run name = run_id, tag ``harness.run_id``). Opening the same run_id again
-  (trainer resume, ``harness sync``) reuses that MLflow run.
+- One experiment per sweep (experiment name = ``cfg.name``, tag ``mlflow.experimentKind =
+  custom_model_development`` so MLflow 3 opens it in its model-training view), one parent run
+  per sweep directory (run name = the sweep, tag ``harness.sweep_parent``) and under it one
+  child MLflow run per harness run attempt (``mlflow.parentRunId``; run name = run_id).
+- A child's identity is (``harness.run_id``, ``harness.run_dir`` = the resolved run
+  directory, ``harness.attempt`` = the ``time`` of the first row of its metrics.jsonl, which
+  a resume keeps and a ``--restart`` replaces). Opening the same identity again (trainer
+  resume, ``harness sync``) reuses that MLflow run; the same run_id from another results
+  folder, or a restarted run, gets its own.
 - Params: the resolved config flattened (``train.lr``, ``algorithm.kl_coef`` ...).
 - Metrics: every numeric entry of a metrics.jsonl row, with MLflow ``step`` = budget
   consumed in the budget unit (milliseconds for a ``seconds`` budget, since MLflow steps are
   integers) and timestamp = the row's ``time``. The counters are logged as
   ``budget/steps|samples|tokens|seconds`` so any of them can be the x-axis of a chart.
   MLflow metric names may not contain ``@``: ``pass@8`` is logged as ``pass_at_8``.
-- At finish: run-level metrics for the runs table (``final/<task>/acc``,
+- The run description (``mlflow.note.content``) says what a chart's "Step" axis is (the budget unit).
+- At finish: run-level metrics for the runs table, each logged once at the final step (``final/<task>/acc``,
   ``final/<task>/maj_at_K``, ``final/<task>/pass_at_K``, ``initial/...``, ``peak/rss_mb``,
   ``peak/rss_above_base_mb``, ``peak/cuda_mb``, ``wall_seconds``, ``budget/consumed``),
   artifacts (config.yaml, summary.json, eval/*.jsonl, plots/*, error.txt, worker.log) and the status.
@@ -23,6 +30,7 @@ timeouts are kept short (env defaults below, overridable) so a dead server costs
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -53,6 +61,12 @@ from harness.rundir.read import summary_metrics as results_summary_metrics  # no
 from harness.tracking.base import Tracker, cfg_get, config_dict  # noqa: E402
 
 RUN_ID_TAG = "harness.run_id"
+RUN_DIR_TAG = "harness.run_dir"
+ATTEMPT_TAG = "harness.attempt"
+PARENT_TAG = "harness.sweep_parent"
+SWEEP_DIR_TAG = "harness.sweep_dir"
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+"""MLflow 3 opens an experiment in its GenAI view unless this tag says it holds model training."""
 STATUS = {"finished": "FINISHED", "failed": "FAILED", "killed": "KILLED", "interrupted": "KILLED",
           "running": "RUNNING"}
 """harness status -> MLflow run status (anything else: FAILED)."""
@@ -131,6 +145,31 @@ def summary_metrics(summary: dict, unit: str, default_task: str = "task") -> dic
     return results_summary_metrics(summary, unit, default_task, key=metric_key)
 
 
+_PARENTS: dict[tuple, str] = {}  # (uri, experiment id, sweep dir) -> parent run id, per process
+
+
+def first_row_time(run_dir: str | os.PathLike) -> Optional[float]:
+    """``time`` of the first row of a run's metrics.jsonl (None without one)."""
+    try:
+        with open(Path(run_dir) / "metrics.jsonl") as f:
+            for line in f:
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                    except ValueError:
+                        return None
+                    return float(row["time"]) if isinstance(row, dict) and is_number(row.get("time")) else None
+    except OSError:
+        return None
+    return None
+
+
+def attempt_key(first_time: Optional[float]) -> str:
+    """A run attempt's identity: the exact ``time`` of its first metrics row (a resume keeps
+    the rows before its checkpoint, a restart writes a new first row); '' before any row."""
+    return "" if first_time is None else repr(float(first_time))
+
+
 def _chunks(seq: list, n: int) -> Iterable[list]:
     for i in range(0, len(seq), n):
         yield seq[i:i + n]
@@ -167,6 +206,10 @@ class MlflowTracker(Tracker):
         self._buffer: list = []
         self._last_flush = 0.0
         self._logged: dict[str, tuple] = {}  # artifact path -> (mtime, size) already uploaded
+        self.attempt: Optional[str] = None  # None: read from metrics.jsonl when the run opens
+        self.start_ms: Optional[int] = None  # replay: the run's real start/end (None: now)
+        self.end_ms: Optional[int] = None
+        self._pending: tuple = ({}, {})
 
     # ---- connection -------------------------------------------------------------------------
     def _experiment(self) -> str:
@@ -176,39 +219,87 @@ class MlflowTracker(Tracker):
         if exp is not None:
             if exp.lifecycle_stage == "deleted":
                 self.client.restore_experiment(exp.experiment_id)
+            if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+                self.client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
             return exp.experiment_id
         kwargs = {}
         if _is_local_store(self.uri):
             kwargs["artifact_location"] = (self.results_root / "mlartifacts" / self.sweep).resolve().as_uri()
         try:
-            return self.client.create_experiment(self.sweep, tags={"harness.sweep": self.sweep}, **kwargs)
+            return self.client.create_experiment(self.sweep, tags={"harness.sweep": self.sweep,
+                                                                   EXPERIMENT_KIND[0]: EXPERIMENT_KIND[1]},
+                                                 **kwargs)
         except MlflowException:  # created concurrently by another run of the sweep
             exp = self.client.get_experiment_by_name(self.sweep)
             if exp is None:
                 raise
             return exp.experiment_id
 
-    def find_run(self):
-        """The MLflow run already holding this run_id (oldest if several), or None."""
+    def _search(self, tag: str, value: str) -> list:
+        """Active runs of the experiment whose ``tag`` equals ``value``, oldest first."""
         from mlflow.entities import ViewType
 
-        safe = self.run_id.replace("'", "")
-        runs = self.client.search_runs([self.experiment_id], f"tags.`{RUN_ID_TAG}` = '{safe}'",
-                                       run_view_type=ViewType.ACTIVE_ONLY, max_results=50,
+        safe = value.replace("'", "")
+        return self.client.search_runs([self.experiment_id], f"tags.`{tag}` = '{safe}'",
+                                       run_view_type=ViewType.ACTIVE_ONLY, max_results=1000,
                                        order_by=["attributes.start_time ASC"])
-        return runs[0] if runs else None
 
-    def connect(self):
-        """Open the store, the experiment and the (new or existing) MLflow run."""
+    def find_run(self):
+        """The MLflow run already holding this run attempt (same run_id, resolved run
+        directory and attempt; the oldest if several), or None."""
+        want = {RUN_DIR_TAG: str(self.run_dir.resolve()), ATTEMPT_TAG: self.attempt}
+        for run in self._search(RUN_ID_TAG, self.run_id):
+            if all(run.data.tags.get(k) == v for k, v in want.items()):
+                return run
+        return None
+
+    def parent_run_id(self) -> str:
+        """The sweep's parent run (one per experiment and sweep directory), created once."""
+        sweep_dir = str(self.run_dir.resolve().parent)
+        key = (self.uri, self.experiment_id, sweep_dir)
+        if key in _PARENTS:
+            return _PARENTS[key]
+        found = [r for r in self._search(PARENT_TAG, self.sweep) if r.data.tags.get(SWEEP_DIR_TAG) == sweep_dir]
+        if found:
+            rid = found[0].info.run_id
+        else:
+            note = (f"Sweep {self.sweep} ({sweep_dir}): one child run per harness run. Metrics are stepped "
+                    f"by {self.step_label()}: the \"Step\" axis of every chart is the budget consumed.")
+            run = self.client.create_run(self.experiment_id, run_name=self.sweep, start_time=self.start_ms,
+                                         tags={PARENT_TAG: self.sweep, SWEEP_DIR_TAG: sweep_dir, "sweep": self.sweep,
+                                               "mlflow.note.content": note})
+            rid = run.info.run_id
+            self.client.set_terminated(rid, status="FINISHED")
+        _PARENTS[key] = rid
+        return rid
+
+    def step_label(self) -> str:
+        """What a metric's step counts: ``samples consumed`` (ms for a seconds budget)."""
+        return "milliseconds of training (seconds budget)" if self.unit == "seconds" else f"{self.unit} consumed"
+
+    def open_store(self) -> None:
+        """The client and the experiment (tagged for MLflow's model-training view)."""
         from mlflow.tracking import MlflowClient
 
         with _store_lock(self.uri):
             self.client = MlflowClient(tracking_uri=self.uri)
             self.experiment_id = self._experiment()
+
+    def connect(self):
+        """Open the store, the experiment, the sweep's parent run and the (new or existing)
+        MLflow run of this attempt (``self.attempt``: see :func:`attempt_key`)."""
+        if self.client is None:
+            self.open_store()
+        if self.attempt is None:
+            self.attempt = attempt_key(first_row_time(self.run_dir))
+        with _store_lock(self.uri):
+            parent = self.parent_run_id()
             run = self.find_run()
             if run is None:
-                run = self.client.create_run(self.experiment_id, run_name=self.run_id,
-                                             tags={RUN_ID_TAG: self.run_id})
+                tags = {RUN_ID_TAG: self.run_id, RUN_DIR_TAG: str(self.run_dir.resolve()),
+                        ATTEMPT_TAG: self.attempt, "mlflow.parentRunId": parent}
+                run = self.client.create_run(self.experiment_id, run_name=self.run_id, start_time=self.start_ms,
+                                             tags=tags)
                 self.resumed = False
             else:
                 self.resumed = True
@@ -217,11 +308,27 @@ class MlflowTracker(Tracker):
         self.mlflow_run_id = run.info.run_id
         return run
 
+    def _ensure_run(self) -> None:
+        """Open this attempt's MLflow run on first use: the live trainer calls start() before
+        it has truncated (restart) or kept (resume) metrics.jsonl, so the attempt is read
+        from the file once the first row of this session is written."""
+        if self.mlflow_run_id is not None:
+            return
+        run = self.connect()
+        self._log_params_and_tags(run, *self._pending)
+
     # ---- Tracker interface -------------------------------------------------------------------
     def start(self, params: dict, tags: dict) -> None:
+        """Open the store now (a bad URI fails here); the run itself opens at the first row,
+        or now when the attempt is known (``harness sync`` sets it)."""
+        self.open_store()
+        self._pending = (params, tags)
+        if self.attempt is not None:
+            self._ensure_run()
+
+    def _log_params_and_tags(self, run, params: dict, tags: dict) -> None:
         from mlflow.entities import Param, RunTag
 
-        run = self.connect()
         flat = {k: v for k, v in flatten(config_dict(self.cfg)).items()}
         flat.update(flatten(params or {}))
         existing = dict(run.data.params) if self.resumed else {}
@@ -232,11 +339,16 @@ class MlflowTracker(Tracker):
                 continue
             sv = "None" if v is None else str(v)
             new_params.append(Param(k, sv[:6000]))
+        note = (f"Harness run {self.run_id} of sweep {self.sweep} ({self.algorithm}, seed {self.seed}). "
+                f"Metrics are stepped by {self.step_label()}: the \"Step\" axis of every chart is the budget "
+                f"consumed, not optimizer steps (budget/steps, budget/samples, budget/tokens and "
+                f"budget/seconds are logged too). final/* and initial/* are run-level values (logged once, "
+                f"at the final step). Source: {self.run_dir.resolve()}")
         all_tags = {RUN_ID_TAG: self.run_id, "algorithm": self.algorithm, "sweep": self.sweep,
                     "run_id": self.run_id, "seed": "" if self.seed is None else str(self.seed),
                     "task": self.task, "budget_unit": self.unit,
                     "harness.step_unit": "milliseconds" if self.unit == "seconds" else self.unit,
-                    "harness.run_dir": str(self.run_dir.resolve())}
+                    RUN_DIR_TAG: str(self.run_dir.resolve()), "mlflow.note.content": note}
         commit = git_commit()
         if commit:
             all_tags["mlflow.source.git.commit"] = commit
@@ -251,6 +363,9 @@ class MlflowTracker(Tracker):
     def log_points(self, points: list[tuple[str, float, int, int]]) -> None:
         from mlflow.entities import Metric
 
+        if not points:
+            return
+        self._ensure_run()
         metrics = [Metric(k, v, ts, st) for k, v, ts, st in points]
         for chunk in _chunks(metrics, 1000):
             self._retry_locked(lambda: self.client.log_batch(self.mlflow_run_id, metrics=chunk))
@@ -283,6 +398,7 @@ class MlflowTracker(Tracker):
 
     def log_artifact(self, path: str | os.PathLike) -> None:
         self.flush()
+        self._ensure_run()
         p = Path(path)
         if p.is_file():  # the trainer logs config/summary/eval files, finish() logs them too: upload once
             st = p.stat()
@@ -312,7 +428,7 @@ class MlflowTracker(Tracker):
     def summary_points(self, summary: dict) -> list[tuple[str, float, int, int]]:
         consumed = ((summary or {}).get("budget") or {}).get("consumed") or {}
         st = budget_step(consumed.get(self.unit), self.unit) if is_number(consumed.get(self.unit)) else self._last_step
-        ts = int(time.time() * 1000)
+        ts = self.end_ms or int(time.time() * 1000)
         return [(k, v, ts, st) for k, v in summary_metrics(summary or {}, self.unit, self.task).items()]
 
     def finish(self, summary: dict, status: str) -> None:
@@ -325,6 +441,7 @@ class MlflowTracker(Tracker):
 
         summary = summary or {}
         self.flush()
+        self._ensure_run()
         self.log_points(points)
         if summary:
             self.client.log_dict(self.mlflow_run_id, summary, "summary.json")
@@ -336,7 +453,7 @@ class MlflowTracker(Tracker):
         self.client.log_batch(self.mlflow_run_id, tags=tags)
         mstatus = STATUS.get(str(status), "FAILED")
         if mstatus != "RUNNING":
-            self.client.set_terminated(self.mlflow_run_id, status=mstatus)
+            self.client.set_terminated(self.mlflow_run_id, status=mstatus, end_time=self.end_ms)
 
     def existing_points(self, keys: Iterable[str]) -> set[tuple[str, int, float]]:
         """(key, step, value) of every point already logged for ``keys`` (for idempotent replay)."""

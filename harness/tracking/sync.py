@@ -2,9 +2,11 @@
 
 ``harness sync RESULTS_DIR --to mlflow [--uri URI]`` walks every run directory under
 RESULTS_DIR (a results root, one sweep, or one run) and replays its metrics.jsonl,
-summary.json, config and artifacts into MLflow: the run is found by its ``harness.run_id``
-tag (or created), and only the metric points not already there are logged, so running it
-twice, or after a live tracker that logged part of a run, adds no duplicates.
+summary.json, config and artifacts into MLflow, with the run's own start and end times: the
+MLflow run is found by its identity (run id, resolved run directory and attempt: the same
+run_id from another results folder, or a restarted run, is another MLflow run) or created,
+and only the metric points not already there are logged, so running it twice, or after a
+live tracker that logged part of a run, adds no duplicates.
 Without ``--uri`` each run goes where its own config points (``tracking.mlflow_uri``, then
 ``$MLFLOW_TRACKING_URI``, then ``sqlite:///<results root>/mlflow.db``).
 
@@ -27,11 +29,12 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from harness.rundir.read import RunData, find_run_dirs, load_run
 from harness.rundir.layout import read_json
-from harness.tracking.mlflow_tracker import MlflowTracker, default_uri, row_metrics
+from harness.tracking.mlflow_tracker import (MlflowTracker, attempt_key, default_uri, first_row_time,
+                                             row_metrics)
 from harness.tracking.wandb_tracker import MARKER, WandbTracker, fingerprint, wandb_id
 
 TERMINAL = ("finished", "failed", "killed", "interrupted")
@@ -53,10 +56,39 @@ def _tracker_cfg(run: RunData) -> dict:
     return cfg
 
 
+def _num(v: Any) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def run_span(summary: Optional[dict], rows: list[dict]) -> tuple[Optional[float], Optional[float]]:
+    """(start, end) unix times of a run as its files record them, for replays.
+
+    start: the earlier of summary ``started`` (the latest attempt) and the first metrics row
+    (a resumed run's history began in an earlier attempt). end, for a run that ended: summary
+    ``ended``, else ``started + wall_seconds``, else the last metrics row; None while running."""
+    summary = summary or {}
+    times = [t for t in (_num(r.get("time")) for r in rows if isinstance(r, dict)) if t is not None]
+    started = _num(summary.get("started"))
+    start = min([t for t in (started, times[0] if times else None) if t is not None], default=None)
+    if summary.get("status") in (None, "running"):
+        return start, None
+    end = _num(summary.get("ended"))
+    if end is None and started is not None and _num(summary.get("wall_seconds")) is not None:
+        end = started + float(summary["wall_seconds"])
+    if end is None and times:
+        end = times[-1]
+    if end is not None and start is not None:
+        end = max(end, start)
+    return start, end
+
+
 def replay_mlflow(run: RunData, uri: Optional[str] = None) -> dict:
     """Replay one run directory into MLflow; returns what was done."""
     tr = MlflowTracker(_tracker_cfg(run), run.run_dir, run.run_id, run.sweep, uri=uri)
     tr.unit = run.budget_unit
+    tr.attempt = attempt_key(first_row_time(run.run_dir))  # run identity: run dir + attempt
+    start, end = run_span(run.summary, run.rows)  # the run's own times, not the sync's
+    tr.start_ms, tr.end_ms = (None if t is None else int(round(t * 1000)) for t in (start, end))
     tr.start(params={}, tags={})
     points = [p for row in run.rows for p in row_metrics(row, None, tr.unit)]
     summary_points = tr.summary_points(run.summary) if run.summary else []
@@ -99,6 +131,7 @@ def replay_wandb(run: RunData, project: Optional[str] = None, mode: Optional[str
             shutil.move(str(d), str(wdir / "superseded" / d.name))
     tr = WandbTracker(_tracker_cfg(run), run.run_dir, run.run_id, run.sweep, mode=mode, project=project)
     tr.unit = run.budget_unit
+    tr.span = run_span(run.summary, run.rows)  # the run's own start and end, for the summary
     tr.start(params={}, tags={})
     for row in run.rows:
         tr.log(row, None)

@@ -9,9 +9,12 @@
 - History: every numeric entry of a metrics.jsonl row plus ``budget/consumed`` (budget
   consumed in the budget unit), declared as the x-axis of every metric
   (``define_metric("*", step_metric="budget/consumed")``). Counters are logged as
-  ``budget/steps|samples|tokens|seconds``.
+  ``budget/steps|samples|tokens|seconds``. Each row carries its own time (``_timestamp``),
+  so a replay shows when the run logged it, not when it was replayed.
 - Summary: ``final/<task>/<metric>``, ``initial/...``, ``peak/...``, ``wall_seconds``,
-  ``budget/consumed``, ``n_params/...`` and ``status``.
+  ``budget/consumed``, ``n_params/...``, ``status``; for a replay the run's own ``started``
+  / ``ended`` (unix times) and ``duration_seconds`` (wandb's ``_runtime`` counts the process
+  that wrote the offline run, which for a replay is the sync, and cannot be set).
 - ``<run_dir>/wandb/harness_sync.json`` records which metrics.jsonl content the offline run
   holds, so ``harness sync --to wandb`` does not replay a run twice.
 """
@@ -70,6 +73,8 @@ def row_history(row: dict, step: Any, unit: str) -> dict[str, float]:
         step = row_consumed(row, unit)
     if is_number(step):
         out["budget/consumed"] = float(step)
+    if is_number(row.get("time")):
+        out["_timestamp"] = float(row["time"])  # the row's own time (a replay is not "now")
     return out
 
 
@@ -93,6 +98,7 @@ class WandbTracker(Tracker):
         self.seed = cfg_get(cfg, "seed")
         self.task = str(cfg_get(cfg, "task.name", "task"))
         self.id = wandb_id(self.sweep, self.run_id)
+        self.span: tuple = (None, None)  # a replay's (start, end) unix times, set by `harness sync`
         self.run = None
         self.previous: list[Path] = []  # offline runs of the same id from before a resume
 
@@ -160,6 +166,10 @@ class WandbTracker(Tracker):
         summary = summary or {}
         s = summary_metrics(summary, self.unit, self.task)
         s["status"] = str(status)
+        start, end = self.span
+        s.update({k: v for k, v in (("started", start), ("ended", end)) if v is not None})
+        if start is not None and end is not None:
+            s["duration_seconds"] = end - start  # wandb's own _runtime counts the replay, not the run
         if summary.get("error"):
             s["error"] = str(summary["error"])
         self.run.summary.update(s)

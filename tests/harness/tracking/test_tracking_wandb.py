@@ -169,3 +169,22 @@ def test_resumed_live_run_is_made_whole_by_sync(tmp_path):
     assert [h["budget/consumed"] for h in hist] == [row["samples"] for row in r.rows]
     assert sorted(p.name for p in (run_dir / "wandb" / "superseded").iterdir()) == sorted(p.name for p in pieces)
     assert sync(run_dir, "wandb", echo=lambda s: None)[0]["skipped"] is True
+
+
+def test_replay_carries_the_runs_own_times(tmp_path):
+    """Issue 12: a replayed offline run shows when the run logged each row and when it
+    started and ended, not when `harness sync` ran."""
+    from harness.tracking.sync import sync
+
+    d = make_run(tmp_path, "wtimes", "grpo", 0, 8)
+    rows = read_jsonl(d / "metrics.jsonl")
+    s = read_json(d / "summary.json")
+    s["started"], s["ended"] = rows[0]["time"] - 4.0, rows[-1]["time"] + 1.0
+    (d / "summary.json").write_text(json.dumps(s))
+    sync(d, "wandb", echo=lambda *_: None)
+    (run_path,) = offline_runs(d)
+    hist = [r["history"]["item"] for r in inspect_records(run_path) if r.get("type") == "history"]
+    assert [h["_timestamp"] for h in hist] == [r["time"] for r in rows]
+    summ = inspect_summary(run_path)["summary"]
+    assert summ["started"] == s["started"] and summ["ended"] == s["ended"]
+    assert summ["duration_seconds"] == pytest.approx(s["ended"] - s["started"])

@@ -1,0 +1,145 @@
+"""Command-line conventions applied in one place: plain help text, one list syntax, Hydra-style arguments refused with a hint, --set errors naming the override, third-party noise off unless --verbose.
+
+:func:`finish_parser` runs over the assembled parser (:mod:`harness.cli.main`): help text
+loses its Sphinx markup (double backticks, ``:func:`` roles), every subcommand gets
+``--verbose``. :func:`hydra_hint` refuses ``key=value`` arguments with the ``--set``
+spelling. :func:`blame_override` rewrites a config error caused by a ``--set`` override to
+name it instead of the YAML file. :func:`quiet_third_party` silences transformers' and
+huggingface_hub's progress bars and logs, DeepSpeed's accelerator warning and the GGUF
+de-quantising bar. :func:`count` and :func:`split_list` are the shared formatters.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+from typing import Any, Iterable, Optional
+
+_ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|obj|exc|ref|doc|py:\w+):`~?([^`]+)`")
+_DOUBLE = re.compile(r"``([^`]+)``")
+KEY_VALUE = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)*=")
+"""What a Hydra-style override looks like: ``train.lr=1e-4``."""
+VERBOSE_HELP = "show third-party logs and progress bars (transformers, huggingface_hub, DeepSpeed, GGUF)"
+
+
+def plain(text: Optional[str]) -> Optional[str]:
+    """Help text without Sphinx markup: ``x`` and :func:`x` read as `x`."""
+    if not text or text is argparse.SUPPRESS:
+        return text
+    return _DOUBLE.sub(r"`\1`", _ROLE.sub(r"`\1`", text))
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def finish_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Plain help text everywhere and ``--verbose`` on every subcommand."""
+    for p in [parser, *_subparsers(parser).values()]:
+        p.description, p.epilog = plain(p.description), plain(p.epilog)
+        for action in p._actions:
+            action.help = plain(action.help)
+        if p is not parser and "--verbose" not in p._option_string_actions:
+            p.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                choice.help = plain(choice.help)
+                sub = action.choices.get(choice.dest)
+                if sub is not None and not sub.description:
+                    sub.description = choice.help  # at least the one-liner
+    return parser
+
+
+def split_list(values: Optional[Iterable]) -> Optional[list[str]]:
+    """``--only a b --only c,d`` -> ``[a, b, c, d]`` (None stays None): one list syntax."""
+    if values is None:
+        return None
+    out: list[str] = []
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            out.extend(split_list(v) or [])
+        else:
+            out.extend(s.strip() for s in str(v).split(",") if s.strip())
+    return out
+
+
+def hydra_hint(command: str, tokens: Iterable[str]) -> Optional[str]:
+    """The refusal for Hydra-style ``key=value`` arguments (None if there are none)."""
+    kv = [t for t in tokens if isinstance(t, str) and KEY_VALUE.match(t) and not os.path.exists(t)]
+    if not kv:
+        return None
+    sets = " ".join(f"--set {t}" for t in kv)
+    return (f"harness {command}: {' '.join(kv)}: overrides are given with --set, e.g. "
+            f"`harness {command} ... {sets}`")
+
+
+def blame_override(message: str, overrides: Optional[Iterable[str]]) -> str:
+    """A config error caused by a ``--set`` override names the override, not the YAML file."""
+    overrides = [o for o in (overrides or []) if isinstance(o, str) and "=" in o]
+    for exact in (True, False):
+        for ov in overrides:
+            key = ov.split("=", 1)[0].strip()
+            tail = r"(?![\w.])" if exact else r"(?![\w])"
+            if key and re.search(rf"(?<![\w.]){re.escape(key)}{tail}", message):
+                message = re.sub(r" \(in [^()]*\)$", "", message)
+                return f"{message} (from --set {ov})"
+    return message
+
+
+def count(value: Any, unit: str = "") -> str:
+    """A counter as people read it: ``32,768 samples``, never ``32768.0``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{value} {unit}".strip()
+    if isinstance(value, float) and not value.is_integer():
+        text = f"{value:,.1f}" if unit in ("seconds", "s") else f"{value:,.3g}"
+    else:
+        text = f"{int(value):,}"
+    return f"{text} {unit}".strip()
+
+
+def quiet_third_party(verbose: bool) -> None:
+    """Third-party progress bars and chatter off (inherited by sweep workers through the
+    environment), unless ``verbose``."""
+    if verbose:
+        return
+    for k, v in {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                 "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1", "TOKENIZERS_PARALLELISM": "false"}.items():
+        os.environ.setdefault(k, v)
+    if "DS_ACCELERATOR" not in os.environ and not _cuda():
+        os.environ["DS_ACCELERATOR"] = "cpu"  # no "unable to detect" warning on CPU machines
+    for name in ("DeepSpeed", "deepspeed", "accelerate", "huggingface_hub"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if "transformers" in sys.modules:
+        _quiet_transformers()
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def _quiet_transformers() -> None:
+    try:
+        from transformers.utils import logging as tlog
+        tlog.set_verbosity_error()
+        tlog.disable_progress_bar()  # "Loading weights", "Writing model shards"
+    except Exception:
+        return
+    try:  # GGUF loading draws its own tqdm bar
+        import functools
+
+        from tqdm.auto import tqdm
+
+        import transformers.modeling_gguf_pytorch_utils as gguf
+        gguf.tqdm = functools.partial(tqdm, disable=True)
+    except Exception:
+        pass
