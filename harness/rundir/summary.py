@@ -10,7 +10,10 @@ are absent, a launcher's placeholder fills them with empty values):
 - ``error``       ``"<ExceptionType>: <message>"`` (or the launcher's reason) when not
   finished, else None; the traceback is in ``error.txt``
 - ``config``      the resolved config as a nested dict
-- ``started``     unix time the (latest) attempt started (trainer only)
+- ``started``     unix time the (latest) attempt started (trainer only); ``ended`` when it
+  finished or failed (trainer only)
+- ``phase``       while running, what the attempt does before its first metrics row
+  (``initial evaluation``), for the sweep's live table; removed at the end
 - ``distributed`` ``{"mode", "world_size"}`` under several processes (trainer only)
 - ``budget``      ``{"unit", "amount", "consumed": {samples, tokens, steps, seconds}}``
   (``consumed`` keyed by unit, :func:`harness.rundir.budget.consumed_by_unit`)
@@ -44,7 +47,7 @@ from harness.rundir.layout import (ERROR_TXT, METRICS, SUMMARY, read_json, read_
                                    write_text_atomic)
 
 __all__ = ["STATUSES", "read_summary", "write_summary", "new_summary", "record_end", "record_exception",
-           "placeholder_summary", "record_failure", "mark_interrupted", "INTERRUPTED_ERROR"]
+           "placeholder_summary", "record_failure", "mark_interrupted", "INTERRUPTED_ERROR", "set_phase"]
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +96,9 @@ def record_end(summary: dict, counters: dict, final_eval: dict, perf: dict) -> d
     summary["peak"] = {"rss_mb": perf["perf/peak_rss_mb"], "rss_above_base_mb": perf["perf/peak_rss_above_base_mb"],
                        "cuda_mb": perf.get("perf/peak_cuda_mb")}
     summary["perf"] = perf
-    summary["wall_seconds"] = time.time() - summary["started"]
+    summary["ended"] = time.time()
+    summary["wall_seconds"] = summary["ended"] - summary["started"]
+    summary.pop("phase", None)
     return summary
 
 
@@ -104,10 +109,19 @@ def record_exception(run_dir: str | Path, summary: dict, exc: BaseException, tra
     interrupted = isinstance(exc, KeyboardInterrupt)
     summary["status"] = "interrupted" if interrupted else "failed"
     summary["error"] = f"{type(exc).__name__}: {exc}"
+    summary["ended"] = time.time()
+    summary.pop("phase", None)
     _best_effort(f"status {summary['status']}", run_dir, write_summary, run_dir, summary)
     if not interrupted:
         _best_effort("the traceback", run_dir, write_text_atomic, run_dir / ERROR_TXT, traceback_text)
     return summary["status"]
+
+
+def set_phase(run_dir: str | Path, summary: dict, phase: str) -> None:
+    """Record what a running attempt is busy with before its first metrics row (``phase``,
+    e.g. ``initial evaluation``; the sweep's live table shows it). Best effort."""
+    summary["phase"] = phase
+    _best_effort(f"phase {phase}", Path(run_dir), write_summary, run_dir, summary)
 
 
 # --------------------------------------------------------------------------- the launchers' records
