@@ -23,7 +23,10 @@ are absent, a launcher's placeholder fills them with empty values):
 - ``initial_eval`` / ``final_eval``  evaluation metrics before training / at the end
   (``{"eval/<task>/<metric>": value}``)
 - ``peak``        ``{"rss_mb", "rss_above_base_mb", "cuda_mb"}``; ``perf`` the full
-  performance summary (``perf/...``); ``wall_seconds`` wall-clock of the latest attempt
+  performance summary (``perf/...``); ``wall_seconds`` wall-clock of the latest attempt,
+  without ``setup_seconds`` (``{"warmup_wait", "warmup_build", "initial_eval"}``: the
+  shared warm-up and start evaluation, not the algorithm's cost); ``warmup_seconds`` their
+  warm-up part
 - ``final_model`` path of the saved policy when ``train.save_final_model``
 
 Writers: the trainer (:func:`new_summary` at start, :func:`record_end` then
@@ -90,14 +93,18 @@ def new_summary(cfg, rid: str, distributed: Optional[dict] = None) -> dict:
 
 def record_end(summary: dict, counters: dict, final_eval: dict, perf: dict) -> dict:
     """Fill in what a completed training loop knows: final evaluation, budget consumed, peak
-    memory, the performance summary and the wall-clock since ``started``."""
+    memory, the performance summary and the wall-clock since ``started`` less the shared setup
+    (``setup_seconds``: waiting for and building the warm-up, the start evaluation), which
+    is recorded as its own phase (``warmup_seconds`` = the warm-up part)."""
     summary["final_eval"] = final_eval
     summary["budget"]["consumed"] = consumed_by_unit(counters)
     summary["peak"] = {"rss_mb": perf["perf/peak_rss_mb"], "rss_above_base_mb": perf["perf/peak_rss_above_base_mb"],
                        "cuda_mb": perf.get("perf/peak_cuda_mb")}
     summary["perf"] = perf
+    setup = summary.get("setup_seconds") or {}
+    summary["warmup_seconds"] = float(setup.get("warmup_wait", 0.0)) + float(setup.get("warmup_build", 0.0))
     summary["ended"] = time.time()
-    summary["wall_seconds"] = summary["ended"] - summary["started"]
+    summary["wall_seconds"] = summary["ended"] - summary["started"] - sum(float(v) for v in setup.values())
     summary.pop("phase", None)
     return summary
 

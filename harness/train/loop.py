@@ -40,6 +40,7 @@ import copy
 import logging
 import math
 import random
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -65,9 +66,10 @@ from harness.rundir.budget import (STEP, budget_reached, consumed, eval_threshol
 from harness.rundir.ids import run_id
 from harness.rundir.layout import CONFIG, METRICS, SUMMARY, MetricsWriter, remove_temp_files
 from harness.rundir.lock import RunBusy, lock_run_dir
-from harness.rundir.summary import new_summary, read_summary, record_end, record_exception, write_summary
+from harness.rundir.summary import new_summary, read_summary, record_end, record_exception, set_phase, write_summary
 from harness.tracking.base import TrackerSet
 from harness.tracking.mirrors import open_trackers
+from harness.train.evalpoints import EVAL_SEED_OFFSET, cached_initial_eval, evaluate_point, ood_task
 from harness.train.checkpoint import checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint
 from harness.train.warmup import WARMUP_SEED, _locked, starting_checkpoint, train_warmup, warmup_dir
 
@@ -96,16 +98,14 @@ def score(task, problems_rep, rollouts, prm=None):
     return rewards, steps
 
 
-def evaluate(model, tok, task, cfg: Config, step: int, out_dir: Path, final: bool, perf: PerfTracker) -> dict:
-    """Greedy accuracy (and pass@k / maj@k when eval.n > 0) on the held-out problems."""
-    ec = cfg.eval
-    n = ec.n if (final or not ec.final_only_samples) else 0
-    max_new = ec.max_new_tokens or cfg.sampling.max_new_tokens
+def evaluate(model, tok, task, cfg: Config, step: int, out_dir: Path, final: bool, perf: PerfTracker,
+             ood=None) -> dict:
+    """Greedy accuracy (and pass@k / maj@k, and the out-of-domain set, at the start and the
+    end) on the held-out problems: :mod:`harness.train.evalpoints`."""
     with perf.phase("eval"):
-        return run_evaluation(model, tok, task, task.eval_problems(), greedy=ec.greedy, n=n,
-                              temperature=ec.temperature, max_new_tokens=max_new,
-                              seed=stage_seed(cfg.seed, 10**6 + step), batch_size=256,
-                              out_path=out_dir / "eval" / f"{task.name}_{step}.jsonl")
+        return evaluate_point(model, tok, task, cfg, step, out_dir, final,
+                              seed=stage_seed(cfg.seed, EVAL_SEED_OFFSET + step), ood=ood,
+                              progress=step == 0 and sys.stderr.isatty())  # the long start evaluation
 
 
 def _numel(model) -> int:
@@ -163,6 +163,8 @@ class _Run:
     device: Any = None
     perf: Optional[PerfTracker] = None
     task: Any = None
+    ood: Any = None  # the out-of-domain task (eval.ood), or None
+    start_info: dict = field(default_factory=dict)
     prm: Any = None
     tok: Any = None
     learner: Optional[Learner] = None
@@ -185,8 +187,8 @@ class _Run:
         """Every rank enters (ZeRO-3 gathering is collective); the main rank evaluates."""
         dist = self.dist
         with dist.gathered(self.learner.policy) as m:
-            ev = (evaluate(m, self.tok, self.task, self.cfg, at_step, self.out, final=final, perf=self.perf)
-                  if dist.is_main else None)
+            ev = (evaluate(m, self.tok, self.task, self.cfg, at_step, self.out, final=final, perf=self.perf,
+                           ood=self.ood) if dist.is_main else None)
             dist.barrier()
         return dist.broadcast_object(ev)
 
@@ -266,7 +268,14 @@ def _train(run: _Run, resume: bool, progress: bool) -> dict:
     _setup(run, progress)
     _restore(run, resume)
     if run.summary.get("initial_eval") is None:
-        ev = run.evaluate(0, final=True)
+        t0 = time.time()
+        if run.writer is not None:
+            set_phase(run.out, run.summary, "initial evaluation")  # the sweep's live table shows it
+        if run.dist.is_distributed:
+            ev = run.evaluate(0, final=True)
+        else:
+            ev = cached_initial_eval(run.cfg, run.start_info, run.out, lambda: run.evaluate(0, final=True))
+        run.summary["setup_seconds"]["initial_eval"] = time.time() - t0
         run.summary["initial_eval"] = ev
         run.log(ev)
     last_eval, step_times = _train_to_budget(run, progress)
@@ -283,6 +292,7 @@ def _setup(run: _Run, progress: bool) -> None:
     run.perf = PerfTracker(run.device)
     algo = resolve(cfg.algorithm)
     run.task = get_task(cfg.task)
+    run.ood = ood_task(cfg)
     run.prm = load_prm(cfg.algorithm.prm, run.task, str(run.device)) if algo.reward == "process" else None
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
@@ -301,7 +311,16 @@ def _setup(run: _Run, progress: bool) -> None:
                              "skipped (%s, %d processes)", dist.mode, dist.world_size)
         else:
             run.learner.init_optimizer_from(start_info["optimizer_state"])
+    run.start_info = start_info
     run.summary.update(params=params, start=start_info, param_mb=param_mb)
+    # the shared warm-up (waiting for its lock, building it) and the shared start evaluation
+    # are not the algorithm's cost: their own phase, outside the run's wall-clock
+    run.summary["setup_seconds"] = {"warmup_wait": start_info.get("wait_seconds", 0.0),
+                                    "warmup_build": start_info.get("build_seconds", 0.0)}
+    if dist.is_main and "cached" in start_info:
+        log_.info("starting checkpoint: %s (%s)", start_info.get("source"),
+                  "cached warm-up" if start_info["cached"] else
+                  f"warm-up trained now in {start_info.get('build_seconds', 0.0):.0f} s")
 
 
 def _load_models(cfg: Config, algo, task, device, progress: bool, dist: Distributed):
