@@ -10,6 +10,7 @@ from harness.report.build import build_report
 from harness.sweep.plan import format_plan, load_sweep
 from harness.sweep.run import run_sweep
 from harness.sweep.spec import LAUNCHER_TYPES, SweepError
+from harness.tracking.report_upload import upload_report
 
 
 DESCRIPTION = ("Expand a sweep file's grid into runs (algorithms x seeds x ...) at one matched budget, "
@@ -55,6 +56,12 @@ def _write_report(sw) -> int:
         return 1
     print(f"\nreport: {res['html']} (also {res['markdown'].name}, {res['csv'].name}, {res['runs_csv'].name} "
           f"and {len(res['plots'])} plots in {res['out_dir'] / 'plots'})")
+    reached = upload_report(sw.runs, sw.name, res["out_dir"])
+    if reached:
+        print(f"report logged to {' and '.join(reached)} (MLflow: artifacts of the sweep's parent run "
+              f"'{sw.name}'; wandb: run '{sw.name}-report')" if len(reached) > 1 else
+              f"report logged to {reached[0]}: " + (f"artifacts of the sweep's parent run '{sw.name}'"
+                                                    if reached[0] == "mlflow" else f"run '{sw.name}-report'"))
     return 0
 
 

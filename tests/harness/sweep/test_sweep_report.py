@@ -47,3 +47,36 @@ report:
     # `harness report` on the sweep directory reads the same columns from sweep.json
     res = build_report(out / "rep", tmp_path / "again")
     assert "## Columns of the sweep file (report.columns)" in res["markdown"].read_text()
+
+
+def test_sweep_report_is_logged_to_mlflow_parent_run_and_a_wandb_report_run(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("""name: logged
+config:
+  train.prompts_per_step: 2
+  sampling.samples_per_prompt: 4
+  tracking: {mlflow: true, wandb: true, wandb_mode: offline}
+grid:
+  algorithm: [grpo, rft]
+  seed: [0]
+budget: {unit: samples, amount: 16, eval_points: 1}
+launcher: {workers: 1}
+""")
+    out = tmp_path / "out"
+    env = dict(os.environ, HARNESS_TRAIN_FN=FAKE, WANDB_SILENT="true",
+               PYTHONPATH=os.pathsep.join([str(support_paths.REPO), str(support_paths.SUPPORT)]))
+    p = subprocess.run([sys.executable, "-m", "harness.cli.main", "sweep", str(path), "--output-dir", str(out),
+                        "--no-progress"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "report logged to mlflow and wandb" in p.stdout
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("logged")
+    parents = client.search_runs([exp.experiment_id], "tags.`harness.sweep_parent` = 'logged'")
+    assert len(parents) == 1
+    names = {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")}
+    assert {"report/report.html", "report/report.md", "report/runs.csv", "report/plots"} <= names
+    plots = {a.path for a in client.list_artifacts(parents[0].info.run_id, "report/plots")}
+    assert any(n.endswith(".png") for n in plots)
+    runs = sorted((out / "logged" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and (next(runs[0].rglob("report.html"))).stat().st_size > 0
