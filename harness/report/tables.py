@@ -1,7 +1,7 @@
 """The tables of a sweep report as text: results (aggregate) and runs, for terminal, Markdown, HTML and CSV.
 
 A results cell is ``mean ± half-width`` (`format_cell`: percentages for task metrics, whole
-MB for memory, seconds with one decimal; a single seed shows the value alone); the runs table
+MiB for memory, seconds with one decimal; a single seed shows the value alone); the runs table
 has one row per run, excluded runs marked. `settings_table` shows the config fields that differ
 between rows, `paired_table` the paired differences over seeds from the first algorithm's row.
 Rendering goes through `harness.report.format.table` / `number`.
@@ -24,8 +24,8 @@ MISSING = "—"
 
 def display_name(metric: str, unit: str = "steps") -> str:
     """Column header of a metric of the aggregate table."""
-    names = {"peak_rss_mb": "peak RSS (MB)", "peak_rss_above_base_mb": "RSS above base (MB)",
-             "peak_cuda_mb": "peak CUDA (MB)", "wall_seconds": "wall-clock (s)",
+    names = {"peak_rss_mb": "peak RSS (MiB)", "peak_rss_above_base_mb": "RSS above base (MiB)",
+             "peak_cuda_mb": "peak CUDA (MiB)", "wall_seconds": "wall-clock (s)",
              "train_seconds": "train time (s)", "warmup_seconds": "warm-up (s)",
              "budget_consumed": f"budget ({unit})", "seeds": "n"}
     if metric in names:
@@ -158,7 +158,7 @@ def _value(v, spec: str) -> str:
 def runs_display(runs_df, tasks) -> tuple[list[str], list[list]]:
     """(header, rows) of the runs table as shown in Markdown and HTML."""
     header = ["run", "algorithm", "seed", "status"] + [f"{t} acc (%)" for t in tasks] + \
-             ["peak RSS (MB)", "wall-clock (s)", "budget", "note"]
+             ["peak RSS (MiB)", "wall-clock (s)", "budget", "note"]
     rows = []
     for _, r in runs_df.iterrows():
         note = "" if r["included"] else ("excluded from aggregates" + (f": {r['error']}" if r["error"] else ""))

@@ -24,7 +24,7 @@ SAMPLES = [128 * i for i in range(9)]                   # evaluation points: 0 .
 # start (per seed, shared by every arm): in-domain, OOD, pass@K and maj@K for K = 1..4
 START = {0: {"acc": 0.40, "ood": 0.20, "pass": [0.40, 0.60, 0.72, 0.80], "maj": [0.40, 0.40, 0.43, 0.45]},
          1: {"acc": 0.50, "ood": 0.30, "pass": [0.50, 0.68, 0.78, 0.85], "maj": [0.50, 0.50, 0.53, 0.55]}}
-# final in-domain acc, OOD acc and peak RSS (MB) per arm and seed
+# final in-domain acc, OOD acc and peak RSS (MiB) per arm and seed
 FINAL = {
     "grpo":      {0: (0.60, 0.25, 300.0), 1: (0.70, 0.352, 320.0)},
     "grpo_ps":   {0: (0.65, 0.26, 305.0), 1: (0.75, 0.36, 322.0)},
