@@ -34,38 +34,43 @@ def thread_env(threads: int) -> dict:
     return env
 
 
-def run_worker(script: str, args: list[str], threads: int, timeout: float, label: str) -> dict:
-    """Run ``python script --worker ... --out F`` in a fresh process; return the JSON it wrote."""
+def run_worker(script: str, args: list[str], threads: int, timeout: float, label: str,
+               extra_env: Optional[dict] = None) -> dict:
+    """Run ``python script --worker ... --out F`` in a fresh process (environment: :func:`thread_env`
+    plus ``extra_env``); return the JSON it wrote."""
     with tempfile.TemporaryDirectory(prefix="bench-") as td:
         out = Path(td) / "result.json"
         cmd = [sys.executable, script, *args, "--worker-out", str(out)]
-        proc = subprocess.run(cmd, cwd=str(ROOT), env=thread_env(threads), capture_output=True, text=True,
-                              timeout=timeout)
+        env = {**thread_env(threads), **(extra_env or {})}
+        proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not out.exists():
             tail = (proc.stdout[-2000:] + "\n" + proc.stderr[-4000:]).strip()
             return {"error": f"{label}: worker exited with {proc.returncode}\n{tail}"}
         return json.loads(out.read_text())
 
 
-def run_rounds(script: str, order, common: list[str], a, describe, errors: list, loads: list) -> dict:
+def run_rounds(script: str, order, common: list[str], a, describe, errors: list, loads: list,
+               threads: Optional[int] = None, extra_env: Optional[dict] = None, tag: str = "") -> dict:
     """``a.rounds`` rounds; round ``r`` runs one fresh worker per contender in ``order(r)``
-    (``script --worker NAME *common``, ``a.threads`` threads, ``a.timeout`` s). Returns
-    {name: [worker result, with its "round"]}; failures go to ``errors``, load averages to
-    ``loads``. Prints a line per worker: ``describe(name, result)`` then wall time and load."""
+    (``script --worker NAME *common``, ``threads`` (default ``a.threads``) threads, ``a.timeout`` s,
+    environment plus ``extra_env``). Returns {name: [worker result, with its "round"]}; failures go
+    to ``errors``, load averages to ``loads``. Prints a line per worker: ``tag``, ``describe(name,
+    result)``, wall time and load."""
+    threads = a.threads if threads is None else threads
     results: dict[str, list[dict]] = {n: [] for n in order(0)}
     for r in range(a.rounds):
         for n in order(r):
             t0 = time.time()
-            res = run_worker(script, ["--worker", n, *common], a.threads, a.timeout, n)
+            res = run_worker(script, ["--worker", n, *common], threads, a.timeout, n, extra_env)
             la = loadavg()
             loads.append(la)
             if "error" in res:
-                errors.append(res["error"])
-                print(f"  round {r + 1} {n}: FAILED ({res['error'].splitlines()[0]})", flush=True)
+                errors.append(f"{tag}{res['error']}")
+                print(f"  {tag}round {r + 1} {n}: FAILED ({res['error'].splitlines()[0]})", flush=True)
                 continue
             res["round"] = r
             results[n].append(res)
-            print(f"  round {r + 1} {describe(n, res)}, process wall {time.time() - t0:.0f} s, loadavg {la}",
+            print(f"  {tag}round {r + 1} {describe(n, res)}, process wall {time.time() - t0:.0f} s, loadavg {la}",
                   flush=True)
     return results
 
@@ -117,6 +122,89 @@ class FlopCount:
 def median(xs) -> float:
     xs = [x for x in xs if x is not None]
     return float(statistics.median(xs)) if xs else float("nan")
+
+
+def spread(xs) -> tuple[float, float, float]:
+    """(median, min, max) of the values that are not None (NaNs when there are none)."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return (float("nan"),) * 3
+    return float(statistics.median(xs)), float(min(xs)), float(max(xs))
+
+
+def fmt_spread(xs, spec=".3f") -> str:
+    """``median [min-max]`` of ``xs`` (only the median when there is one value)."""
+    m, lo, hi = spread(xs)
+    if m != m:
+        return "-"
+    if len([x for x in xs if x is not None]) < 2:
+        return format(m, spec)
+    return f"{format(m, spec)} [{format(lo, spec)}-{format(hi, spec)}]"
+
+
+def parse_threads(text: str) -> list[int]:
+    """``"1,2"`` -> [1, 2]: the thread counts a bench runs, each one a separate set of workers."""
+    out = [int(t) for t in str(text).split(",") if t.strip()]
+    if not out or min(out) < 1:
+        raise SystemExit(f"--threads: expected positive integers separated by commas, got {text!r}")
+    return out
+
+
+def sgemm_roof(threads: int, n: int = 1024, reps: int = 7) -> float:
+    """Measured float32 matmul roof of this machine at ``threads`` torch threads, GFLOP/s: the best of
+    ``reps`` timed ``torch.mm`` of two [n, n] matrices (2·n³ FLOPs each), after one untimed call.
+    The best, not the median: the floor is what the machine can do, and load only slows it down."""
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - t0)
+        return 2 * n ** 3 / best / 1e9
+    finally:
+        torch.set_num_threads(prev)
+
+
+def x_floor(seconds, gflop, roof_gflops) -> float:
+    """``seconds`` as a multiple of the compute floor: the time ``gflop`` takes at the sgemm roof."""
+    if not seconds or not gflop or not roof_gflops or gflop != gflop or seconds != seconds:
+        return float("nan")
+    return seconds / (gflop / roof_gflops)
+
+
+class NoStopTokenizer:
+    """A tokenizer whose ``eos_token_id`` is -1, an id no token has: the harness sampler then never
+    ends a row, so every row decodes exactly ``max_new_tokens`` tokens (a sampled EOS stays an
+    ordinary token, as TRL's ``min_new_tokens`` forbids EOS there). Everything else is delegated."""
+
+    eos_token_id = -1
+
+    def __init__(self, tokenizer):
+        self._tok = tokenizer
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def __call__(self, *args, **kw):
+        return self._tok(*args, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+
+MALLOC_ENV = {"MALLOC_TRIM_THRESHOLD_": "0", "MALLOC_MMAP_THRESHOLD_": "65536"}
+"""glibc allocator settings of a memory worker: blocks of 64 KiB and more are mmap'ed (returned to the
+system on ``free``, and a fixed threshold: glibc's dynamic threshold is switched off by setting it),
+and the heap top is trimmed on every ``free``, so RSS follows live memory instead of keeping freed
+blocks."""
+
+
+def print_floor(roofs: dict) -> None:
+    """One header line: the measured sgemm roof per thread count."""
+    print("# compute floor: sgemm roof (best of 7 float32 torch.mm 1024x1024, measured now) "
+          + ", ".join(f"{t} thread{'s' if t > 1 else ''}: {r:.1f} GFLOP/s" for t, r in roofs.items()), flush=True)
 
 
 def loadavg() -> tuple[float, float, float]:
