@@ -1,26 +1,26 @@
-"""Every algorithm, on the same backbone, must raise held-out accuracy on an easy arith setting.
+"""Every algorithm, on the same backbone, must raise held-out accuracy on the quickstart setting.
 
-One un-annealed supervised warm-up (shared by every algorithm through the warm-up cache)
-on imperfect demonstrations (60% of worked solutions ignore precedence) gives a small model
-that is right on 18% of the held-out problems; each algorithm then trains from it for the
-same 5,120 samples and its final greedy accuracy must beat the start by 5 points. Fixed seeds
-on CPU make each run deterministic.
+Setting: the quickstart's 0.87M-parameter model and task (2-3 operations, operands 1-9,
+imperfect demonstrations), its un-annealed supervised warm-up (700 steps, seed 0, shared by
+every algorithm through the warm-up cache), then 8,192 samples of RL (32 steps of 32 prompts x
+8) at the learning rates of sweeps/quickstart.yaml (GRPO family 4e-4, PPO 3e-4, RFT 2e-4), one
+thread, seed 0: deterministic on a given machine kind. Accuracy is greedy on 1,000 held-out
+problems, before and after.
 
-Each algorithm runs at a learning rate that is stable for it (as in sweeps/quickstart.yaml):
-1e-3, except grpo_ps and rft at 4e-4. Measured over seeds 0-3 at 1e-3, grpo_ps moved
--4.0 to +5.3 points (its token advantage sums the normalised rewards of every later step, so
-its scale grows with the number of steps) and rft -2.0 to +5.3 (it learns from the ~10
-correct samples of a step: a noisier gradient); at 4e-4, seeds 0-2: grpo_ps +10.0 to +12.7,
-rft +6.7 to +14.7. GRPO at 1e-3: +12.7 to +14.7.
+Measured (2026-11-23, this 2-core machine kind, shared with a running sweep): start 56.2%;
+after 8,192 samples GRPO 64.5%, GRPO+PS 65.6%, PPO 63.8%, online RFT 65.2% (gains +7.6 to +9.4).
 
-Marked slow and out of the default run since 2026-11-23: on the current 2-core CI machine kind
-the same warm-up lands at 30.0% held-out accuracy (not 18%), and from there no algorithm gains
-5 points in 5,120 samples - with the code before the 2026-11-23 layout change too (GRPO
-0.300 -> 0.273) - nor with lr 1e-4 / 3e-4 / 1e-3, the warm-up's optimizer state, 10,240 samples,
-32 prompts per step, 200 warm-up steps, demo_error_rate 0.3, temperature 0.7 or the transformers
-forward instead of fastlm (GRPO finals 0.200-0.307). The quickstart (0.87M model, 32 prompts x 8)
-does learn on this machine. Re-calibrating this test is open work (issue: algorithm fidelity).
-Run it with `python -m pytest -m slow tests/e2e/test_algorithms_learn.py`.
+Threshold: the final accuracy must beat the start by 5 points. Why 5: the paired standard
+error of a start-to-final difference on these 1,000 problems is about 1 point (discordant
+problems / sqrt(n)), so 5 points is far outside problem-sampling noise, and it sits 2.6 points
+below the smallest measured gain, which leaves room for the floating-point differences between
+CPUs. A learner that does not update cannot pass; wrong signs in the objective are caught
+exactly by tests/algorithms/test_algorithms_independent.py (its mutation checks).
+
+The four algorithms of the paper's comparison run by default; the variants (grpo_iter,
+dr_grpo, rloo, grpo_token_mean, rft_dedup) share their code paths (their advantage
+estimators and aggregations are checked against independent implementations in
+tests/algorithms) and are marked slow.
 """
 import pytest
 
@@ -28,38 +28,41 @@ from algorithms.presets import ALGORITHMS
 from harness.config.schema import load_config
 from harness.train.loop import train
 
-EASY = [
-    "model.hidden_size=64", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=192",
-    "task.min_ops=2", "task.max_ops=3", "task.operators=+*", "task.max_operand=4", "task.eval_size=150",
-    "task.demo_error_rate=0.6",
-    "warmup.steps=400", "warmup.examples_per_step=32", "warmup.lr=3e-3", "warmup.final_lr_fraction=1.0",
-    "sampling.samples_per_prompt=8", "sampling.max_new_tokens=24",
-    "train.prompts_per_step=16", "train.lr=1e-3", "train.lr_schedule=cosine", "train.threads=1",
-    "budget.unit=samples", "budget.amount=5120", "budget.eval_points=1",
-    "train.save_final_model=false",
+QUICKSTART = "harness/configs/quickstart.yaml"
+SETTING = [
+    "task.eval_size=1000", "train.threads=1", "train.save_final_model=false", "device=cpu",
+    "budget.unit=samples", "budget.amount=8192", "budget.eval_points=1", "eval.n=0",
 ]
+LR = {"ppo": 3e-4, "rft": 2e-4, "rft_dedup": 2e-4}  # the quickstart's; 4e-4 for the GRPO family
+EXTRA = {"grpo_iter": ["algorithm.ref_reset_every=16"]}
+MAIN = ("grpo", "grpo_ps", "ppo", "rft")
 ACC = "eval/arith/acc"
+MIN_GAIN = 0.05
+
+
+def _params(name):
+    return name if name in MAIN else pytest.param(name, marks=pytest.mark.slow)
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory, warm_cache):
+def results(tmp_path_factory):
     return tmp_path_factory.mktemp("learn")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@pytest.mark.parametrize("algorithm", [_params(a) for a in sorted(ALGORITHMS)])
 def test_algorithm_raises_heldout_accuracy(algorithm, results, warm_cache):
-    extra = {"ppo": ["algorithm.critic_lr=1e-3"], "grpo_ps": ["train.lr=4e-4"], "rft": ["train.lr=4e-4"]}.get(algorithm, [])
-    cfg = load_config(None, EASY + extra + [f"algorithm={algorithm}", f"output_dir={results}",
-                                            f"warmup.cache_dir={warm_cache}", "name=learn"])
+    from support_paths import REPO
+    cfg = load_config(str(REPO / QUICKSTART), SETTING + EXTRA.get(algorithm, []) + [
+        f"algorithm={algorithm}", f"train.lr={LR.get(algorithm, 4e-4)}", f"output_dir={results}",
+        f"warmup.cache_dir={warm_cache}", "name=learn"])
     s = train(cfg, progress=False)
     a0, a1 = s["initial_eval"][ACC], s["final_eval"][ACC]
     print(f"{algorithm}: {a0:.3f} -> {a1:.3f}")
     assert s["status"] == "finished"
-    assert s["budget"]["consumed"]["samples"] == 5120  # matched budget, exactly
-    assert 0.1 < a0 < 0.8, f"warm-up start {a0} outside the range this test is designed for"
-    assert a1 >= a0 + 0.05, f"{algorithm}: held-out accuracy {a0:.3f} -> {a1:.3f}"
+    assert s["budget"]["consumed"]["samples"] == 8192  # matched budget, exactly
+    assert abs(a0 - 0.562) < 0.02, f"warm-up start {a0} is not the checkpoint this test was calibrated on"
+    assert a1 >= a0 + MIN_GAIN, f"{algorithm}: held-out accuracy {a0:.3f} -> {a1:.3f}"
     # memory honesty: what each algorithm holds
     p = s["params"]
     assert p["reference"] == (p["policy"] if ALGORITHMS[algorithm]["kl_placement"] != "none" else 0)
-    assert p["critic"] == (p["policy"] + 64 + 1 if algorithm == "ppo" else 0)  # backbone copy + scalar head
+    assert p["critic"] == (p["policy"] + 128 + 1 if algorithm == "ppo" else 0)  # backbone copy + scalar head
