@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -147,8 +148,8 @@ class SamplingConfig:
     backend: str = "hf"
     """Sampler backend (harness.engine.sampling.get_sampler): 'hf' (in-process, KV-cached decoding
     on the learner's weights; the reference), 'paged' (transformers' continuous batching with paged
-    attention, harness.engine.paged). 'vllm' (harness.engine.vllm_sampler, optional and unverified)
-    is refused."""
+    attention, harness.engine.paged), 'vllm' (harness.engine.vllm_sampler: optional extra for CUDA
+    machines, accepted where vllm is installed, UNVERIFIED: it has not run on a GPU yet)."""
     samples_per_prompt: int = 8
     """G: completions sampled per prompt (the group for GRPO's baseline)."""
     max_new_tokens: int = 40
@@ -160,9 +161,11 @@ class SamplingConfig:
 
     def validate(self):
         check_choice("sampling.backend", self.backend, ("hf", "paged", "vllm"))
-        # accepted by the schema (sweeps may name it) but unverified: refuse rather than run it
-        check(self.backend != "vllm", "sampling.backend", self.backend,
-              "is not verified yet (harness.engine.vllm_sampler is optional and untested); use 'hf' or 'paged'")
+        # vllm: an optional extra for CUDA machines, UNVERIFIED (never run by us yet): accepted only
+        # where the package is installed (the run logs that it is unverified), refused elsewhere
+        check(self.backend != "vllm" or importlib.util.find_spec("vllm") is not None, "sampling.backend",
+              self.backend, "needs the vllm package (pip install 'grpo-harness[vllm]' on a CUDA machine); "
+              "it is unverified: use 'hf' or 'paged' for results you rely on")
         check(self.samples_per_prompt >= 1, "sampling.samples_per_prompt", self.samples_per_prompt, "must be >= 1")
         check(self.max_new_tokens >= 1, "sampling.max_new_tokens", self.max_new_tokens, "must be >= 1")
         check(self.samples_per_prompt <= MAX_SAMPLES_PER_PROMPT, "sampling.samples_per_prompt",

@@ -5,7 +5,8 @@ The hash covers every field that changes what a run computes; ``name``, ``output
 on) is the same run. The algorithm's components are hashed with their preset values filled in
 (:func:`harness.config.base.effective_dict`), so a run's own ``config.yaml``, which writes them
 out, names the same run as the config it was made from. It is the first 8 hex digits of the SHA-256 of the remaining config as
-sorted JSON (the same digest as :func:`harness.config.schema.config_hash`).
+sorted JSON, integral floats written as ints (as :func:`harness.config.schema.config_hash`, which
+does not canonicalise).
 
 :func:`parse_run_id` is the inverse used wherever only the id is at hand (a run directory
 without a summary, a tracker given a bare id). Imports nothing of the project but
@@ -35,8 +36,19 @@ class RunIdParts(NamedTuple):
     hash: Optional[str]
 
 
+def _canonical(obj: Any) -> Any:
+    """Integral floats as ints (``budget.amount`` reads back from YAML as 1000.0 or 1000)."""
+    if isinstance(obj, dict):
+        return {k: _canonical(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_canonical(v) for v in obj]
+    if isinstance(obj, float) and obj.is_integer():
+        return int(obj)
+    return obj
+
+
 def _digest(obj: Any, length: int) -> str:
-    blob = json.dumps(to_dict(obj), sort_keys=True, default=str)
+    blob = json.dumps(_canonical(to_dict(obj)), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 
 

@@ -317,6 +317,9 @@ def _setup(run: _Run, progress: bool) -> None:
     # are not the algorithm's cost: their own phase, outside the run's wall-clock
     run.summary["setup_seconds"] = {"warmup_wait": start_info.get("wait_seconds", 0.0),
                                     "warmup_build": start_info.get("build_seconds", 0.0)}
+    if dist.is_main and cfg.sampling.backend == "vllm":
+        log_.warning("sampling.backend=vllm is UNVERIFIED (it has not run on a GPU in this project yet): "
+                     "run tests/harness/engine/test_sampler_contract.py on this machine before relying on results")
     if dist.is_main and "cached" in start_info:
         log_.info("starting checkpoint: %s (%s)", start_info.get("source"),
                   "cached warm-up" if start_info["cached"] else

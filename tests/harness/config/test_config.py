@@ -1,8 +1,10 @@
 """Strict config: unknown keys, wrong types, bad values, round-trip, overrides."""
+import importlib.util
+
 import pytest
 
 from harness.config.schema import Config, ConfigError, config_from_dict, load_config, run_id, save_config
-from harness.config.base import field_docs
+from harness.config.base import effective_dict, field_docs
 
 
 def err(overrides=None, data=None):
@@ -28,7 +30,8 @@ def test_unknown_key_names_key_and_nearest():
     ("sampling.temperature=0", "sampling.temperature", "0"),
     ("budget.amount=0", "budget.amount", "0"),
     ("train.inner_epochs=0", "train.inner_epochs", "0"),
-    ("sampling.backend=vllm", "sampling.backend", "vllm"),  # reserved, not built: refused, not run as 'hf'
+    pytest.param("sampling.backend=vllm", "sampling.backend", "vllm",  # refused where vllm is not installed
+                 marks=pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm installed")),
 ])
 def test_bad_values_name_field_and_value(override, field, value):
     msg = err([override])
@@ -63,9 +66,11 @@ def test_yaml_errors_name_the_file(tmp_path):
 def test_round_trip_and_overrides(tmp_path):
     cfg = load_config(None, ["train.lr=3e-5", "algorithm=ppo", "sampling.samples_per_prompt=4"])
     assert cfg.train.lr == 3e-5 and cfg.algorithm.name == "ppo" and cfg.sampling.samples_per_prompt == 4
-    save_config(cfg, tmp_path / "c.yaml")
-    assert load_config(tmp_path / "c.yaml") == cfg
-    assert load_config(tmp_path / "c.yaml", ["algorithm.name=grpo"]).algorithm.name == "grpo"
+    save_config(cfg, tmp_path / "c.yaml")  # written with the preset's components filled in
+    back = load_config(tmp_path / "c.yaml")
+    assert effective_dict(back) == effective_dict(cfg) and run_id(back) == run_id(cfg)
+    assert back.algorithm.advantage == "gae" and cfg.algorithm.advantage is None
+    assert load_config(tmp_path / "c.yaml", ["train.lr=1e-5"]).train.lr == 1e-5
 
 
 def test_run_id_stable_and_sensitive():
