@@ -448,12 +448,13 @@ class Config:
         check(self.algorithm.name != "grpo_iter" or self.algorithm.ref_reset_every > 0,
               "algorithm.ref_reset_every", self.algorithm.ref_reset_every,
               "iterative GRPO (grpo_iter) resets its reference every N steps: set N >= 1")
+        ood = None
         if self.eval.ood.enabled:
             check(self.task.name == "arith", "eval.ood.enabled", True,
                   f"the out-of-domain knobs are arith's; task '{self.task.name}' has none")
-            ood_task_spec(self)  # validates the changed knobs
+            ood = ood_task_spec(self)  # validates the changed knobs
         if self.model.name_or_path == "tiny" and self.task.name == "arith":
-            tasks = [self.task] + ([ood_task_spec(self)] if self.eval.ood.enabled else [])
+            tasks = [self.task] + ([ood] if ood is not None else [])
             prompt = max(arith_prompt_tokens(t) for t in tasks)
             new = max(self.sampling.max_new_tokens, self.eval.max_new_tokens)
             check(self.model.max_length >= prompt + new, "model.max_length", self.model.max_length,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.tracking.mlflow_tracker import MlflowTracker, _store_lock
-from harness.tracking.wandb_tracker import wandb_mode
+from harness.tracking.wandb_tracker import quiet_settings, wandb_mode
 
 log_ = logging.getLogger(__name__)
 
@@ -64,10 +64,8 @@ def _to_wandb(run: Any, sweep: str, report_dir: Path) -> str:
 
     cfg = run.config
     root = Path(run.run_dir).parent
-    settings = wandb.Settings(silent=True, console="off", x_disable_stats=True, disable_job_creation=True,
-                              init_timeout=60)
     wb = wandb.init(project=cfg.tracking.wandb_project, dir=str(root), name=f"{sweep}-report", group=sweep,
-                    job_type="report", mode=wandb_mode(cfg), reinit="create_new", settings=settings)
+                    job_type="report", mode=wandb_mode(cfg), reinit="create_new", settings=quiet_settings())
     try:
         images = {f"report/{p.stem}": wandb.Image(str(p)) for p in sorted((report_dir / "plots").glob("*.png"))}
         table = _runs_table(report_dir)

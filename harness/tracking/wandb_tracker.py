@@ -45,6 +45,14 @@ def wandb_mode(cfg: Any) -> str:
     return str(cfg_get(cfg, "tracking.wandb_mode") or os.environ.get("WANDB_MODE") or "offline")
 
 
+def quiet_settings():
+    """wandb settings of every run the harness opens: no console capture, stats or job, silent."""
+    import wandb
+
+    return wandb.Settings(silent=True, console="off", x_disable_stats=True, disable_job_creation=True,
+                          init_timeout=60)
+
+
 def wandb_id(sweep: str, run_id: str) -> str:
     rid = re.sub(r"[^A-Za-z0-9_-]", "-", f"{sweep}-{run_id}")
     if len(rid) > 64:
@@ -117,8 +125,7 @@ class WandbTracker(Tracker):
         config = dict(config_dict(self.cfg))
         config["harness"] = {"run_id": self.run_id, "sweep": self.sweep,
                              **{str(k): v for k, v in (tags or {}).items()}}
-        settings = wandb.Settings(silent=True, console="off", x_disable_stats=True,
-                                  disable_job_creation=True, init_timeout=60)
+        settings = quiet_settings()
         self.run = wandb.init(project=self.project, dir=str(self.run_dir), id=self.id, name=self.run_id,
                               group=self.sweep, job_type=self.algorithm, config=config,
                               tags=[t for t in (self.algorithm, self.sweep,
