@@ -83,7 +83,7 @@ def register_cpu_sdpa_flops() -> None:
     from torch.utils import flop_counter as fc
     fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
-    if fwd.default in fc.flop_registry:
+    if fwd in fc.flop_registry or fwd.default in fc.flop_registry:  # registered as the packet
         return
 
     @fc.register_flop_formula(fwd)

@@ -6,9 +6,15 @@ tokens, per sampler backend.
     python bench/smollm2_step.py                         # hf and paged, 1 warm-up + 3 timed steps each
     python bench/smollm2_step.py --backends hf --steps 5 --threads 2 --json out.json
 
-Per backend: the median over timed steps of the step time and of each phase (the trainer's
-PerfTracker phases: generate, score, and the learner's), generated tokens per step, and decode
-throughput (generated tokens / generate seconds). The step is the training loop's stage
+Per backend: the median [min-max] over timed steps of the step time, the median of each phase (the
+trainer's PerfTracker phases: generate, score, and the learner's), generated tokens per step, and
+decode throughput (generated tokens / generate seconds). The compute floor: one extra, untimed step
+runs under torch's FLOP counter (matmuls and attention, forward and backward: what the step must
+compute), and "x floor" is the step time over the time those FLOPs take at the sgemm roof measured at
+the start (float32 1024x1024 torch.mm, best of 7). The counted step draws other prompts, so its FLOPs
+are scaled by generated tokens to the timed steps' median. The generate phase gets its own x floor. Decoding
+one token at a time is far from the matmul roof on a CPU (small matrices, memory-bound), so the
+generate multiple is expected to be the larger one. The step is the training loop's stage
 (sample -> score with the task's grader -> learner.step with the config's GRPO: reference model,
 k3 KL in the loss); each step draws the loop's prompts for (seed, step). The load average is
 printed: on a shared machine the figures move with it.
@@ -29,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from algorithms.presets import resolve  # noqa: E402
-from bench._common import fmt, loadavg, median, print_table  # noqa: E402
+from bench._common import (FlopCount, fmt, fmt_spread, loadavg, median, print_floor, print_table,  # noqa: E402
+                           sgemm_roof, x_floor)
 from evals.catalog import get_task  # noqa: E402
 from harness.config.schema import load_config  # noqa: E402
 from harness.engine.learner import Learner  # noqa: E402
@@ -50,6 +57,7 @@ def parse(argv=None):
     p.add_argument("--steps", type=int, default=3, help="timed steps per backend")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--no-count", action="store_true", help="skip the extra FLOP-counted step (no x floor)")
     p.add_argument("--json", default=None, help="write the raw figures here")
     return p.parse_args(argv)
 
@@ -67,18 +75,32 @@ def run_backend(backend: str, a) -> dict:
     learner = Learner(policy, algo, cfg, torch.device("cpu"), perf, reference=reference)
     perf.pop_seconds()
     steps = []
-    for k in range(a.warmup + a.steps):
+    flops = FlopCount()
+    n_count = 0 if a.no_count else 1
+    for k in range(a.warmup + a.steps + n_count):
+        counted = k >= a.warmup + a.steps
+        if counted:
+            flops.start()
         problems = task.sample_train(random.Random(stage_seed(cfg.seed, k)), a.prompts)
         t0 = time.perf_counter()
         with perf.phase("generate"):
             ro = sample(policy, tok, [task.format_prompt(p) for p in problems], n=a.group,
                         max_new_tokens=a.max_new_tokens, temperature=cfg.sampling.temperature,
                         seed=stage_seed(cfg.seed, k), offsets=False, backend=backend)
+        gen_flops = flops.mode.get_total_flops() if counted else None
         with perf.phase("score"):
             rewards, step_rewards = score(task, [p for p in problems for _ in range(a.group)], ro)
         torch.manual_seed(stage_seed(cfg.seed, k))
         learner.step(ro, rewards, step_rewards, k)
         dt = time.perf_counter() - t0
+        if counted:
+            total = flops.stop()
+            count = {"gflop": total / 1e9, "generate_gflop": gen_flops / 1e9, "tokens": ro.num_tokens,
+                     "seconds_under_counter": dt}
+            perf.pop_seconds()
+            print(f"  {backend} FLOP-counted step (untimed): {total / 1e9:.0f} GFLOP "
+                  f"({gen_flops / 1e9:.0f} in generate), {ro.num_tokens} tokens", flush=True)
+            continue
         steps.append({"seconds": dt, "phases": perf.pop_seconds(), "tokens": ro.num_tokens,
                       "decode_steps": int(ro.completion_ids.shape[1]), "finished": sum(ro.finished),
                       "reward_mean": rewards.mean().item(), "load": loadavg()[0]})
@@ -86,29 +108,67 @@ def run_backend(backend: str, a) -> dict:
               f"load {steps[-1]['load']:.1f}", flush=True)
     timed = steps[a.warmup:]
     phases = sorted({p for s in timed for p in s["phases"]})
-    return {"backend": backend, "steps": timed, "warmup_steps": steps[:a.warmup],
-            "step_seconds": median([s["seconds"] for s in timed]),
+    step_s = median([s["seconds"] for s in timed])
+    gen_s = median([s["phases"]["generate"] for s in timed])
+    c = count if n_count else {}
+    # the counted step drew other prompts: scale its FLOPs by generated tokens to the timed steps' median
+    scale = median([s["tokens"] for s in timed]) / c["tokens"] if c else float("nan")
+    c.update(gflop_scaled=c.get("gflop", float("nan")) * scale,
+             generate_gflop_scaled=c.get("generate_gflop", float("nan")) * scale)
+    return {"backend": backend, "steps": timed, "warmup_steps": steps[:a.warmup], "counted_step": c,
+            "step_seconds": step_s, "step_seconds_all": [s["seconds"] for s in timed],
+            "x_floor": x_floor(step_s, c["gflop_scaled"], a.roof),
+            "generate_x_floor": x_floor(gen_s, c["generate_gflop_scaled"], a.roof),
             "phase_seconds": {p: median([s["phases"].get(p, 0.0) for s in timed]) for p in phases},
             "tokens": median([s["tokens"] for s in timed]),
             "gen_tokens_per_s": median([s["tokens"] / s["phases"]["generate"] for s in timed]),
             "peak_rss_mb": perf.summary().get("perf/peak_rss_mb")}
 
 
+def _fill_uncounted_generate(results: list, roof: float) -> None:
+    """A backend that generates in another thread (``paged``: transformers' continuous batching runs
+    its loop in a worker thread) is invisible to torch's FLOP counter, which is thread-local, so its
+    counted generate phase reads 0. The FLOPs of generation depend on the model and the tokens, not
+    on the backend: take the ``hf`` backend's generate GFLOP per generated token, times this
+    backend's tokens, and say so in ``counted_step["generate_gflop_from"]``."""
+    ref = next((r for r in results if r["counted_step"].get("generate_gflop")), None)
+    for r in results:
+        c = r["counted_step"]
+        if not c or c.get("generate_gflop") or ref is None:
+            continue
+        rc = ref["counted_step"]
+        gen = rc["generate_gflop"] / rc["tokens"] * r["tokens"]
+        c.update(generate_gflop_scaled=gen, gflop_scaled=c["gflop_scaled"] + gen,
+                 generate_gflop_from=f"{ref['backend']} (per generated token)")
+        r["x_floor"] = x_floor(r["step_seconds"], c["gflop_scaled"], roof)
+        r["generate_x_floor"] = x_floor(r["phase_seconds"].get("generate"), gen, roof)
+        print(f"  {r['backend']}: generation runs in a thread the FLOP counter does not see; its generate "
+              f"FLOPs are {ref['backend']}'s per generated token ({gen:.0f} GFLOP at {r['tokens']:.0f} tokens)")
+
+
 def main(argv=None) -> int:
     a = parse(argv)
     torch.set_num_threads(a.threads)
+    a.roof = sgemm_roof(a.threads)
+    print_floor({a.threads: a.roof})
     print(f"SmolLM2-135M-Instruct GRPO step: G={a.group}, {a.prompts} prompts, <= {a.max_new_tokens} new tokens, "
           f"{a.threads} threads, {a.steps} timed steps (+{a.warmup} warm-up); load {loadavg()}")
     results = [run_backend(b.strip(), a) for b in a.backends.split(",") if b.strip()]
+    _fill_uncounted_generate(results, a.roof)
     phases = sorted({p for r in results for p in r["phase_seconds"]})
-    print_table(["backend", "s/step", *[f"{p} s" for p in phases], "tokens", "gen tok/s", "peak RSS MB"],
-                [[r["backend"], fmt(r["step_seconds"], ".1f"), *[fmt(r["phase_seconds"].get(p, 0.0), ".2f")
-                                                               for p in phases],
-                  fmt(r["tokens"], ".0f"), fmt(r["gen_tokens_per_s"], ".1f"), fmt(r["peak_rss_mb"], ".0f")]
+    print_table(["backend", "s/step [min-max]", "x floor", *[f"{p} s" for p in phases], "generate x floor",
+                 "tokens/step", "gen tok/s", "GFLOP/step", "peak RSS MiB"],
+                [[r["backend"], fmt_spread(r["step_seconds_all"], ".1f"), fmt(r["x_floor"], ".1f"),
+                  *[fmt(r["phase_seconds"].get(p, 0.0), ".2f") for p in phases], fmt(r["generate_x_floor"], ".1f"),
+                  fmt(r["tokens"], ".0f"), fmt(r["gen_tokens_per_s"], ".1f"),
+                  fmt(r["counted_step"].get("gflop_scaled"), ".0f"), fmt(r["peak_rss_mb"], ".0f")]
                  for r in results])
+    print("(s/step: median [min-max] over the timed steps; phases: medians; x floor: s/step over the time of the counted "
+          "step's GFLOP, scaled to the median tokens/step, at the sgemm roof; tokens/step, gen tok/s: medians)")
     print(f"load average at the end: {loadavg()}")
     if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=1))
+        Path(a.json).write_text(json.dumps({"sgemm_roof_gflops": a.roof, "threads": a.threads,
+                                            "torch": torch.__version__, "results": results}, indent=1))
     return 0
 
 

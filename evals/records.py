@@ -95,14 +95,19 @@ def summarize(records: Sequence[dict], task_name: str) -> dict:
 
 
 def write_records(path: os.PathLike | str, records: Sequence[dict]) -> Path:
-    """Write records as JSONL (atomically: a temp file renamed into place)."""
+    """Write records as JSONL (atomically: a temp file renamed into place; a write that fails,
+    e.g. on a full disk, removes its temp file and leaves any earlier file as it was)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

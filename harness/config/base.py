@@ -11,7 +11,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import hashlib
 import inspect
+import json
 import math
 import textwrap
 import types
@@ -178,6 +180,27 @@ def to_dict(obj) -> Any:
     if isinstance(obj, dict):
         return {k: to_dict(v) for k, v in obj.items()}
     return obj
+
+
+def _integral_floats_as_ints(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _integral_floats_as_ints(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_integral_floats_as_ints(v) for v in obj]
+    if isinstance(obj, float) and obj.is_integer():
+        return int(obj)
+    return obj
+
+
+def stable_hash(obj: Any, length: int, integral_floats_as_ints: bool = False) -> str:
+    """The first ``length`` hex digits of the SHA-256 of ``obj`` (a config, section or dict) as
+    sorted JSON. ``integral_floats_as_ints``: 1000.0 hashes as 1000 (run ids, whose configs may
+    read back from YAML either way); off for the cache keys (warm-up, start evaluation), which
+    were defined without it and would otherwise all change."""
+    d = to_dict(obj)
+    if integral_floats_as_ints:
+        d = _integral_floats_as_ints(d)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
 def effective_algorithm(section: Any) -> Any:

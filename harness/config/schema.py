@@ -7,9 +7,7 @@ name the field and the value.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib.util
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -23,7 +21,7 @@ from algorithms.registry import UnknownComponentError
 from evals.catalog import available_tasks, has_step_checker
 from evals.tasks import TaskSpec
 from harness.config.base import (ConfigError, check, check_choice, deep_merge, effective_dict, expand_shorthand,
-                                 field_docs, from_dict, set_dotted, to_dict)
+                                 field_docs, from_dict, set_dotted, stable_hash)
 from harness.rundir.budget import BUDGET_UNITS  # noqa: F401  (owner: harness.rundir.budget)
 from harness.rundir.ids import run_id  # noqa: F401  (owner: harness.rundir.ids)
 from harness.rundir.layout import write_text_atomic
@@ -591,9 +589,9 @@ def save_config(cfg: Config, path: str | os.PathLike) -> None:
 
 
 def config_hash(obj: Any, length: int = 10) -> str:
-    """Stable short hash of a config (or any section / dict)."""
-    blob = json.dumps(to_dict(obj), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:length]
+    """Stable short hash of a config (or any section / dict): the cache keys' hash
+    (:func:`harness.config.base.stable_hash`; run ids use the same with integral floats as ints)."""
+    return stable_hash(obj, length)
 
 
 def describe(cls=Config, prefix: str = "") -> list[tuple[str, str, str]]:

@@ -10,7 +10,7 @@ one process             ``single``: plain torch (any ZeRO request is ignored: Ze
                         process only adds overhead)
 torchrun, no ZeRO       ``ddp``: ``Accelerator`` + DistributedDataParallel (gloo on CPU)
 torchrun + ZeRO 2 / 3   ``zero2`` / ``zero3``: ``Accelerator(deepspeed_plugin=...)`` with
-                        ``configs/deepspeed/zero{2,3}.json`` (or ``HARNESS_DEEPSPEED_CONFIG``)
+                        ``harness/configs/deepspeed/zero{2,3}.json`` (or ``HARNESS_DEEPSPEED_CONFIG``)
 ======================  ======================================================================
 
 The sweep launcher sets ``HARNESS_ZERO_STAGE`` / ``HARNESS_DEEPSPEED_CONFIG`` and starts a
@@ -74,7 +74,7 @@ from harness.config.base import flatten
 
 __all__ = ["Distributed", "deepspeed_config", "DEEPSPEED_DIR", "ENV_ZERO_STAGE", "ENV_DEEPSPEED_CONFIG"]
 
-DEEPSPEED_DIR = Path(__file__).resolve().parents[2] / "configs" / "deepspeed"
+DEEPSPEED_DIR = Path(__file__).resolve().parents[1] / "configs" / "deepspeed"
 ENV_ZERO_STAGE = "HARNESS_ZERO_STAGE"
 ENV_DEEPSPEED_CONFIG = "HARNESS_DEEPSPEED_CONFIG"
 
@@ -87,7 +87,7 @@ def _world() -> tuple[int, int, int]:
 def deepspeed_config(zero_stage: Optional[int] = None, path: str | os.PathLike | None = None, *,
                      micro_batch_size: int = 1, max_grad_norm: float = 1.0, dtype: str = "float32",
                      hidden_size: Optional[int] = None, cpu: bool = False) -> dict:
-    """Load ``path`` (default ``configs/deepspeed/zero{stage}.json``) and resolve every
+    """Load ``path`` (default ``harness/configs/deepspeed/zero{stage}.json``) and resolve every
     ``"auto"``: micro batch size, clipping (0 = off), bf16/fp16 from ``dtype``, ZeRO-3
     bucket sizes from ``hidden_size``. ``gradient_accumulation_steps`` is forced to 1 (see
     the module docstring). On CPU, ``overlap_comm`` is turned off (no CUDA streams)."""

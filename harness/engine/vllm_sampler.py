@@ -1,18 +1,28 @@
 """Sampler `vllm` (optional, UNVERIFIED: written against vLLM's documented offline API, never run
-here -- vllm does not import on the machines this was written on).
+here -- vllm does not import on the machines this was written on, and no GPU was lent).
 
 vllm is imported at module level inside ``try``: where it does not import, :func:`available` is
 False and :func:`harness.engine.sampling.get_sampler` refuses the backend with the reason.
 
-Design: one ``vllm.LLM`` per (model object, tokenizer path) held in a module cache, built from a
-Hugging Face folder of the policy written once; before every call the learner's current weights
-are pushed into the engine (``load_weights``), so updates are visible to the next sampling call.
-Log-probs: vLLM's ``logprobs=0`` gives the sampled token's log-prob (which distribution --
-raw or processed -- depends on the vLLM version's ``logprobs_mode``); the caller recomputes them
-with one scoring forward when ``want_logprobs`` is False (top_p < 1).
+Design (colocated, as TRL's ``vllm_mode="colocate"``): one ``vllm.LLM`` per policy object, held in
+a module cache, built in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) from a Hugging Face
+folder of the policy written once, with ``enable_sleep_mode=True`` on CUDA. Every call:
+
+1. ``wake_up()`` (the engine sleeps between calls, so training has the GPU memory);
+2. pushes the learner's current weights into the engine's model (``load_weights``, through
+   ``LLM.apply_model`` where the vLLM version has it, else the in-process driver worker's model
+   runner), so each update is visible to the next sampling call;
+3. generates with ``SamplingParams(n, max_tokens, temperature, top_p, seed, logprobs=0,
+   stop_token_ids=[eos])``;
+4. ``sleep(level=1)``: the weights go to CPU memory and the KV cache is dropped.
+
+Log-probs: vLLM's ``logprobs=0`` gives the sampled token's log-prob (which distribution -- raw
+or processed -- depends on the vLLM version's ``logprobs_mode``); the caller recomputes them with
+one scoring forward when ``want_logprobs`` is False (top_p < 1).
 """
 from __future__ import annotations
 
+import os
 import tempfile
 from typing import Optional
 
@@ -26,6 +36,7 @@ except Exception as e:  # ImportError, or a broken CUDA/runtime stack
     _IMPORT_ERROR = f"vllm does not import ({type(e).__name__}: {e})"
 
 _ENGINES: dict = {}
+GPU_MEMORY_UTILIZATION = 0.3  # the engine's share of the GPU; the rest is the learner's
 
 
 def available() -> bool:
@@ -36,20 +47,35 @@ def unavailable_reason() -> str:
     return _IMPORT_ERROR or ""
 
 
+def _sleep_mode() -> bool:
+    """Sleep mode is a CUDA (and ROCm) feature of vLLM."""
+    return torch.cuda.is_available()
+
+
 def _engine(model, tokenizer):
+    """The cached engine of ``model`` (built on first use from a saved copy of it)."""
     key = id(model)
     if key not in _ENGINES:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine's model in this process
         folder = tempfile.mkdtemp(prefix="vllm_policy_")
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        _ENGINES[key] = vllm.LLM(model=folder, dtype=str(model.dtype).replace("torch.", ""),
-                                 enforce_eager=True, gpu_memory_utilization=0.3)
+        sleep = _sleep_mode()
+        llm = vllm.LLM(model=folder, dtype=str(model.dtype).replace("torch.", ""), enforce_eager=True,
+                       gpu_memory_utilization=GPU_MEMORY_UTILIZATION, enable_sleep_mode=sleep)
+        _ENGINES[key] = {"llm": llm, "sleep": sleep, "asleep": False}
     return _ENGINES[key]
 
 
 def _push_weights(llm, model) -> None:
-    runner = llm.llm_engine.model_executor.driver_worker.model_runner
-    runner.model.load_weights(((k, v.detach()) for k, v in model.state_dict().items()))
+    """Load ``model``'s current weights into the engine's copy of the model."""
+    weights = [(k, v.detach()) for k, v in model.state_dict().items()]
+    if hasattr(llm, "apply_model"):
+        llm.apply_model(lambda m: m.load_weights(weights))
+        return
+    worker = llm.llm_engine.model_executor.driver_worker
+    runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
+    runner.model.load_weights(weights)
 
 
 @torch.no_grad()
@@ -58,12 +84,21 @@ def generate(model, tokenizer, prompt_ids: list[list[int]], n: int, max_new_toke
     """(token lists, log-prob lists), one per sequence, prompt-major (like :mod:`harness.engine.paged`)."""
     if vllm is None:
         raise RuntimeError(unavailable_reason())
-    llm = _engine(model, tokenizer)
+    eng = _engine(model, tokenizer)
+    llm = eng["llm"]
+    if eng["asleep"]:
+        llm.wake_up()
+        eng["asleep"] = False
     _push_weights(llm, model)
     params = vllm.SamplingParams(n=n, max_tokens=max_new_tokens, temperature=0.0 if greedy else temperature,
                                  top_p=1.0 if greedy else top_p, seed=int(seed), logprobs=0,
                                  stop_token_ids=[tokenizer.eos_token_id])
-    outs = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
+    try:
+        outs = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
+    finally:
+        if eng["sleep"]:
+            llm.sleep(level=1)
+            eng["asleep"] = True
     toks, lps = [], []
     for o in outs:
         for c in o.outputs:
@@ -71,4 +106,3 @@ def generate(model, tokenizer, prompt_ids: list[list[int]], n: int, max_new_toke
             toks.append(ids)
             lps.append([d[t].logprob for d, t in zip(c.logprobs or [], ids)])
     return toks, lps
-

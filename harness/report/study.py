@@ -34,7 +34,6 @@ ARM_ORDER = ("grpo", "grpo_ps", "rft", "ppo", "grpo_iter", "dr_grpo", "rloo")
 ARM_NAMES = {"grpo": "GRPO (outcome supervision)", "grpo_ps": "GRPO (process supervision)",
              "rft": "online RFT", "ppo": "PPO", "grpo_iter": "iterative GRPO", "dr_grpo": "Dr. GRPO",
              "rloo": "RLOO"}
-ITERATIVE_NAMES = ("grpo_iter", "grpo_iterative", "iterative_grpo")
 LEVEL = 0.95
 
 
@@ -51,11 +50,11 @@ class Study:
 
 
 def arm_of(run: RunData) -> str:
-    """The study arm of a run: its algorithm name, ``grpo_iter`` for iterative GRPO (an
-    iterative name, or ``algorithm.ref_reset_every > 0``), ``<name>_iter`` for another
-    algorithm with reference resets."""
-    if run.algorithm in ITERATIVE_NAMES:
-        return "grpo_iter"
+    """The study arm of a run: its algorithm name (``grpo_iter`` for the iterative-GRPO preset),
+    or ``<name>_iter`` for an algorithm run with ``algorithm.ref_reset_every > 0`` (so GRPO with
+    reference resets is ``grpo_iter`` too)."""
+    if run.algorithm.endswith("_iter"):
+        return run.algorithm
     alg = run.config.get("algorithm")
     reset = alg.get("ref_reset_every") if isinstance(alg, dict) else None
     return f"{run.algorithm}_iter" if is_number(reset) and reset > 0 else run.algorithm

@@ -5,8 +5,8 @@ The hash covers every field that changes what a run computes; ``name``, ``output
 on) is the same run. The algorithm's components are hashed with their preset values filled in
 (:func:`harness.config.base.effective_dict`), so a run's own ``config.yaml``, which writes them
 out, names the same run as the config it was made from. It is the first 8 hex digits of the SHA-256 of the remaining config as
-sorted JSON, integral floats written as ints (as :func:`harness.config.schema.config_hash`, which
-does not canonicalise).
+sorted JSON, integral floats written as ints (:func:`harness.config.base.stable_hash`, which the
+cache keys' :func:`harness.config.schema.config_hash` also uses, without that step).
 
 :func:`parse_run_id` is the inverse used wherever only the id is at hand (a run directory
 without a summary, a tracker given a bare id). Imports nothing of the project but
@@ -14,12 +14,10 @@ without a summary, a tracker given a bare id). Imports nothing of the project bu
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from typing import Any, NamedTuple, Optional
 
-from harness.config.base import effective_dict, to_dict
+from harness.config.base import effective_dict, stable_hash
 
 __all__ = ["run_id", "format_run_id", "parse_run_id", "RunIdParts", "HASH_LENGTH", "NOT_HASHED"]
 
@@ -36,20 +34,8 @@ class RunIdParts(NamedTuple):
     hash: Optional[str]
 
 
-def _canonical(obj: Any) -> Any:
-    """Integral floats as ints (``budget.amount`` reads back from YAML as 1000.0 or 1000)."""
-    if isinstance(obj, dict):
-        return {k: _canonical(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_canonical(v) for v in obj]
-    if isinstance(obj, float) and obj.is_integer():
-        return int(obj)
-    return obj
-
-
 def _digest(obj: Any, length: int) -> str:
-    blob = json.dumps(_canonical(to_dict(obj)), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:length]
+    return stable_hash(obj, length, integral_floats_as_ints=True)
 
 
 def format_run_id(algorithm: str, seed: int, digest: str) -> str:

@@ -47,6 +47,7 @@ from typing import Any, Callable, Optional
 from harness.config.schema import config_from_dict
 from harness.rundir.layout import ERROR_TXT, SUMMARY, read_json
 from harness.rundir.summary import _base_summary, _consumed, mark_interrupted, record_failure, write_summary  # noqa: F401  (re-exported)
+from harness.engine.distributed import DEEPSPEED_DIR
 
 __all__ = ["RunSpec", "LaunchOptions", "RunResult", "LocalLauncher", "RayLauncher", "run_worker",
            "callable_path", "resolve_callable", "gpu_count", "gpu_slots", "default_workers",
@@ -56,7 +57,6 @@ WORKER_LOG = "worker.log"
 ENV_ZERO_STAGE = "HARNESS_ZERO_STAGE"
 ENV_DEEPSPEED_CONFIG = "HARNESS_DEEPSPEED_CONFIG"
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
-DEEPSPEED_DIR = Path(REPO_ROOT) / "configs" / "deepspeed"
 
 
 @dataclass

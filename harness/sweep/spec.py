@@ -34,7 +34,7 @@ closest valid key)::
                                   #   fractions share a GPU); ray: num_gpus
       procs: 1                    #   per run: processes (torchrun) for multi-GPU learners
       zero_stage: null            #   2 | 3: DeepSpeed ZeRO for the run's learner
-                                  #   (configs/deepspeed/zero{2,3}.json); needs procs > 1
+                                  #   (harness/configs/deepspeed/zero{2,3}.json); needs procs > 1
                                   #   or gpus > 1 to matter
       deepspeed_config: null      #   a custom DeepSpeed JSON (relative to this file)
       env: {HF_HOME: /data/hf}    #   extra environment variables for every run

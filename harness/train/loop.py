@@ -71,7 +71,7 @@ from harness.tracking.base import TrackerSet
 from harness.tracking.mirrors import open_trackers
 from harness.train.evalpoints import EVAL_SEED_OFFSET, cached_initial_eval, evaluate_point, ood_task
 from harness.train.checkpoint import checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint
-from harness.train.warmup import WARMUP_SEED, _locked, starting_checkpoint, train_warmup, warmup_dir
+from harness.train.warmup import WARMUP_SEED, ensure_warmup, starting_checkpoint
 
 log_ = logging.getLogger(__name__)
 
@@ -141,10 +141,7 @@ def _warmup_on_main(cfg: Config, task, device, progress: bool, dist: Distributed
     yet, while the others wait (transformers writes model files on rank 0 only, and loading
     under ZeRO-3 is collective, so every rank loads only once it exists)."""
     if cfg.model.name_or_path == "tiny" and cfg.warmup.enabled and dist.is_main:
-        out = warmup_dir(cfg)
-        with _locked(out.with_name(out.name + ".lock")):
-            if not (out / "warmup.json").exists():
-                train_warmup(cfg, task, out, device, progress)
+        ensure_warmup(cfg, task, device, progress)
     dist.barrier()
 
 

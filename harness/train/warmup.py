@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -119,17 +120,42 @@ def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) ->
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
         if s % 20 == 0:
             bar.set_postfix(loss=f"{ema:.3f}")
-    tmp = out.with_name(out.name + ".tmp")
-    save_policy(model, tok, tmp)
-    torch.save(opt.state_dict(), tmp / OPTIMIZER_FILE)
     meta = {"key": out.name, "seed": seed, "steps": w.steps, "final_loss": ema, "seconds": time.time() - t0,
             "config": {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "warmup": to_dict(cfg.warmup)}}
-    (tmp / "warmup.json").write_text(json.dumps(meta, indent=2))
-    if out.exists():
-        import shutil
-        shutil.rmtree(out)
-    tmp.rename(out)
+    # written beside the cache entry, then renamed into place: a reader never sees half a
+    # checkpoint, and a write cut short (a full disk) leaves no ``.tmp`` folder behind
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        save_policy(model, tok, tmp)
+        torch.save(opt.state_dict(), tmp / OPTIMIZER_FILE)
+        (tmp / "warmup.json").write_text(json.dumps(meta, indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return meta
+
+
+def ensure_warmup(cfg: Config, task, device, progress: bool = True) -> tuple[Path, dict]:
+    """The cached warm-up checkpoint of ``cfg`` (trained now if absent, under the cache entry's
+    lock so that concurrent runs build it once): (its folder, its ``warmup.json`` with
+    ``cached``, ``wait_seconds`` spent on the lock and ``build_seconds`` spent training it)."""
+    out = warmup_dir(cfg)
+    t0 = time.time()
+    with _locked(out.with_name(out.name + ".lock")):
+        waited = time.time() - t0
+        if (out / "warmup.json").exists():
+            info = json.loads((out / "warmup.json").read_text())
+            info["cached"] = True
+        else:
+            info = train_warmup(cfg, task, out, device, progress)
+            info["cached"] = False
+    info["wait_seconds"] = waited
+    info["build_seconds"] = 0.0 if info["cached"] else float(info.get("seconds", 0.0))
+    return out, info
 
 
 def starting_checkpoint(cfg: Config, task, device, progress: bool = True):
@@ -141,20 +167,9 @@ def starting_checkpoint(cfg: Config, task, device, progress: bool = True):
     if not cfg.warmup.enabled:
         tok = build_char_tokenizer()
         return build_tiny_model(cfg.model, tok, seed=WARMUP_SEED).to(device), tok, {"source": "tiny-untrained"}
-    out = warmup_dir(cfg)
-    t0 = time.time()
-    with _locked(out.with_name(out.name + ".lock")):
-        waited = time.time() - t0
-        if (out / "warmup.json").exists():
-            info = json.loads((out / "warmup.json").read_text())
-            info["cached"] = True
-        else:
-            info = train_warmup(cfg, task, out, device, progress)
-            info["cached"] = False
-    # time spent on the shared warm-up by this run (lock wait + building it): its own phase,
+    # time spent on the shared warm-up by this run (lock wait + building it) is its own phase,
     # not the run's wall-clock (harness.rundir.summary.record_end)
-    info["wait_seconds"] = waited
-    info["build_seconds"] = 0.0 if info["cached"] else float(info.get("seconds", 0.0))
+    out, info = ensure_warmup(cfg, task, device, progress)
     model, tok = load_policy(str(out))
     info["source"] = str(out)
     if (out / OPTIMIZER_FILE).exists():

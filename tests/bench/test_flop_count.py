@@ -5,8 +5,8 @@ import torch
 
 from support_paths import REPO
 
-sys.path.insert(0, str(REPO / "bench"))
-from _common import FlopCount  # noqa: E402
+sys.path.insert(0, str(REPO))  # bench/ as a namespace package: bench/algorithms.py must not shadow algorithms
+from bench._common import FlopCount  # noqa: E402
 
 
 def test_one_cpu_sdpa_forward_and_backward_equal_the_hand_count():

@@ -91,3 +91,19 @@ def test_every_field_is_documented():
         docs = field_docs(cls)
         missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
         assert not missing, f"{cls.__name__} fields without a docstring: {missing}"
+
+
+def test_run_ids_and_cache_keys_are_pinned():
+    """Run ids and the warm-up cache key of the shipped quickstart config, as literal values: a
+    change to the hashing (key order, float canonicalisation, which fields enter) would orphan every
+    finished run and retrain every cached warm-up, so it must be deliberate and show up here."""
+    from harness.config.base import stable_hash
+    from harness.train.warmup import warmup_key
+    from support_paths import REPO
+    qs = REPO / "harness" / "configs" / "quickstart.yaml"
+    ids = {a: run_id(load_config(qs, [f"algorithm={a}"])) for a in ("grpo", "ppo", "rft")}
+    assert ids == {"grpo": "grpo-s0-702e2217", "ppo": "ppo-s0-bc8fb8e3", "rft": "rft-s0-4fc5438f"}
+    assert warmup_key(load_config(qs)) == "ded797552ec0"
+    # run ids write integral floats as ints; the cache keys' hash does not
+    assert stable_hash({"a": 1.0}, 8, integral_floats_as_ints=True) == stable_hash({"a": 1}, 8)
+    assert stable_hash({"a": 1.0}, 8) != stable_hash({"a": 1}, 8)

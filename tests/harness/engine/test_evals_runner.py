@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from evals.records import read_records, summarize
+from evals.records import read_records, summarize, write_records
 from harness.engine.evaluate import evaluate
 from evals.catalog import get_task
 from harness.config.schema import ModelConfig, TaskConfig
@@ -167,3 +167,14 @@ def test_cli_eval_writes_metrics_and_records(tiny, tmp_path, capsys):
 
 def test_eval_is_a_registered_subcommand():
     assert "harness.cli.eval" in COMMAND_MODULES
+
+
+def test_write_records_that_fails_leaves_the_earlier_file_and_no_temp(tmp_path):
+    """A per-problem JSONL write cut short (here: a record that cannot be serialised halfway
+    through, standing in for a full disk) raises, removes its ``.tmp`` and keeps the earlier file."""
+    path = tmp_path / "eval" / "arith_0.jsonl"
+    write_records(path, [{"i": 0}, {"i": 1}])
+    with pytest.raises(TypeError):
+        write_records(path, [{"i": 0}, {"i": object()}])
+    assert read_records(path) == [{"i": 0}, {"i": 1}]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["arith_0.jsonl"]

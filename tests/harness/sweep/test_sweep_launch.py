@@ -247,7 +247,7 @@ launcher: {procs: 2, cpus: 2, zero_stage: 3}
     assert [(r["rank"], r["world"]) for r in ranks] == [(0, 2), (1, 2)]
     s = read_json(rd / "summary.json")
     assert s["status"] == "finished" and s["fake"]["zero_stage"] == "3"
-    assert s["fake"]["ds_config"] == str(REPO / "configs" / "deepspeed" / "zero3.json")
+    assert s["fake"]["ds_config"] == str(REPO / "harness" / "configs" / "deepspeed" / "zero3.json")
     assert s["fake"]["omp_threads"] == "1"                       # 2 cpus over 2 processes
 
 

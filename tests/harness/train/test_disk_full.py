@@ -115,3 +115,30 @@ def test_other_os_errors_are_not_called_disk_full(tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "_train_run", boom)
     with pytest.raises(OSError, match="Input/output"):
         main(_argv(tmp_path))
+
+
+def test_enospc_while_saving_the_warmup_leaves_no_partial_cache_entry(tmp_path, monkeypatch, capsys):
+    """The warm-up checkpoint is written to ``<key>.tmp`` and renamed: a full disk during that write
+    fails the command in one line and leaves neither the ``.tmp`` folder nor a cache entry, so the
+    next run trains the warm-up again instead of loading half of one."""
+    from harness.train import warmup as wu
+
+    def full(obj, path, *a, **kw):
+        with open(path, "wb") as f:
+            f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(wu.torch, "save", full)   # the warm-up's optimizer state, after the model files
+    argv = ["train", QUICKSTART, "--no-progress"] + [a for s in _sets(tmp_path) + ["warmup.steps=2"]
+                                                     for a in ("--set", s)]
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == EXIT_NO_SPACE, err
+    assert "out of disk space" in err and "Traceback" not in err
+    cache = tmp_path / "wc"
+    entries = [p.name for p in cache.iterdir()] if cache.exists() else []
+    assert not [e for e in entries if e.endswith(".tmp")], entries
+    assert not [e for e in entries if not e.endswith(".lock")], entries   # no (partial) cache entry
+    monkeypatch.undo()
+    assert main(argv) == 0   # the next run builds it
+    assert (cache / next(e for e in (p.name for p in cache.iterdir()) if not e.endswith(".lock")) / "warmup.json").is_file()

@@ -1,0 +1,146 @@
+"""The ``vllm`` backend's own code (harness.engine.vllm_sampler) against a stand-in engine.
+
+vLLM does not import here and no GPU was lent, so the engine itself is never run (the contract
+tests in test_sampler_contract.py skip it). What is tested is everything of ours around it, with
+a fake ``vllm`` module whose ``LLM`` loads the saved policy folder with transformers, receives
+weights through ``apply_model(lambda m: m.load_weights(...))`` or, on an older vLLM without
+``apply_model``, the driver worker's model runner, sleeps and wakes, and samples token by token
+with a seeded generator, returning vLLM's output shape (``outputs[i].token_ids``, ``.logprobs``
+as one ``{token: Logprob}`` dict per token):
+- the engine is built once per policy, with sleep mode on where CUDA is, and is woken before and
+  put to sleep (level 1) after every generation, so training gets the memory back;
+- the policy's current weights are pushed before every generation: the rollouts' log-probs equal
+  the learner's recomputation on the policy after an update, and greedy output changes with it;
+- the conversion to Rollouts: prompt-major order, masks through the first EOS, ``finished``.
+"""
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from harness.config.schema import ModelConfig
+from harness.engine import sampling, vllm_sampler
+from harness.engine.learner import make_batch, token_logprobs
+from harness.engine.models import build_char_tokenizer, build_tiny_model
+
+PROMPTS = ["Q:3+4\nA:", "Q:33*4-2\nA:", "Q:7\nA:"]
+
+
+class _Runner:
+    def __init__(self, model):
+        self.model = model
+
+
+class FakeLLM:
+    """Stand-in for ``vllm.LLM`` (see the module docstring); ``log`` records what happened."""
+    instances: list = []
+
+    def __init__(self, model, dtype, enforce_eager, gpu_memory_utilization, enable_sleep_mode, apply=True):
+        self.inner = AutoModelForCausalLM.from_pretrained(model).eval()
+        self.inner.load_weights = lambda ws: self.log.append(("load", self.inner.load_state_dict(dict(ws))))
+        self.kwargs = dict(dtype=dtype, enable_sleep_mode=enable_sleep_mode)
+        self.log, self.asleep = [], False
+        if not apply:  # an older vLLM: no LLM.apply_model, the model through the driver worker
+            self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(
+                driver_worker=SimpleNamespace(worker=SimpleNamespace(model_runner=_Runner(self.inner)))))
+        FakeLLM.instances.append(self)
+
+    def apply_model(self, fn):
+        return fn(self.inner)
+
+    def sleep(self, level):
+        assert not self.asleep
+        self.asleep = True
+        self.log.append(("sleep", level))
+
+    def wake_up(self):
+        assert self.asleep
+        self.asleep = False
+        self.log.append(("wake",))
+
+    @torch.no_grad()
+    def generate(self, prompts, params, use_tqdm=False):
+        assert not self.asleep, "generate on a sleeping engine"
+        self.log.append(("generate", params.n))
+        g = torch.Generator().manual_seed(params.seed)
+        outs = []
+        for p in prompts:
+            seqs = []
+            for _ in range(params.n):
+                ids, toks, lps = list(p["prompt_token_ids"]), [], []
+                for _ in range(params.max_tokens):
+                    logits = self.inner(torch.tensor([ids])).logits[0, -1].float()
+                    if params.temperature == 0:
+                        t = int(logits.argmax())
+                        lp = torch.log_softmax(logits, -1)
+                    else:
+                        lp = torch.log_softmax(logits / params.temperature, -1)
+                        t = int(torch.multinomial(lp.exp(), 1, generator=g))
+                    toks.append(t)
+                    lps.append({t: SimpleNamespace(logprob=float(lp[t]))})
+                    ids.append(t)
+                    if t in params.stop_token_ids:
+                        break
+                seqs.append(SimpleNamespace(token_ids=toks, logprobs=lps))
+            outs.append(SimpleNamespace(outputs=seqs))
+        return outs
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    FakeLLM.instances = []
+    monkeypatch.setattr(vllm_sampler, "vllm", SimpleNamespace(LLM=FakeLLM, SamplingParams=SimpleNamespace))
+    monkeypatch.setattr(vllm_sampler, "_ENGINES", {})
+    monkeypatch.setattr(vllm_sampler, "_sleep_mode", lambda: True)
+    return FakeLLM
+
+
+def _tiny(seed=0):
+    tok = build_char_tokenizer()
+    return build_tiny_model(ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), tok,
+                            seed=seed), tok
+
+
+def _sample(model, tok, **kw):
+    args = dict(n=2, max_new_tokens=40, temperature=1.0, top_p=1.0, greedy=False, seed=3, offsets=False)
+    args.update(kw)
+    return sampling._sample_from_lists(vllm_sampler.generate, model, tok, PROMPTS, **args)
+
+
+def test_engine_built_once_woken_and_put_to_sleep_around_every_generation(fake_vllm):
+    model, tok = _tiny()
+    _sample(model, tok)
+    _sample(model, tok)
+    assert len(fake_vllm.instances) == 1
+    llm = fake_vllm.instances[0]
+    assert llm.kwargs == {"dtype": "float32", "enable_sleep_mode": True}
+    assert [e[0] for e in llm.log] == ["load", "generate", "sleep", "wake", "load", "generate", "sleep"]
+    assert ("sleep", 1) in llm.log and llm.asleep
+
+
+@pytest.mark.parametrize("apply", [True, False], ids=["apply_model", "driver_worker"])
+def test_updated_weights_reach_the_engine_before_the_next_generation(fake_vllm, monkeypatch, apply):
+    monkeypatch.setattr(vllm_sampler.vllm, "LLM", lambda **kw: FakeLLM(**kw, apply=apply))
+    model, tok = _tiny(seed=1)
+    before = _sample(model, tok, n=1, max_new_tokens=12, greedy=True)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(-1.0)  # flips every logit: greedy now picks each step's argmin
+    after = _sample(model, tok, n=1, max_new_tokens=12, greedy=True)
+    assert after.completions != before.completions
+    ro = _sample(model, tok)
+    lp = token_logprobs(model, make_batch(ro, "cpu")) * ro.completion_mask
+    assert (lp - ro.logprobs).abs().max().item() < 1e-4
+
+
+def test_rollouts_from_engine_output(fake_vllm):
+    model, tok = _tiny()
+    ro = _sample(model, tok, n=3, max_new_tokens=60)
+    assert ro.num_sequences == 9 and ro.prompts == [p for p in PROMPTS for _ in range(3)]
+    eos = tok.eos_token_id
+    for i in range(ro.num_sequences):
+        L = int(ro.completion_mask[i].sum())
+        ids = ro.completion_ids[i, :L].tolist()
+        assert ro.finished[i] == (ids[-1] == eos) and eos not in ids[:-1]
+        assert ro.completion_mask[i, L:].sum() == 0
+    assert any(ro.finished) and not all(ro.finished)
