@@ -117,7 +117,7 @@ def _overrides(a) -> list[str]:
             f"sampling.samples_per_prompt={a.group}", f"sampling.max_new_tokens={a.max_new_tokens}",
             f"sampling.temperature={a.temperature}", f"train.prompts_per_step={a.prompts}",
             f"train.micro_batch_size={a.micro_batch}", f"train.lr={a.lr}", f"train.threads={a.threads}",
-            f"seed={a.seed}", "device=cpu"]
+            f"seed={a.seed}", "device=cpu", *[f"model.{kv}" for kv in a.model]]  # the saved model's shape
 
 
 def worker_ours(a) -> dict:
@@ -422,7 +422,8 @@ def run_setting(a, mdir: str, threads: int, length: str, roof: float, errors: li
               "--group", str(a.group), "--max-new-tokens", str(a.max_new_tokens),
               "--micro-batch", str(a.micro_batch), "--beta", str(a.beta), "--eps", str(a.eps),
               "--lr", str(a.lr), "--temperature", str(a.temperature), "--seed", str(a.seed),
-              "--warmup", str(a.warmup), "--steps", str(a.steps), "--length", length]
+              "--warmup", str(a.warmup), "--steps", str(a.steps), "--length", length,
+              *[x for kv in a.model for x in ("--model", kv)]]
     print(f"\n## {threads} thread(s), {length} length"
           f"{' (every row ' + str(a.max_new_tokens) + ' new tokens)' if length == 'forced' else ' (rows stop at EOS)'}"
           f", sgemm roof {roof:.1f} GFLOP/s", flush=True)

@@ -56,8 +56,13 @@ def _sigterm_as_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _overrides(args) -> list[str]:
+    """``--set`` overrides, then ``--output-dir`` as ``output_dir=`` (the flag wins)."""
+    return list(args.set) + ([f"output_dir={args.output_dir}"] if getattr(args, "output_dir", None) else [])
+
+
 def cmd_train(args) -> int:
-    cfg = load_config(args.config, args.set)
+    cfg = load_config(args.config, _overrides(args))
     check_device(cfg.device)
     check_output_dir(cfg.output_dir, "output_dir")
     if cfg.warmup.cache_dir and cfg.model.name_or_path == "tiny" and cfg.warmup.enabled:
@@ -117,7 +122,7 @@ def cmd_quickstart(args) -> int:
 
 
 def cmd_warmup(args) -> int:
-    cfg = load_config(args.config, args.set)
+    cfg = load_config(args.config, _overrides(args))
     check_device(cfg.device)
     task = get_task(cfg.task)
     _, _, info = starting_checkpoint(cfg, task, resolve_device(cfg.device), progress=True)
@@ -141,6 +146,7 @@ def register(sub) -> None:
                                    "an interrupted run and skips a finished one.")
     p.add_argument("config", help="YAML config (see `harness config` for every field)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
+    p.add_argument("--output-dir", help="results root (default: the config's output_dir, results)")
     p.add_argument("--restart", action="store_true", help="ignore a checkpoint / finished summary and start over")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_train)
@@ -165,6 +171,8 @@ def register(sub) -> None:
                    help="YAML config whose model, task and warm-up settings name the checkpoint "
                         "(default: the quickstart's)")
     w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
+    w.add_argument("--output-dir", help="results root; the cache is <output_dir>/_cache/warmup unless "
+                                        "warmup.cache_dir is set (default: results)")
     w.set_defaults(func=cmd_warmup)
 
     c = sub.add_parser("config", help="list every config field with its default and meaning",

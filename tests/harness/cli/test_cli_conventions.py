@@ -53,6 +53,17 @@ def test_output_dir_everywhere_out_is_a_hidden_alias():
     assert subs["report"].parse_args(["s", "--out", "x"]).out == "x"
     assert subs["report"].parse_args(["s", "--output-dir", "y"]).out == "y"
     assert subs["eval"].parse_args(["--model", "m", "--out", "x"]).out == "x"
+    # every command that writes results takes --output-dir
+    for name in ("train", "quickstart", "warmup", "sweep", "report", "eval"):
+        assert "--output-dir" in subs[name].format_help(), name
+
+
+def test_train_and_warmup_output_dir_sets_the_results_root(tmp_path):
+    from harness.cli.train import _overrides
+    subs, _ = _subparsers(build_parser())
+    args = subs["train"].parse_args(["c.yaml", "--set", "output_dir=a", "--output-dir", str(tmp_path)])
+    assert _overrides(args) == ["output_dir=a", f"output_dir={tmp_path}"]   # the flag wins (applied last)
+    assert _overrides(subs["warmup"].parse_args(["--set", "seed=1"])) == ["seed=1"]
 
 
 def test_only_has_one_list_syntax_in_quickstart_and_sweep():
