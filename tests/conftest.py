@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,12 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(1)
+
+# A shell starts background jobs with SIGINT ignored, and children inherit that: the Ctrl-C tests
+# (sweep, `harness ui`) would then send a signal their subprocess never sees. Give this process a
+# handler, so that subprocesses start with the default disposition however pytest was launched.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -129,8 +129,12 @@ def test_sync_to_wandb_is_idempotent(tmp_path):
                             "rollout/reward_mean": 0.77}) + "\n")
     assert main(["sync", str(sweep), "--to", "wandb"]) == 0
     (new,) = offline_runs(grpo)
-    assert new != dirs[grpo.name][0]
-    assert [p.name for p in (grpo / "wandb" / "superseded").iterdir()] == [dirs[grpo.name][0].name]
+    # the outdated replay moved aside whole (wandb names offline runs by the second, so within one
+    # second the new replay has the same folder name as the old one: compare contents, not paths)
+    (old,) = (grpo / "wandb" / "superseded").iterdir()
+    assert old.name == dirs[grpo.name][0].name
+    old_hist = [x for x in inspect_records(old) if x["type"] == "history"]
+    assert len(old_hist) == len(read_jsonl(grpo / "metrics.jsonl")) - 1
     hist = [x["history"]["item"] for x in inspect_records(new) if x["type"] == "history"]
     assert len(hist) == len(read_jsonl(grpo / "metrics.jsonl"))
     assert hist[-1]["rollout/reward_mean"] == 0.77 and hist[-1]["budget/consumed"] == 1152
