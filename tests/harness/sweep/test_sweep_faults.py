@@ -5,53 +5,21 @@ run that cannot start, and SIGTERM to a worker or to the launcher (the run is re
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from harness.rundir import summary as summary_mod
-from harness.rundir.layout import read_json, read_jsonl
+from harness.rundir.layout import read_json
 from harness.sweep import launchers
 from harness.sweep import run as sweep_run
 from harness.sweep.plan import load_sweep
-from harness.sweep.run import run_sweep
-import support_paths
+from sweep_testing import assert_resumed, launch, run_inproc, signal_and_wait, sweep_file, wait_steps
 
-FAKE = "sweep_fake_trainer:train"
 FULL = "enospc_trainer:train"
-
-
-def env(**extra) -> dict:
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(support_paths.REPO), str(support_paths.SUPPORT)])
-    e.pop("CUDA_VISIBLE_DEVICES", None)
-    e.update({k: str(v) for k, v in extra.items()})
-    return e
-
-
-def sweep_file(tmp_path: Path, body: str) -> Path:
-    p = tmp_path / "s.yaml"
-    p.write_text("config:\n  train.prompts_per_step: 2\n  sampling.samples_per_prompt: 4\n" + body)
-    return p
-
-
-def run_inproc(path: Path, out: Path, train: str = FAKE) -> tuple[int, str]:
-    old = dict(os.environ)
-    os.environ.update(env())
-    buf = io.StringIO()
-    try:
-        rc = run_sweep(load_sweep(path, output_dir=str(out)), train=train, progress=False, stream=buf)
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
-    return rc, buf.getvalue()
 
 
 def _enospc(*a, **kw):
@@ -112,31 +80,10 @@ launcher: {workers: 1, cpus: 1}
     assert not (out / "nostart" / "sweep.json").exists()
 
 
-def _wait_steps(sw, runs, proc, n: int, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"sweep ended (rc {proc.returncode}) early: {proc.stdout.read()}")
-        steps = [(read_json(r.run_dir / "checkpoint" / "state.json") or {}).get("step", 0) for r in runs]
-        if min(steps) >= n:
-            return
-        time.sleep(0.1)
-    pytest.fail("runs did not start")
-
-
-def _launch(path: Path, out: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "harness.cli.main", "sweep", str(path), "--output-dir", str(out), "--no-progress"]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env(HARNESS_TRAIN_FN=FAKE, FAKE_STEP_SECONDS=0.1), cwd=path.parent)
-
-
 def _assert_resumes(path: Path, out: Path, run) -> None:
     rc, text = run_inproc(path, out)
     assert rc == 0, text
-    s = read_json(run.run_dir / "summary.json")
-    assert s["status"] == "finished" and s["fake"]["resumed"] == 1          # resumed, not restarted
-    steps = [row["step"] for row in read_jsonl(run.run_dir / "metrics.jsonl") if "rollout/reward_mean" in row]
-    assert steps == list(range(1, 26))                                      # none lost or logged twice
+    assert_resumed(run)
 
 
 def test_sigterm_to_a_worker_marks_it_interrupted_and_the_sweep_goes_on(tmp_path):
@@ -147,15 +94,10 @@ launcher: {workers: 1}
 """)
     out = tmp_path / "out"
     sw = load_sweep(path, output_dir=str(out))
-    proc = _launch(path, out)
-    try:
-        _wait_steps(sw, sw.runs[:1], proc, 3)
-        pid = read_json(sw.runs[0].run_dir / "summary.json")["fake"]["pid"]
-        os.kill(pid, signal.SIGTERM)
-        stdout, _ = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc = launch(path, out, "--no-progress")
+    wait_steps(sw.runs[:1], proc, 3)
+    pid = read_json(sw.runs[0].run_dir / "summary.json")["fake"]["pid"]
+    stdout = signal_and_wait(proc, lambda: os.kill(pid, signal.SIGTERM))
     assert proc.returncode == 130, stdout
     assert "interrupted: 1 in-flight run(s) marked interrupted" in stdout
     first, second = (read_json(r.run_dir / "summary.json") for r in sw.runs)
@@ -174,15 +116,10 @@ launcher: {workers: 1}
 """)
     out = tmp_path / "out"
     sw = load_sweep(path, output_dir=str(out))
-    proc = _launch(path, out)
-    try:
-        _wait_steps(sw, sw.runs, proc, 3)
-        pid = read_json(sw.runs[0].run_dir / "summary.json")["fake"]["pid"]
-        proc.send_signal(signal.SIGTERM)
-        stdout, _ = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc = launch(path, out, "--no-progress")
+    wait_steps(sw.runs, proc, 3)
+    pid = read_json(sw.runs[0].run_dir / "summary.json")["fake"]["pid"]
+    stdout = signal_and_wait(proc, lambda: proc.send_signal(signal.SIGTERM))
     assert proc.returncode == 130, stdout
     assert "interrupted: 1 in-flight run(s) marked interrupted" in stdout and "Traceback" not in stdout
     with pytest.raises(ProcessLookupError):                                 # no worker left behind

@@ -10,60 +10,20 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
 from harness.sweep.launchers import default_workers, gpu_slots
 from harness.rundir.layout import read_json, read_jsonl
 from harness.sweep.plan import load_sweep
-from harness.sweep.run import _lock, run_sweep
+from harness.sweep.run import _lock
 from harness.sweep.spec import SweepError
 from harness.sweep.progress import Progress
 import support_paths
+from sweep_testing import (assert_resumed, calls, env, launch, run_cli, run_inproc, signal_and_wait,
+                           sweep_file, wait_steps)
 
 REPO = support_paths.REPO
-TESTS = support_paths.SUPPORT
-FAKE = "sweep_fake_trainer:train"
-
-
-def env(**extra) -> dict:
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(REPO), str(TESTS)])
-    e.pop("CUDA_VISIBLE_DEVICES", None)
-    e.update({k: str(v) for k, v in extra.items()})
-    return e
-
-
-def sweep_file(tmp_path: Path, body: str, name: str = "s.yaml") -> Path:
-    p = tmp_path / name
-    p.write_text("config:\n  train.prompts_per_step: 2\n  sampling.samples_per_prompt: 4\n" + body)
-    return p
-
-
-def run_cli(path: Path, out: Path, *args, timeout=120, **envs) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "harness.cli.main", "sweep", str(path), "--output-dir", str(out), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env(HARNESS_TRAIN_FN=FAKE, **envs), cwd=path.parent,
-                          timeout=timeout)
-
-
-def run_inproc(path: Path, out: Path, **kw) -> tuple[int, str]:
-    """run_sweep in this process (saves a driver start-up); workers still get fresh processes."""
-    old_env = dict(os.environ)
-    os.environ.update(env())
-    buf = io.StringIO()
-    try:
-        rc = run_sweep(load_sweep(path, output_dir=str(out)), train=FAKE, progress=False, stream=buf, **kw)
-    finally:
-        os.environ.clear()
-        os.environ.update(old_env)
-    return rc, buf.getvalue()
-
-
-def calls(out: Path) -> list[str]:
-    p = out / "calls.log"
-    return [line.split()[0] for line in p.read_text().splitlines()] if p.exists() else []
 
 
 def test_failing_runs_are_isolated_and_recorded(tmp_path):
@@ -151,24 +111,10 @@ launcher: {workers: 2}
 """)
     out = tmp_path / "out"
     sw = load_sweep(path, output_dir=str(out))
-    cmd = [sys.executable, "-m", "harness.cli.main", "sweep", str(path), "--output-dir", str(out), "--refresh", "0.5"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env(HARNESS_TRAIN_FN=FAKE, FAKE_STEP_SECONDS=0.25), cwd=tmp_path)
-    try:
-        deadline = time.time() + 60
-        while time.time() < deadline:   # both runs checkpointed a few steps
-            steps = [(read_json(r.run_dir / "checkpoint" / "state.json") or {}).get("step", 0) for r in sw.runs]
-            if min(steps) >= 3:
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail("runs did not start")
-        pids = [read_json(r.run_dir / "summary.json")["fake"]["pid"] for r in sw.runs]
-        proc.send_signal(signal.SIGINT)
-        stdout, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc = launch(path, out, "--refresh", "0.5", step_seconds=0.25, cwd=tmp_path)
+    wait_steps(sw.runs, proc, 3)   # both runs checkpointed a few steps
+    pids = [read_json(r.run_dir / "summary.json")["fake"]["pid"] for r in sw.runs]
+    stdout = signal_and_wait(proc, lambda: proc.send_signal(signal.SIGINT), timeout=60)
     assert proc.returncode == 130, stdout
     assert "interrupted: 2 in-flight run(s) marked interrupted" in stdout
     assert "running" in stdout and "/200 samples" in stdout      # the live table was printed
@@ -186,11 +132,7 @@ launcher: {workers: 2}
     rc, text = run_inproc(path, out)
     assert rc == 0, text
     for r in sw.runs:
-        s = read_json(r.run_dir / "summary.json")
-        assert s["status"] == "finished" and s["fake"]["resumed"] == 1       # resumed, not restarted
-        rows = read_jsonl(r.run_dir / "metrics.jsonl")
-        steps = [row["step"] for row in rows if "rollout/reward_mean" in row]
-        assert steps == list(range(1, 26))                     # no step lost or logged twice
+        assert_resumed(r)
 
 
 def test_gpu_slots_threads_and_env_reach_workers(tmp_path):
