@@ -111,10 +111,14 @@ class FlopCount:
         self.mode = FlopCounterMode(display=False)
         self.mode.__enter__()
 
+    def so_far(self) -> int:
+        """FLOPs counted since ``start`` (the counter keeps running)."""
+        return int(self.mode.get_total_flops())
+
     def stop(self) -> Optional[int]:
         if self.mode is not None:
             self.mode.__exit__(None, None, None)
-            self.total = int(self.mode.get_total_flops())
+            self.total = self.so_far()
             self.mode = None
         return self.total
 

@@ -87,7 +87,7 @@ def run_backend(backend: str, a) -> dict:
             ro = sample(policy, tok, [task.format_prompt(p) for p in problems], n=a.group,
                         max_new_tokens=a.max_new_tokens, temperature=cfg.sampling.temperature,
                         seed=stage_seed(cfg.seed, k), offsets=False, backend=backend)
-        gen_flops = flops.mode.get_total_flops() if counted else None
+        gen_flops = flops.so_far() if counted else None
         with perf.phase("score"):
             rewards, step_rewards = score(task, [p for p in problems for _ in range(a.group)], ro)
         torch.manual_seed(stage_seed(cfg.seed, k))

@@ -15,7 +15,7 @@ without a summary, a tracker given a bare id). Imports nothing of the project bu
 from __future__ import annotations
 
 import re
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 from harness.config.base import effective_dict, stable_hash
 
@@ -34,10 +34,6 @@ class RunIdParts(NamedTuple):
     hash: Optional[str]
 
 
-def _digest(obj: Any, length: int) -> str:
-    return stable_hash(obj, length, integral_floats_as_ints=True)
-
-
 def format_run_id(algorithm: str, seed: int, digest: str) -> str:
     """``<algorithm>-s<seed>-<digest>``."""
     return f"{algorithm}-s{seed}-{digest}"
@@ -52,7 +48,7 @@ def run_id(cfg) -> str:
         d["warmup"].pop("cache_dir", None)  # where the warm-up is cached, not what it is
     if isinstance(d.get("train"), dict):
         d["train"].pop("checkpoint_minutes", None)  # how often it saves, not what it computes
-    return format_run_id(cfg.algorithm.name, cfg.seed, _digest(d, HASH_LENGTH))
+    return format_run_id(cfg.algorithm.name, cfg.seed, stable_hash(d, HASH_LENGTH, integral_floats_as_ints=True))
 
 
 def parse_run_id(rid: str) -> RunIdParts:

@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness.config.schema import config_from_dict
+from harness.engine.distributed import DEEPSPEED_DIR
 from harness.rundir.layout import ERROR_TXT, SUMMARY, read_json
 from harness.rundir.summary import _base_summary, _consumed, mark_interrupted, record_failure, write_summary  # noqa: F401  (re-exported)
-from harness.engine.distributed import DEEPSPEED_DIR
 
 __all__ = ["RunSpec", "LaunchOptions", "RunResult", "LocalLauncher", "RayLauncher", "run_worker",
            "callable_path", "resolve_callable", "gpu_count", "gpu_slots", "default_workers",
