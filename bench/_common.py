@@ -12,16 +12,28 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import torch
+from harness.engine import numerics
+
+# bench processes and their workers run in the harness's numerics mode (portable unless
+# GRPO_HARNESS_NUMERICS=native), pinned before torch runs a kernel
+NUMERICS = numerics.pin_process()
+
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def numerics_line() -> str:
+    """One line naming the numerics mode, what ATen and MKL use and the CPU, for every bench's header."""
+    st, cpu = numerics.state(NUMERICS), numerics.cpu_info()
+    return (f"numerics: {NUMERICS} (ATen {st['aten_capability']}, MKL CNR {st['mkl_cbwr']}); CPU: {cpu['model']}; "
+            f"set {numerics.ENV_MODE}=native for each library's fastest path")
+
+
 def thread_env(threads: int) -> dict:
-    """Environment for a worker process pinned to ``threads`` intra-op threads."""
-    env = dict(os.environ)
-    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[k] = str(threads)
+    """Environment for a worker process pinned to ``threads`` intra-op threads, in this
+    process's numerics mode."""
+    env = numerics.env_for(NUMERICS, threads)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     env.setdefault("HF_HUB_OFFLINE", "1")
@@ -206,7 +218,9 @@ blocks."""
 
 
 def print_floor(roofs: dict) -> None:
-    """One header line: the measured sgemm roof per thread count."""
+    """Header lines: the numerics mode, and the measured sgemm roof per thread count (in that mode:
+    portable numerics run MKL's COMPATIBLE branch, so the roof is lower than native's)."""
+    print(f"# {numerics_line()}", flush=True)
     print("# compute floor: sgemm roof (best of 7 float32 torch.mm 1024x1024, measured now) "
           + ", ".join(f"{t} thread{'s' if t > 1 else ''}: {r:.1f} GFLOP/s" for t, r in roofs.items()), flush=True)
 

@@ -5,8 +5,14 @@ import os
 import signal
 from pathlib import Path
 
-import pytest
-import torch
+from harness.engine import numerics
+
+# Portable numerics in the test process and every process it starts, before torch runs a kernel:
+# a test never depends on a value that the CPU kind can change (harness/engine/numerics.py).
+numerics.pin_process("portable")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("GRPO_HARNESS_DATA", ROOT.parent / "shared" / "data"))

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import torch
 
 from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
@@ -26,6 +25,7 @@ from harness.report.format import number, table
 from harness.config.base import to_dict
 from harness.config.schema import Config, TaskConfig, config_from_dict, load_config
 from harness.rundir.layout import CONFIG, SUMMARY, read_json
+from harness.engine import numerics
 from harness.engine.evaluate import evaluate
 from harness.engine.models import load_policy, resolve_device
 
@@ -73,7 +73,7 @@ def register(subparsers) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="parameter dtype (default: the run's model.dtype, else float32)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = library default)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: 2 in portable numerics, or OMP_NUM_THREADS; torch's default in native)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -152,8 +152,8 @@ def _check_args(args) -> Optional[str]:
 
 
 def run(args) -> int:
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    mode = numerics.process_mode()  # GRPO_HARNESS_NUMERICS, default portable
+    numerics.enter(mode, numerics.resolve_threads(args.threads, mode))
     bad = _check_args(args)
     if bad:
         print(f"harness eval: {bad}", file=sys.stderr)

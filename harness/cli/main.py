@@ -14,7 +14,11 @@ import argparse
 import errno
 import sys
 
-from evals.datasets import DatasetError
+from harness.engine import numerics
+
+numerics.pin_process()  # before anything imports torch: portable unless GRPO_HARNESS_NUMERICS=native
+
+from evals.datasets import DatasetError  # noqa: E402 (after the numerics pins)
 from harness.cli import eval as eval_cmd
 from harness.cli import report as report_cmd
 from harness.cli import sweep as sweep_cmd

@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 import yaml
 
 from evals.catalog import get_task
@@ -16,6 +15,7 @@ from harness.cli.checks import check_device, check_output_dir
 from harness.cli.polish import count, split_list
 from harness.config.base import effective_dict
 from harness.config.schema import describe, load_config
+from harness.engine import numerics
 from harness.engine.models import resolve_device
 from harness.report.build import build_report
 from harness.report.tables import format_table
@@ -102,7 +102,7 @@ def cmd_quickstart(args) -> int:
     print(format_plan(sw))
     cfg = runs[0].config
     task = get_task(cfg.task)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    numerics.enter(cfg.numerics, 0)  # the warm-up sets its own thread count (warmup.threads)
     _, _, info = starting_checkpoint(cfg, task, resolve_device(cfg.device), progress=not args.no_progress)
     print(f"warm-up checkpoint: {info['source']} ({'cached' if info.get('cached') else 'trained now'})")
     only = [r.run_id for r in runs] if args.only else None
@@ -124,6 +124,7 @@ def cmd_quickstart(args) -> int:
 def cmd_warmup(args) -> int:
     cfg = load_config(args.config, _overrides(args))
     check_device(cfg.device)
+    numerics.enter(cfg.numerics, 0)  # the warm-up sets its own thread count (warmup.threads)
     task = get_task(cfg.task)
     _, _, info = starting_checkpoint(cfg, task, resolve_device(cfg.device), progress=True)
     print(json.dumps({k: v for k, v in info.items() if k != "config"}, indent=2))

@@ -25,6 +25,7 @@ from harness.config.base import (ConfigError, check, check_choice, deep_merge, e
 from harness.rundir.budget import BUDGET_UNITS  # noqa: F401  (owner: harness.rundir.budget)
 from harness.rundir.ids import run_id  # noqa: F401  (owner: harness.rundir.ids)
 from harness.rundir.layout import write_text_atomic
+from harness.engine.numerics import MODES as NUMERICS_MODES
 
 __all__ = [
     "Config", "ModelConfig", "TaskConfig", "WarmupConfig", "SamplingConfig", "TrainConfig",
@@ -129,6 +130,9 @@ class WarmupConfig:
     """Where warm-up checkpoints are cached (keyed by a hash of model+task+warmup); default
     ``<output_dir>/_cache/warmup``, so every run and sweep under one output directory shares
     it wherever the command is started. Does not enter the run id."""
+    threads: int = 2
+    """torch CPU threads of the warm-up: a fixed number, not the machine's cores, because the
+    thread count changes how sums are split and so the checkpoint (it enters the cache key)."""
     per_seed: bool = False
     """Train one warm-up per run seed (the seed initialises the model and orders its data),
     shared by every algorithm of that seed; false: one warm-up (seed 0) for every run. A
@@ -139,6 +143,7 @@ class WarmupConfig:
         check(self.examples_per_step >= 1, "warmup.examples_per_step", self.examples_per_step, "must be >= 1")
         check(self.lr > 0, "warmup.lr", self.lr, "must be > 0")
         check(0 <= self.final_lr_fraction <= 1, "warmup.final_lr_fraction", self.final_lr_fraction, "must be in [0, 1]")
+        check(1 <= self.threads <= 1024, "warmup.threads", self.threads, "must be between 1 and 1024")
 
 
 @dataclass(frozen=True)
@@ -201,7 +206,9 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     """Gradient-norm clipping (0 = off)."""
     threads: int = 0
-    """torch CPU threads (0 = library default)."""
+    """torch CPU threads. 0: in portable numerics, the launcher's cpus per run (OMP_NUM_THREADS)
+    or else 2, never the machine's core count (results depend on it); in native numerics,
+    torch's default."""
     save_final_model: bool = True
     """Save the final policy (and tokenizer) to <run_dir>/final_model for `harness eval`."""
     reuse_warmup_optimizer: bool = False
@@ -403,6 +410,11 @@ class Config:
     """Root of run outputs."""
     device: str = "auto"
     """cpu, cuda, cuda:N, or auto (cuda when available)."""
+    numerics: str = "portable"
+    """portable: ATen, MKL and oneDNN pinned to code paths that give the same bits on every
+    x86-64 CPU with AVX2 (Intel or AMD), and a fixed thread count; native: each library picks
+    this CPU's fastest path (results then differ between CPU kinds). See
+    harness/engine/numerics.py; every run records which it used."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy (and, for PPO, the critic backbone)."""
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -426,6 +438,7 @@ class Config:
         check(is_safe_name(self.name), "name", self.name, NAME_RULE)
         check(bool(_DEVICE_RE.match(self.device)), "device", self.device, "must be auto, cpu, cuda or cuda:N")
         check(bool(self.output_dir), "output_dir", self.output_dir, "must be a directory path")
+        check(self.numerics in NUMERICS_MODES, "numerics", self.numerics, f"must be one of {', '.join(NUMERICS_MODES)}")
         try:
             algo = resolve(self.algorithm)
         except UnknownComponentError as e:

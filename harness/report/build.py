@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 import os
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from harness.report.plots import PLOT_TITLES, figures
 from harness.report.tables import (STAT_NOTE, formatted_table, paired_table, results_html, results_markdown,
                                    runs_display, runs_frame, runs_html, settings_table, write_csvs)
 from harness.rundir.layout import read_json
+from harness.rundir.provenance import describe as describe_provenance, portable_path
 from harness.rundir.read import RunData, flatten
 
 _CSS = """
@@ -131,12 +133,35 @@ def _comparison_sections(groups, df) -> list[tuple[str, str, tuple]]:
     return out
 
 
+def _where(sweep_dir: Path) -> str:
+    """The sweep folder as ``<results>/<name>``: no machine path in a report."""
+    return portable_path(str(Path(sweep_dir).resolve()), Path(sweep_dir).resolve().parent)
+
+
+def provenance_lines(runs: list) -> list[str]:
+    """What produced the runs: one block when they share code, CPU, numerics and versions,
+    else one block per distinct provenance with the runs it covers."""
+    groups: dict[str, tuple[dict, list[str]]] = {}
+    for r in runs:
+        prov = (r.summary or {}).get("provenance") or {}
+        key = json.dumps({k: v for k, v in prov.items() if k != "command"}, sort_keys=True, default=str)
+        groups.setdefault(key, (prov, []))[1].append(r.run_id)
+    if not groups:
+        return ["no runs"]
+    lines = []
+    for prov, ids in groups.values():
+        head = [] if len(groups) == 1 else [f"runs {', '.join(sorted(ids))}:"]
+        lines += head + [line for line in describe_provenance(prov) if not line.startswith("command:")]
+    return lines
+
+
 def _markdown(sweep: str, sweep_dir: Path, fdf, notes: list[str], plots: dict[str, Path], runs_table,
-              cols_table=None, sections=()) -> str:
+              cols_table=None, sections=(), runs_prov=()) -> str:
     """report.md: results table, notes, one section per plot, runs table."""
     hdr, rrows = runs_table
-    md = [f"# Report: {sweep}", "", f"Sweep directory: `{sweep_dir}`", "", results_markdown(fdf),
-          ""] + [f"- {n}" for n in notes] + [""]
+    md = [f"# Report: {sweep}", "", f"Sweep directory: `{_where(sweep_dir)}`", ""]
+    md += ["## Provenance", ""] + [f"- {line}" for line in provenance_lines(runs_prov)] + [""]
+    md += ["## Results", "", results_markdown(fdf), ""] + [f"- {n}" for n in notes] + [""]
     for title, _, (hdr_, rows_) in sections:
         md += [f"## {title}", "", table(hdr_, rows_, "markdown"), ""]
     for name, path in plots.items():
@@ -148,12 +173,14 @@ def _markdown(sweep: str, sweep_dir: Path, fdf, notes: list[str], plots: dict[st
 
 
 def _html(sweep: str, sweep_dir: Path, df, fdf, notes: list[str], pngs: dict[str, bytes], runs_df,
-          runs_table, cols_table=None, sections=()) -> str:
+          runs_table, cols_table=None, sections=(), runs_prov=()) -> str:
     """report.html: the same content as report.md, plots embedded as base64 PNG."""
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Report: {html.escape(sweep)}</title>"
              f"<style>{_CSS}</style></head><body>",
              f"<h1>Report: {html.escape(sweep)}</h1>",
-             f"<p class='note'>Sweep directory: <code>{html.escape(str(sweep_dir))}</code></p>",
+             f"<p class='note'>Sweep directory: <code>{html.escape(_where(sweep_dir))}</code></p>",
+             "<h2>Provenance</h2><ul class='note' id='provenance'>"
+             + "".join(f"<li>{html.escape(line)}</li>" for line in provenance_lines(runs_prov)) + "</ul>",
              "<h2>Results</h2>", results_html(df, fdf, "results-table"),
              "<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"]
     for title, tid, (hdr_, rows_) in sections:
@@ -207,8 +234,9 @@ def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     runs_table = runs_display(runs_df, tasks)
     md_path, html_path = out / "report.md", out / "report.html"
     cols_table = columns_table(runs, sweep_columns(sweep_dir) if columns is None else columns)
-    md_path.write_text(_markdown(sweep, sweep_dir, fdf, notes, plots, runs_table, cols_table, sections))
-    html_path.write_text(_html(sweep, sweep_dir, df, fdf, notes, pngs, runs_df, runs_table, cols_table, sections))
+    md_path.write_text(_markdown(sweep, sweep_dir, fdf, notes, plots, runs_table, cols_table, sections, done))
+    html_path.write_text(_html(sweep, sweep_dir, df, fdf, notes, pngs, runs_df, runs_table, cols_table, sections,
+                               done))
     return {"table": df, "runs": runs_df, "markdown": md_path, "html": html_path, "csv": csv_path,
             "runs_csv": runs_csv, "plots": dict(plots), "out_dir": out, "excluded": excluded,
             "selection": selection, "sections": sections}

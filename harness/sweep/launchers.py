@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness.config.schema import config_from_dict
+from harness.engine import numerics
 from harness.engine.distributed import DEEPSPEED_DIR
 from harness.rundir.layout import ERROR_TXT, SUMMARY, read_json
 from harness.rundir.summary import _base_summary, _consumed, mark_interrupted, record_failure, write_summary  # noqa: F401  (re-exported)
@@ -264,9 +265,16 @@ def conclude(spec: RunSpec, rc: Optional[int], seconds: float, crash: Optional[s
 
 
 def _payload(spec: RunSpec, opts: LaunchOptions) -> dict:
+    threads = max(1, opts.cpus // max(1, opts.procs))
+    mode = spec.config.get("numerics", numerics.DEFAULT_MODE)
+    # the run's numerics pins travel with it (local processes, Ray tasks, torchrun ranks): set in
+    # the worker's environment before torch runs a kernel there (`run_worker`)
+    pins = {k: v for k, v in numerics.env_for(mode, threads).items() if k in numerics.PINS or k.startswith(
+        ("GRPO_HARNESS_", "OMP_", "MKL_NUM", "OPENBLAS_NUM"))}
     return {"run_id": spec.run_id, "run_dir": spec.run_dir, "config": spec.config, "train": opts.train,
-            "threads": max(1, opts.cpus // max(1, opts.procs)), "procs": opts.procs, "cwd": os.getcwd(),
-            "sys_path": _sys_path_for(opts.train), "env": _run_env(opts)}
+            "threads": threads, "procs": opts.procs, "cwd": os.getcwd(),
+            "sys_path": _sys_path_for(opts.train), "env": {**_run_env(opts), **pins},
+            "numerics": mode}
 
 
 def _run_env(opts: LaunchOptions) -> dict:
@@ -311,6 +319,7 @@ def run_worker(payload: dict, sigterm: bool = False) -> int:
             sys.path.insert(0, p)
     for k, v in (payload.get("env") or {}).items():
         os.environ[k] = str(v)
+    numerics.pin_process(payload.get("numerics") or numerics.DEFAULT_MODE)
     threads = int(payload.get("threads") or 1)
     if int(payload.get("procs") or 1) > 1 and "LOCAL_RANK" not in os.environ:
         return _torchrun(payload)
@@ -409,7 +418,7 @@ class LocalLauncher:
         return workers, slots
 
     def _env(self, payload: dict, slot: Optional[str]) -> dict:
-        env = os.environ.copy()
+        env = numerics.env_for(payload.get("numerics") or numerics.DEFAULT_MODE, payload["threads"])
         env.update(payload["env"])
         env["PYTHONPATH"] = os.pathsep.join(payload["sys_path"] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         t = str(payload["threads"])

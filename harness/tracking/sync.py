@@ -31,6 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from harness.rundir import provenance
 from harness.rundir.read import RunData, find_run_dirs, load_run
 from harness.rundir.layout import read_json
 from harness.tracking.mlflow_tracker import (MlflowTracker, attempt_key, default_uri, first_row_time,
@@ -89,7 +90,7 @@ def replay_mlflow(run: RunData, uri: Optional[str] = None) -> dict:
     tr.attempt = attempt_key(first_row_time(run.run_dir))  # run identity: run dir + attempt
     start, end = run_span(run.summary, run.rows)  # the run's own times, not the sync's
     tr.start_ms, tr.end_ms = (None if t is None else int(round(t * 1000)) for t in (start, end))
-    tr.start(params={}, tags={})
+    tr.start(params={}, tags=provenance.tags((run.summary or {}).get("provenance") or {}))
     points = [p for row in run.rows for p in row_metrics(row, None, tr.unit)]
     summary_points = tr.summary_points(run.summary) if run.summary else []
     if tr.resumed:
@@ -132,7 +133,7 @@ def replay_wandb(run: RunData, project: Optional[str] = None, mode: Optional[str
     tr = WandbTracker(_tracker_cfg(run), run.run_dir, run.run_id, run.sweep, mode=mode, project=project)
     tr.unit = run.budget_unit
     tr.span = run_span(run.summary, run.rows)  # the run's own start and end, for the summary
-    tr.start(params={}, tags={})
+    tr.start(params={}, tags=provenance.tags((run.summary or {}).get("provenance") or {}))
     for row in run.rows:
         tr.log(row, None)
     run_path = tr.offline_dir

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+import torch
+
 from evals.catalog import get_task
 from harness.config.base import to_dict
 from harness.config.schema import Config, config_hash, ood_task_spec
@@ -78,10 +80,12 @@ def evaluate_point(model, tok, task, cfg: Config, step: int, out_dir: Path, fina
 
 def initial_eval_key(cfg: Config) -> str:
     """What the start evaluation depends on besides the checkpoint: the task, the evaluation
-    settings, the completion limit, the seed (sampling seeds) and the numerics (device, threads)."""
+    settings, the completion limit, the seed (sampling seeds) and the numerics (mode, device,
+    the thread count in force)."""
     return config_hash({"task": to_dict(cfg.task), "eval": to_dict(cfg.eval), "seed": cfg.seed,
                         "max_new_tokens": cfg.sampling.max_new_tokens, "device": cfg.device,
-                        "threads": cfg.train.threads, "dtype": cfg.model.dtype, "v": 1}, 12)
+                        "threads": torch.get_num_threads(),
+                        "numerics": cfg.numerics, "dtype": cfg.model.dtype, "v": 2}, 12)
 
 
 def _cache_dir(cfg: Config, start_info: dict) -> Optional[Path]:

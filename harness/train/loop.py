@@ -55,6 +55,7 @@ from algorithms.presets import resolve
 from evals.catalog import get_task
 from harness.config.base import flatten, to_dict
 from harness.config.schema import Config, save_config
+from harness.engine import numerics
 from harness.engine.distributed import Distributed
 from harness.engine.evaluate import evaluate as run_evaluation
 from harness.engine.learner import Learner, ValueModel
@@ -63,6 +64,7 @@ from harness.engine.perf import PerfTracker
 from harness.engine.sampling import char_to_token_index, sample
 from harness.rundir.budget import (STEP, budget_reached, consumed, eval_thresholds, new_counters, overshoot,
                                    row_counters, stage_samples, threshold_warning, thresholds_passed)
+from harness.rundir import provenance
 from harness.rundir.ids import run_id
 from harness.rundir.layout import CONFIG, METRICS, SUMMARY, MetricsWriter, remove_temp_files
 from harness.rundir.lock import RunBusy, lock_run_dir
@@ -195,6 +197,9 @@ def train(cfg: Config, *, resume: bool = True, progress: bool = True) -> dict:
     Under torchrun every rank calls this; only the main rank writes the run directory, and
     holds its lock (`harness.rundir.lock.lock_run_dir`) for the whole run: a second trainer
     on the same run raises `RunBusy` naming the holder before writing anything."""
+    # numerics first: the pins must be in force before torch runs a kernel here
+    nstate = numerics.enter(cfg.numerics, numerics.resolve_threads(cfg.train.threads, cfg.numerics),
+                            device=str(resolve_device(cfg.device)))
     dist = make_distributed(cfg)  # before any model is loaded (ZeRO-3: partitioned loading)
     out = run_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
@@ -208,14 +213,14 @@ def train(cfg: Config, *, resume: bool = True, progress: bool = True) -> dict:
     if busy:
         raise RunBusy(busy)
     try:
-        return _train_run(cfg, dist, out, resume, progress)
+        return _train_run(cfg, dist, out, resume, progress, nstate)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _train_run(cfg: Config, dist: Distributed, out: Path, resume: bool, progress: bool) -> dict:
-    """`train` with the run directory locked."""
+def _train_run(cfg: Config, dist: Distributed, out: Path, resume: bool, progress: bool, nstate: dict) -> dict:
+    """`train` with the run directory locked (``nstate``: the numerics in force)."""
     main = dist.is_main
     prev = dist.broadcast_object(read_summary(out) if main else None)
     if resume and prev and prev.get("status") == "finished":
@@ -225,6 +230,7 @@ def _train_run(cfg: Config, dist: Distributed, out: Path, resume: bool, progress
     rid = run_id(cfg)
     summary = new_summary(cfg, rid, {"mode": dist.mode, "world_size": dist.world_size}
                           if dist.is_distributed else None)
+    summary["provenance"] = provenance.collect(cfg.numerics, results_root=cfg.output_dir, numerics_state=nstate)
     if main:
         write_summary(out, summary)
     trackers = open_trackers(cfg, out, rid, sweep=cfg.name) if main else TrackerSet([])
@@ -232,7 +238,8 @@ def _train_run(cfg: Config, dist: Distributed, out: Path, resume: bool, progress
     try:
         writer = MetricsWriter(out / METRICS) if main else None
         trackers.start(flatten(to_dict(cfg)), {"algorithm": cfg.algorithm.name, "sweep": cfg.name,
-                                               "seed": str(cfg.seed), "run_id": rid})
+                                               "seed": str(cfg.seed), "run_id": rid,
+                                               **provenance.tags(summary["provenance"])})
         summary = _train(_Run(cfg, out, dist, summary, writer, trackers), resume, progress)
         summary["status"] = "finished"
         if main:
@@ -282,9 +289,7 @@ def _train(run: _Run, resume: bool, progress: bool) -> dict:
 
 def _setup(run: _Run, progress: bool) -> None:
     """Threads, device, task, reward model, seeds, the models and the learner."""
-    cfg, dist = run.cfg, run.dist
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+    cfg, dist = run.cfg, run.dist  # threads: set with the numerics (`train`)
     run.device = dist.device if dist.is_distributed else resolve_device(cfg.device)
     run.perf = PerfTracker(run.device)
     algo = resolve(cfg.algorithm)

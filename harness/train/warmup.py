@@ -40,7 +40,9 @@ def warmup_key(cfg: Config) -> str:
     if warm.pop("per_seed", False):  # absent when off: the keys of shared warm-ups do not change
         warm["seed"] = warmup_seed(cfg)
     model = to_dict(cfg.model)
-    return config_hash({"model": model, "task": task, "warmup": warm, "v": 2}, 12)
+    # the numerics mode enters the key: a checkpoint built in native mode on one CPU kind is
+    # never read by a portable run (warm["threads"] is in it already)
+    return config_hash({"model": model, "task": task, "warmup": warm, "numerics": cfg.numerics, "v": 3}, 12)
 
 
 def warmup_cache_root(cfg: Config) -> Path:
@@ -82,6 +84,17 @@ def sft_loss(model, ids, mask, pos, labels):
 
 
 def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) -> dict:
+    """Train the warm-up into ``out`` with ``warmup.threads`` threads (the caller's count is
+    restored after), in this process's numerics."""
+    prev = torch.get_num_threads()
+    torch.set_num_threads(cfg.warmup.threads)
+    try:
+        return _train_warmup(cfg, task, out, device, progress)
+    finally:
+        torch.set_num_threads(prev)
+
+
+def _train_warmup(cfg: Config, task, out: Path, device, progress: bool) -> dict:
     from tqdm.auto import tqdm
 
     tok = build_char_tokenizer()
@@ -121,6 +134,7 @@ def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) ->
         if s % 20 == 0:
             bar.set_postfix(loss=f"{ema:.3f}")
     meta = {"key": out.name, "seed": seed, "steps": w.steps, "final_loss": ema, "seconds": time.time() - t0,
+            "threads": torch.get_num_threads(), "numerics": cfg.numerics,
             "config": {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "warmup": to_dict(cfg.warmup)}}
     # written beside the cache entry, then renamed into place: a reader never sees half a
     # checkpoint, and a write cut short (a full disk) leaves no ``.tmp`` folder behind

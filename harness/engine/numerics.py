@@ -1,0 +1,270 @@
+"""Numerics mode: the same numbers on every x86-64 CPU with AVX2, or the fastest path this CPU has.
+
+Three libraries inside torch choose a code path by the CPU they find, and each path sums in
+its own order, so the same run gives other weights on another CPU kind:
+
+- ATen's vectorised kernels (softmax, norms, exp/log, reductions) dispatch on the widest ISA
+  the CPU has (AVX-512 or AVX2); ``ATEN_CPU_CAPABILITY`` fixes it. Read at the first kernel.
+- MKL's sgemm (every linear layer) dispatches on the CPU *and its vendor*. Its conditional
+  numerical reproducibility (``MKL_CBWR``) pins a branch, but on non-Intel CPUs every branch
+  except ``COMPATIBLE`` silently falls back to ``AUTO`` (MKL's documentation says so, and
+  ``MKL_VERBOSE=1`` prints ``CNR:AUTO`` for ``MKL_CBWR=AVX2`` on an AMD EPYC). ``COMPATIBLE``
+  (SSE2 without the vendor-specific rcpps/rsqrtps) is the one branch that gives the same
+  bits on Intel and AMD; ``STRICT`` adds independence from the data's alignment. Read at
+  MKL's first call (and settable then through ``mkl_serv_cbwr_set``).
+- oneDNN's JIT picks its ISA; ``ONEDNN_MAX_CPU_ISA`` caps it.
+- Thread counts split reductions and MKL's blocking: results depend on them, so a run's
+  thread count is a fixed number from its config, never the machine's core count.
+
+``portable`` (the default) fixes all of these before torch runs a kernel, in every process the
+harness starts (CLI, sweep workers, Ray tasks, torchrun ranks, bench workers); ``native``
+lets each library pick its fastest path. Which one a run used, and whether the pins took
+effect, is part of its provenance (`harness.rundir.provenance`). Portability cannot hold on
+another architecture, on a CPU without AVX2, or for CUDA kernels: the record says so.
+
+This module imports no torch at import time: the CLI imports it first.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from typing import Optional
+
+MODES = ("portable", "native")
+DEFAULT_MODE = "portable"
+ENV_MODE = "GRPO_HARNESS_NUMERICS"  # the mode a process starts in (set by the harness for its children)
+ENV_INHERITED = "GRPO_HARNESS_INHERITED_PINS"  # the pinned variables as they were before the harness set them
+DEFAULT_THREADS = 2  # portable mode, train.threads = 0 and no OMP_NUM_THREADS: a fixed count, not the cores
+
+# what portable mode sets, before torch runs a kernel (children inherit it)
+PINS = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_CBWR": "COMPATIBLE,STRICT",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "DNNL_MAX_CPU_ISA": "AVX2",  # oneDNN's older name for the same cap
+    "MKL_DYNAMIC": "FALSE",      # MKL may not lower its thread count on its own
+    "OMP_DYNAMIC": "FALSE",
+}
+MKL_CBWR_COMPATIBLE_STRICT = 3 | 0x10000  # mkl_cbwr.h: MKL_CBWR_COMPATIBLE | MKL_CBWR_STRICT
+_MKL_BRANCHES = {0: "OFF", 1: "BRANCH_OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 8: "SSE4_2", 9: "AVX",
+                 10: "AVX2", 12: "AVX512", 14: "AVX512_E1", 15: "AVX512_E2", 16: "AVX512_E3",
+                 17: "AVX512_E4", 18: "AVX2_E1", 19: "AVX512_E5"}
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512bw", "avx512vl",
+             "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "avx_vnni")
+
+
+class NumericsError(RuntimeError):
+    """Portable numerics were asked for, but this process already runs other kernels."""
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"numerics must be one of {', '.join(MODES)} (got {mode!r})")
+    return mode
+
+
+def process_mode() -> str:
+    """The mode this process was started in: ``GRPO_HARNESS_NUMERICS`` or the default."""
+    m = os.environ.get(ENV_MODE, "").strip().lower() or DEFAULT_MODE
+    return m if m in MODES else DEFAULT_MODE
+
+
+def _inherited(env) -> dict:
+    """The pinned variables as the user (or the machine's setup) had them before the harness
+    pinned anything: recorded once, in ``GRPO_HARNESS_INHERITED_PINS``, so that a native run
+    restores them instead of a portable parent's values."""
+    raw = env.get(ENV_INHERITED)
+    if raw is not None:
+        try:
+            return {k: str(v) for k, v in json.loads(raw).items() if k in PINS}
+        except (ValueError, AttributeError):
+            return {}
+    return {k: env[k] for k in PINS if k in env}
+
+
+def env_for(mode: str, threads: Optional[int] = None, base: Optional[dict] = None) -> dict:
+    """The environment of a child process in ``mode`` (``base``: a copy of os.environ by
+    default): portable sets the pins; native puts back what was there before the harness
+    pinned anything (`_inherited`). ``threads`` also sets the thread variables."""
+    env = dict(os.environ if base is None else base)
+    inherited = _inherited(env)
+    env[ENV_INHERITED] = json.dumps(inherited, sort_keys=True)
+    env[ENV_MODE] = check_mode(mode)
+    for k, v in PINS.items():
+        if mode == "portable":
+            env[k] = v
+        elif k in inherited:
+            env[k] = inherited[k]
+        else:
+            env.pop(k, None)
+    if threads:
+        t = str(int(threads))
+        env.update(OMP_NUM_THREADS=t, MKL_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t)
+    return env
+
+
+def pin_process(mode: Optional[str] = None) -> str:
+    """Set this process's environment for ``mode`` (default: `process_mode`). Call it before
+    torch runs a kernel: the CLI does it before importing torch. Returns the mode."""
+    mode = check_mode(mode or process_mode())
+    new = env_for(mode)
+    for k in set(PINS) - set(new):
+        os.environ.pop(k, None)
+    os.environ.update({k: v for k, v in new.items() if os.environ.get(k) != v})
+    if "torch" in sys.modules and mode == "portable":  # MKL's branch can still be set before its first call
+        _mkl_set(MKL_CBWR_COMPATIBLE_STRICT)
+    return mode
+
+
+def resolve_threads(train_threads: int, mode: str) -> int:
+    """The thread count of a run: ``train.threads`` when set; else in portable mode
+    OMP_NUM_THREADS when the launcher or the user set it, else `DEFAULT_THREADS`; in native
+    mode 0 (torch's default, the machine's cores)."""
+    if train_threads:
+        return int(train_threads)
+    if mode == "portable":
+        try:
+            return max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
+        except ValueError:
+            return DEFAULT_THREADS
+    return 0
+
+
+def enter(mode: str, threads: int, device: str = "cpu") -> dict:
+    """Apply ``mode`` and ``threads`` to this process and return what took effect (see
+    `state`). Raises `NumericsError` when portable numerics were asked for and torch already
+    runs other kernels here (it ran one before the pins were set): the run would not be
+    portable, and saying so after the fact is worse than refusing before any work."""
+    import torch
+
+    check_mode(mode)
+    pin_process(mode)
+    if threads:
+        torch.set_num_threads(int(threads))
+        for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # for children (DeepSpeed, verifier pools)
+            os.environ[k] = str(int(threads))
+    st = state(mode, device)
+    if mode == "portable" and st["pinned"] is False:
+        raise NumericsError(
+            f"numerics: portable was asked for, but this process already runs {st['why']}. Start Python with "
+            f"{ENV_MODE}=portable (the harness CLI does), call harness.engine.numerics.pin_process() before "
+            f"torch runs any kernel, or set numerics: native")
+    return st
+
+
+def _torch_lib():
+    import ctypes
+    import torch
+
+    path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    try:
+        return ctypes.CDLL(path)
+    except OSError:
+        return None
+
+
+def _mkl_fn(name: str):
+    lib = _torch_lib()
+    fn = getattr(lib, name, None) if lib is not None else None
+    return fn
+
+
+def _mkl_set(setting: Optional[int]) -> Optional[int]:
+    """mkl_cbwr_set before MKL's first call (returns MKL's status; None without MKL)."""
+    if setting is None:
+        return None
+    fn = _mkl_fn("mkl_serv_cbwr_set")
+    return None if fn is None else int(fn(setting))
+
+
+def mkl_branch() -> Optional[str]:
+    """MKL's CNR setting in force, e.g. ``COMPATIBLE,STRICT``, ``OFF``; None without MKL."""
+    import ctypes
+
+    fn = _mkl_fn("mkl_serv_cbwr_get")
+    if fn is None:
+        return None
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+    v = int(fn(-1))  # MKL_CBWR_ALL
+    if v < 0:
+        return f"error {v}"
+    name = _MKL_BRANCHES.get(v & 0xFFFF, str(v & 0xFFFF))
+    return name + (",STRICT" if v & 0x10000 else "")
+
+
+def mkl_version() -> Optional[str]:
+    import ctypes
+
+    fn = _mkl_fn("MKL_Get_Version_String")
+    if fn is None:
+        return None
+    buf = ctypes.create_string_buffer(256)
+    fn(buf, 256)
+    return buf.value.decode(errors="replace").strip()
+
+
+def cpu_info() -> dict:
+    """CPU model, vendor, architecture and the vector-ISA flags that matter here."""
+    model, vendor, flags = platform.processor() or "", "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                k = k.strip()
+                if k == "model name" and not model.strip():
+                    model = v.strip()
+                elif k == "model name":
+                    model = v.strip()
+                elif k == "vendor_id":
+                    vendor = v.strip()
+                elif k == "flags" and not flags:
+                    flags = set(v.split())
+                if k == "processor" and v.strip() == "1":
+                    break
+    except OSError:
+        pass
+    return {"model": model or platform.machine(), "vendor": vendor, "arch": platform.machine(),
+            "isa": [f for f in ISA_FLAGS if f in flags], "cores": os.cpu_count()}
+
+
+def state(mode: str, device: str = "cpu") -> dict:
+    """What is in force in this process: the mode asked for, the pins in the environment, the
+    ISA ATen and MKL actually use, thread counts, and ``portable``: whether the result is
+    expected to be bit-identical on every x86-64 CPU with AVX2 (with ``why`` when not).
+    ``pinned`` is False when portable pins were asked for but did not take effect."""
+    import torch
+
+    cpu = cpu_info()
+    aten = torch.backends.cpu.get_cpu_capability()
+    mkl = mkl_branch()
+    st = {"mode": mode, "pins": {k: os.environ.get(k) for k in PINS},
+          "aten_capability": aten, "mkl_cbwr": mkl,
+          "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+          "device": str(device), "pinned": None, "portable": False, "why": ""}
+    if mode != "portable":
+        st["why"] = "numerics: native (each library picks this CPU's fastest path)"
+        return st
+    wrong = []
+    if aten != "AVX2":
+        wrong.append(f"ATen kernels at {aten} (pinned: AVX2)")
+    if mkl is not None and mkl != "COMPATIBLE,STRICT":
+        wrong.append(f"MKL at CNR {mkl} (pinned: COMPATIBLE,STRICT)")
+    if cpu["arch"] not in ("x86_64", "AMD64"):
+        st["why"] = f"architecture {cpu['arch']}: portable numerics cover x86-64 only"
+    elif "avx2" not in cpu["isa"] or "fma" not in cpu["isa"]:
+        st["why"] = "this CPU has no AVX2/FMA: ATen falls back to its default kernels"
+    elif wrong:
+        st["pinned"] = False
+        st["why"] = "; ".join(wrong)
+    elif str(device).startswith("cuda"):
+        st["pinned"] = True
+        st["why"] = "CUDA kernels are not covered by the CPU pins"
+    elif mkl is None and torch.backends.mkl.is_available() is False:
+        st["pinned"] = True
+        st["why"] = "torch is built without MKL: its BLAS is not pinned"
+    else:
+        st["pinned"] = True
+        st["portable"] = True
+    return st
