@@ -30,9 +30,12 @@ same whatever the generator's seed or difficulty knobs.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 import re
-from typing import Optional
+import warnings
+from functools import lru_cache
+from typing import NamedTuple, Optional
 
 from evals.tasks import Problem, StepReward, Task, TaskSpec, register_task
 
@@ -48,6 +51,64 @@ def _apply(a: int, op: str, b: int) -> int:
 
 def is_heldout(expr: str) -> bool:
     return int(hashlib.sha256(expr.encode()).hexdigest()[:8], 16) % HELDOUT_MOD == 0
+
+
+COUNT_EXACTLY = 50_000
+"""Problem spaces of at most this many expressions are enumerated to count their held-out
+problems exactly (~0.1 s); larger ones hold about 1 in ``HELDOUT_MOD`` held out (the hash is
+uniform), which is what :func:`problem_space` then reports."""
+_COUNT_CAP = 10 ** 18  # spaces larger than this are only known to be larger
+
+
+class ProblemSpace(NamedTuple):
+    """How many distinct problems a task's knobs allow, and how many of them are held out."""
+
+    total: int
+    """Distinct expressions (capped at 10**18)."""
+    heldout: int
+    """Of them in the held-out bucket (the test and validation sets draw from it; training never)."""
+    exact: bool
+    """``heldout`` counted (a small space), or estimated as total / HELDOUT_MOD."""
+
+    @property
+    def train(self) -> int:
+        """Expressions training and the warm-up may draw."""
+        return self.total - self.heldout
+
+
+def problem_space(cfg) -> ProblemSpace:
+    """The distinct expressions a task spec's knobs (``min_ops``..``max_ops`` operations over
+    operands ``min_operand``..``max_operand`` and the distinct ``operators``) allow, and how many
+    fall in the held-out bucket: counted exactly when there are at most `COUNT_EXACTLY` of them.
+    Operands are written without a sign and separated by operators, so every (operands,
+    operators) choice is a distinct expression."""
+    return _problem_space(int(cfg.min_ops), int(cfg.max_ops), int(cfg.min_operand), int(cfg.max_operand),
+                          "".join(sorted(set(cfg.operators))))
+
+
+@lru_cache(maxsize=64)
+def _problem_space(min_ops: int, max_ops: int, lo: int, hi: int, ops: str) -> ProblemSpace:
+    n, m = hi - lo + 1, len(ops)
+    if n < 1 or m < 1 or max_ops < min_ops:
+        return ProblemSpace(0, 0, True)
+    if n * m == 1:  # one expression per number of operations
+        total = max_ops - min_ops + 1
+    else:  # the terms grow geometrically: the cap is passed within ~60 of them
+        total = 0
+        for k in range(min_ops, max_ops + 1):
+            total += n ** (k + 1) * m ** k
+            if total > _COUNT_CAP:
+                total = _COUNT_CAP
+                break
+    if total > COUNT_EXACTLY:
+        return ProblemSpace(total, total // HELDOUT_MOD, False)
+    held = 0
+    operands = [str(v) for v in range(lo, hi + 1)]
+    for k in range(min_ops, max_ops + 1):
+        for nums in itertools.product(operands, repeat=k + 1):
+            for chosen in itertools.product(ops, repeat=k):
+                held += is_heldout("".join(a + o for a, o in zip(nums, chosen)) + nums[-1])
+    return ProblemSpace(total, held, True)
 
 
 def admissible(ops: list[str], i: int) -> bool:
@@ -103,6 +164,39 @@ def solution_text(expr: str, left_to_right: bool = False) -> str:
     return ";".join(f"{a}{op}{b}={c}" for a, op, b, c in steps) + f";#{steps[-1][3]}"
 
 
+def describe_knobs(cfg) -> str:
+    """``1..1 operations on operands 1..1 with '+'``: the knobs that size the problem space."""
+    ops = "".join(sorted(set(cfg.operators)))
+    return (f"{cfg.min_ops}..{cfg.max_ops} operations on operands {cfg.min_operand}..{cfg.max_operand} "
+            f"with {ops!r}")
+
+
+def space_problem(cfg, evaluate_only: bool = False) -> Optional[str]:
+    """Why the knobs of ``cfg`` leave nothing to evaluate or (unless ``evaluate_only``) nothing to
+    train on (None if they do not): the held-out bucket is empty, or every expression is in it
+    (the warm-up and training would draw forever)."""
+    space = problem_space(cfg)
+    if not space.exact:
+        return None
+    knobs = describe_knobs(cfg)
+    what = f"{space.total:,} expression{'s' if space.total != 1 else ''}"
+    if space.heldout == 0:
+        return (f"these arith knobs ({knobs}) allow {what} and none is held out for evaluation (1 in "
+                f"{HELDOUT_MOD} is, by a hash of its text): widen the task (max_operand, operators, max_ops)")
+    if space.train == 0 and not evaluate_only:
+        return (f"these arith knobs ({knobs}) allow {what}, all held out for evaluation, so there is "
+                f"nothing to train on: widen the task (max_operand, operators, max_ops)")
+    return None
+
+
+def held_out_shortfall(cfg, wanted: int) -> Optional[int]:
+    """The number of held-out problems the knobs of ``cfg`` allow when it is smaller than
+    ``wanted`` (None otherwise, or when the space is too large to count: then about 1 in
+    ``HELDOUT_MOD`` of :func:`problem_space`'s total)."""
+    space = problem_space(cfg)
+    return space.heldout if space.exact and wanted > space.heldout else None
+
+
 class ArithTask(Task):
     name = "arith"
     has_process_rewards = True
@@ -128,9 +222,16 @@ class ArithTask(Task):
     def sample_train(self, rng: random.Random, n: int) -> list[Problem]:
         out = []
         q = self.cfg.demo_error_rate
+        misses = 0
         while len(out) < n:
             e = self.random_expr(rng)
-            if not is_heldout(e):
+            if is_heldout(e):
+                misses += 1
+                if misses == 100_000 and not problem_space(self.cfg).train:  # else 1 in 10 is held out
+                    raise ValueError("arith: every expression these task knobs allow is held out for "
+                                     "evaluation, so there is nothing to train on: widen the task "
+                                     "(max_operand, operators, max_ops)")
+            else:
                 p = self.make_problem(e)
                 if q > 0 and rng.random() < q:  # imperfect demonstration (warm-up target only)
                     p = Problem(p.id, p.question, p.answer, solution_text(e, left_to_right=True),
@@ -149,12 +250,21 @@ class ArithTask(Task):
         rng = random.Random(stream)
         seen, out = set(exclude), []
         tries = 0
+        space = problem_space(self.cfg)
+        # a small space's held-out bucket is counted: stop once all of it is drawn (the same problems
+        # as drawing on to the tries limit, without the wait)
+        left = space.heldout - sum(map(is_heldout, seen)) if space.exact else None
         while len(out) < self.cfg.eval_size and tries < 200 * self.cfg.eval_size:
+            if left is not None and len(out) >= left:
+                return out  # every held-out problem there is (`held_out_shortfall` told the user)
             tries += 1
             e = self.random_expr(rng)
             if is_heldout(e) and e not in seen:
                 seen.add(e)
                 out.append(self.make_problem(e))
+        if len(out) < self.cfg.eval_size:
+            warnings.warn(f"arith: drew {len(out)} of the {self.cfg.eval_size} held-out problems asked for "
+                          f"({stream}) in {tries:,} tries; the set is smaller than task.eval_size", stacklevel=3)
         return out
 
     def validation_problems(self) -> list[Problem]:

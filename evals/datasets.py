@@ -40,6 +40,7 @@ answer; the text from that marker on is ignored.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -258,9 +259,23 @@ class DatasetTask(Task):
         return probs
 
     def _hub_rows(self, split: str) -> list[tuple[str, dict]]:
-        import datasets  # the Hugging Face package (optional, online use)
         name, config = self._hub
-        ds = datasets.load_dataset(name, config, split=split)
+        src = f"hf:{name}{':' + config if config else ''}"
+        try:
+            import datasets  # the Hugging Face package (optional, online use)
+        except ImportError:
+            raise DatasetError(f"task {self.name}: {src} needs the datasets package (pip install datasets), "
+                               f"or give a local JSONL file as the data path") from None
+        try:
+            ds = datasets.load_dataset(name, config, split=split)
+        except Exception as e:  # offline (ConnectionError), no such dataset, config or split
+            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS):
+                raise  # the machine, not the name: the command line says so (exit 3)
+            why = " ".join(str(e).split()) or type(e).__name__
+            why = why if len(why) <= 200 else why[:200] + "..."
+            raise DatasetError(f"task {self.name}: cannot load {src} [{split}] ({type(e).__name__}: {why}): "
+                               f"check the name and the network, or download it beforehand and give its "
+                               f"JSONL file as the data path") from None
         out = []
         for i, row in enumerate(ds):
             where = f"hf:{name}[{split}] row {i}"

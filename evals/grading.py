@@ -22,9 +22,12 @@ degree signs, ``\\text{}`` / ``\\mathrm{}`` wrappers, unit words after a number
 ``\\dfrac`` / ``\\tfrac`` -> ``\\frac``, a leading ``x =``, multiple-choice ``(A)`` -> ``A``.
 
 Equivalence (:func:`is_equiv`) has fast paths (equal normalised strings; two plain numbers
-compared exactly as fractions) and otherwise asks ``math_verify`` (parse + verify, sympy
-fallback) in a separate worker process under a per-answer time limit: a reply that is late
-kills the worker (it is restarted for the next request) and the answer is graded wrong.
+compared exactly as fractions) and otherwise asks ``math_verify`` (parse + verify; when it
+cannot parse a side, or is not installed, a fallback that parses both sides with a small
+whitelisted grammar into sympy expressions and never evaluates the answer's text, so an answer
+written as code grades wrong and runs nothing) in a separate worker process under a
+per-answer time limit: a reply that is late kills the worker (it is restarted for the next
+request) and the answer is graded wrong.
 ``math_verify``'s own signal-based timeouts are off (``parsing_timeout=None``,
 ``timeout_seconds=None``), so grading works from any thread. Ordered pairs and intervals
 keep their order: ``(1,2)`` and ``(2,1)`` differ.

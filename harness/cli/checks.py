@@ -60,7 +60,7 @@ def check_runs_folder(path: str | os.PathLike, field: str) -> list[Path]:
         raise ConfigError(f"{field}={str(path)!r} is invalid: no such directory")
     if not p.is_dir():
         raise ConfigError(f"{field}={str(path)!r} is invalid: not a directory")
-    runs = find_run_dirs(p)
+    runs = find_run_dirs(p, skip_unreadable=False)  # presence only: a broken run still counts
     if not runs:
         raise ConfigError(f"{field}={str(path)!r} is invalid: no run directories under it "
                           f"(a run directory holds metrics.jsonl or summary.json)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -22,12 +23,15 @@ from typing import Optional
 from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
 from harness.report.format import number, table
-from harness.config.base import to_dict
-from harness.config.schema import Config, TaskConfig, config_from_dict, load_config
+from evals.arith import held_out_shortfall
+from harness.config.base import ConfigError, brief, to_dict
+from harness.config.schema import (MAX_NEW_TOKENS, MAX_PER_STEP, MAX_SEED, Config, TaskConfig, config_from_dict,
+                                   load_config)
 from harness.rundir.layout import CONFIG, SUMMARY, read_json
 from harness.engine import numerics
+from harness.rundir import provenance
 from harness.engine.evaluate import evaluate
-from harness.engine.models import load_policy, resolve_device
+from harness.engine.models import ModelLoadError, check_model_folder, load_policy, resolve_device, resolve_model_path
 
 TASKS = ("gsm8k", "math", "math500", "arith")
 RUN_EVAL_BATCH = 256
@@ -115,6 +119,9 @@ def resolve_run(model: str, config: Optional[str]) -> tuple[Optional[Config], Op
     run_dir = None
     if p.is_dir() and (p / "final_model").is_dir() and ((p / CONFIG).is_file() or (p / SUMMARY).is_file()):
         run_dir, model = p, str(p / "final_model")
+    elif p.is_dir() and ((p / CONFIG).is_file() or (p / SUMMARY).is_file()) and not (p / "config.json").is_file():
+        raise ModelLoadError(f"--model {p}: a run directory without final_model ({_why_no_model(p)}): evaluate a "
+                             f"run that finished with train.save_final_model: true, or give a model folder")
     elif p.name == "final_model" and ((p.parent / CONFIG).is_file() or (p.parent / SUMMARY).is_file()):
         run_dir = p.parent
     if config:
@@ -123,46 +130,108 @@ def resolve_run(model: str, config: Optional[str]) -> tuple[Optional[Config], Op
     return cfg, (str(run_dir) if cfg is not None else None), model
 
 
+def _why_no_model(run_dir: Path) -> str:
+    """Why a run directory has no final_model, as far as its summary.json says."""
+    summary = read_json(run_dir / SUMMARY, None)
+    status = summary.get("status") if isinstance(summary, dict) else None
+    if status == "finished":
+        return "the run finished with train.save_final_model: false"
+    return f"its summary.json says {status!r}" if isinstance(status, str) else "it has no summary.json status"
+
+
+# task fields the eval options set, for messages about them
+_TASK_FLAGS = {"task.data_path": "--data", "task.few_shot": "--few-shot", "task.eval_size": "--limit",
+               "task.seed": "--task-seed"}
+
+
 def task_spec(args, cfg: Optional[Config]) -> TaskConfig:
     """The task to score: the run's ``task`` section when there is a run (and ``--task`` names its
     task or nothing), else ``--task`` with the task's default generator seed; ``--task-seed``,
-    ``--data`` and ``--few-shot`` override either."""
+    ``--data`` and ``--few-shot`` override either. Validated as a config's task section is (arith
+    refuses ``--data`` and ``--few-shot``; its knobs must leave problems to evaluate); a message
+    about a field an option set names the option."""
     if cfg is not None and args.task in (None, cfg.task.name):
         over = {k: v for k, v in (("seed", args.task_seed), ("data_path", args.data), ("few_shot", args.few_shot))
                 if v is not None}
-        return dataclasses.replace(cfg.task, **over)
-    name = args.task or "gsm8k"
-    # --limit 0: the whole test split (arith generates its default held-out set)
-    size = args.limit if args.limit > 0 else (TaskConfig().eval_size if name == "arith" else 10**9)
-    return TaskConfig(name=name, data_path=args.data, few_shot=args.few_shot or 0, eval_size=size,
-                      seed=TaskConfig().seed if args.task_seed is None else args.task_seed)
+        spec = dataclasses.replace(cfg.task, **over)
+    else:
+        name = args.task or "gsm8k"
+        # --limit 0: the whole test split (arith generates its default held-out set)
+        size = args.limit if args.limit > 0 else (TaskConfig().eval_size if name == "arith" else 10**9)
+        spec = TaskConfig(name=name, data_path=args.data, few_shot=args.few_shot or 0, eval_size=size,
+                          seed=TaskConfig().seed if args.task_seed is None else args.task_seed)
+    try:
+        spec.validate()
+    except ConfigError as e:
+        msg = str(e)
+        flag = next((f for field, f in _TASK_FLAGS.items() if msg.startswith(field) and _given(args, f)), None)
+        raise ConfigError(f"{msg} (from {flag})" if flag else msg) from None
+    return spec
+
+
+def _given(args, flag: str) -> bool:
+    value = {"--data": args.data, "--few-shot": args.few_shot, "--limit": args.limit or None,
+             "--task-seed": args.task_seed}[flag]
+    return value is not None
 
 
 def _check_args(args) -> Optional[str]:
-    """The first invalid option as a message, or None."""
-    for name, v, lo in (("--n", args.n, 0), ("--limit", args.limit, 0), ("--few-shot", args.few_shot, 0),
-                        ("--max-new-tokens", args.max_new_tokens, 1), ("--batch-size", args.batch_size, 1)):
+    """The first invalid option as a message, or None: the rules of the config fields they stand
+    for (eval.n, sampling.max_new_tokens, sampling.temperature, sampling.top_p, seed, train.threads)."""
+    for name, v, lo, hi in (("--n", args.n, 0, MAX_PER_STEP), ("--limit", args.limit, 0, None),
+                            ("--few-shot", args.few_shot, 0, None),
+                            ("--max-new-tokens", args.max_new_tokens, 1, MAX_NEW_TOKENS),
+                            ("--batch-size", args.batch_size, 1, None), ("--seed", args.seed, 0, MAX_SEED),
+                            ("--threads", args.threads, 0, None)):
         if v is not None and v < lo:
             return f"{name} must be >= {lo}, got {v}"
+        if v is not None and hi is not None and v > hi:
+            return f"{name} must be <= {hi:,}, got {brief(v)}"
     if args.no_greedy and args.n == 0:
         return "--no-greedy with --n 0 evaluates nothing: give --n >= 1 or drop --no-greedy"
-    if args.temperature <= 0:
-        return f"--temperature must be > 0, got {args.temperature}"
+    if not (math.isfinite(args.temperature) and args.temperature > 0):
+        return f"--temperature must be a finite number > 0, got {args.temperature}"
+    if not 0 < args.top_p <= 1:  # NaN fails too
+        return f"--top-p must be in (0, 1] (1 = off), got {args.top_p}"
     return None
 
 
+def _check_context(args, folder: str) -> None:
+    """``--max-new-tokens`` within the model's context (``max_position_embeddings`` of its
+    config.json): decoding preallocates the cache for prompt + completion, so a larger limit asks
+    for memory the model could never use (the built-in tiny model holds model.max_length tokens)."""
+    if args.max_new_tokens is None:
+        return
+    conf = read_json(Path(folder) / "config.json", None)
+    ctx = conf.get("max_position_embeddings") if isinstance(conf, dict) else None
+    if isinstance(ctx, int) and not isinstance(ctx, bool) and 0 < ctx < args.max_new_tokens:
+        raise ConfigError(f"--max-new-tokens {args.max_new_tokens} is invalid: the model's context holds "
+                          f"{ctx:,} tokens (max_position_embeddings in {Path(folder) / 'config.json'}), prompt "
+                          f"included: give at most {ctx:,} minus the prompt's length")
+
+
 def run(args) -> int:
-    mode = numerics.process_mode()  # GRPO_HARNESS_NUMERICS, default portable
-    numerics.enter(mode, numerics.resolve_threads(args.threads, mode))
     bad = _check_args(args)
     if bad:
         print(f"harness eval: {bad}", file=sys.stderr)
         return 2
+    mode = numerics.process_mode()  # GRPO_HARNESS_NUMERICS, default portable
+    numerics.enter(mode, numerics.resolve_threads(args.threads, mode))
     check_device(args.device, "--device")
-    if args.out:
+    if args.out is not None:
         check_output_dir(args.out, "--output-dir")
     cfg, run_source, model_path = resolve_run(args.model, args.config)
     spec = task_spec(args, cfg)
+    if spec.name == "arith":
+        have = held_out_shortfall(spec, spec.eval_size)
+        if have is not None:
+            print(f"harness eval: warning: {'--limit ' + str(args.limit) if cfg is None else 'the run config'} asks "
+                  f"for {spec.eval_size} arith problems and its knobs allow only {have} held-out ones: "
+                  f"evaluating {have}", file=sys.stderr)
+    if not args.gguf_file and not model_path.endswith(".gguf"):
+        folder = resolve_model_path(model_path)
+        check_model_folder(folder)  # before the problems are read or drawn
+        _check_context(args, folder)
     task = get_task(spec)
     problems = task.eval_problems()
     if cfg is not None and args.limit > 0:
@@ -186,7 +255,10 @@ def run(args) -> int:
             "n": args.n, "greedy": not args.no_greedy, "temperature": args.temperature, "top_p": args.top_p,
             "max_new_tokens": max_new, "seed": args.seed, "batch_size": batch_size, "dtype": dtype, "time": t0}
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{spec.name}_metrics.json").write_text(json.dumps({"metrics": metrics, "settings": meta}, indent=1))
+    prov = provenance.collect(mode, results_root=out.parent,
+                              numerics_state=numerics.state(mode, str(resolve_device(args.device))))
+    (out / f"{spec.name}_metrics.json").write_text(json.dumps({"metrics": metrics, "settings": meta,
+                                                               "provenance": prov}, indent=1))
     print(f"{spec.name}: {model_name}" + (f" (task from the run config {run_source})" if run_source else ""))
     print(format_table(metrics, spec.name))
     print(f"wrote {out / (spec.name + '_metrics.json')} and {out / (spec.name + '.jsonl')}")

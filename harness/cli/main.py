@@ -3,8 +3,13 @@
 Each module of this package registers its subcommands with ``register(subparsers)`` and
 sets ``func`` (the handler, which returns an exit code). This is the one place that turns
 what a handler raises into an exit code: a config (or sweep file) error and a missing file
-are 2, so is a run directory another trainer holds (`RunBusy`); a full disk or quota
-(ENOSPC / EDQUOT, wherever it is raised) is 3, one line naming the path; Ctrl-C is 130.
+are 2, so is a run directory another trainer holds (`RunBusy`) and a run file that is there
+but unusable (`RunFileError`: a corrupt checkpoint or summary, a FIFO as metrics.jsonl), a model
+folder that cannot be loaded (`ModelLoadError`) and an option given as ''; every such error prints
+as one line of at most ~1,000 characters (`harness.cli.polish.one_line`); the
+environment is 3, one line naming the path: a full disk or quota (ENOSPC / EDQUOT, wherever
+it is raised, also as torch's or safetensors' RuntimeError: `harness.rundir.layout.disk_error`)
+and a file or disk that may not be written (EACCES / EPERM / EROFS); Ctrl-C is 130.
 
     python -m harness.cli.main sweep sweeps/quickstart.yaml --dry-run   # same as `harness sweep ...`
 """
@@ -23,9 +28,11 @@ from harness.cli import eval as eval_cmd
 from harness.cli import report as report_cmd
 from harness.cli import sweep as sweep_cmd
 from harness.cli import tracking as tracking_cmd
-from harness.cli.polish import blame_override, finish_parser, hydra_hint, quiet_third_party
+from harness.cli.polish import blame_override, empty_argument, finish_parser, hydra_hint, one_line, quiet_third_party
 from harness.cli import train as train_cmd
 from harness.config.base import ConfigError
+from harness.engine.models import ModelLoadError
+from harness.rundir.layout import NO_PERMISSION, NO_SPACE, RunFileError, disk_error
 from harness.rundir.lock import RunBusy
 
 GROUPS = (
@@ -37,7 +44,7 @@ GROUPS = (
 )
 COMMAND_MODULES = [m.__name__ for m in GROUPS]
 EXIT_NO_SPACE = 3
-NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+EXIT_ENVIRONMENT = EXIT_NO_SPACE  # a full disk, or one that may not be written
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,38 +89,69 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    empty = empty_argument(parser, args)  # `--output-dir ''` would read as "not given" or as "."
+    if empty:
+        print(f"harness {args.command}: {empty}", file=sys.stderr)
+        return 2
     quiet_third_party(getattr(args, "verbose", False))
     try:
         rc = args.func(args)
     except ConfigError as e:
-        print(f"harness: config error: {blame_override(str(e), getattr(args, 'set', None))}", file=sys.stderr)
+        print(one_line(f"harness: config error: {blame_override(str(e), getattr(args, 'set', None))}"), file=sys.stderr)
         return 2
     except FileNotFoundError as e:
-        print(f"harness: {e}", file=sys.stderr)
+        print(one_line(f"harness: {e}"), file=sys.stderr)
         return 2
-    except (DatasetError, RunBusy) as e:  # bad data file; another process writes the run
-        print(f"harness {args.command}: {e}", file=sys.stderr)
+    except (DatasetError, RunBusy, RunFileError, ModelLoadError) as e:  # bad data, run file or model; another
+        print(one_line(f"harness {args.command}: {e}"), file=sys.stderr)  # process writes the run
         return 2
     except FloatingPointError as e:  # a run that went non-finite: recorded failed, traceback in error.txt
         print(f"harness {args.command}: run failed: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        if e.errno not in NO_SPACE:
-            raise
-        print(_no_space_line(args.command, e), file=sys.stderr)
-        return EXIT_NO_SPACE
+        if e.errno in NO_SPACE:
+            print(_no_space_line(args.command, e), file=sys.stderr)
+            return EXIT_NO_SPACE
+        if e.errno in NO_PERMISSION:
+            print(_no_permission_line(args.command, e), file=sys.stderr)
+            return EXIT_ENVIRONMENT
+        raise
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # torch.save / safetensors on a full disk: a RuntimeError / SafetensorError
+        full = disk_error(e)
+        if full is None:
+            raise
+        if not full.filename:
+            full.filename = getattr(e, "filename", None)
+        print(_no_space_line(args.command, full, e), file=sys.stderr)
+        return EXIT_NO_SPACE
     return int(rc or 0)
 
 
-def _no_space_line(command: str, e: OSError) -> str:
+def _stale(e: BaseException) -> str:
+    """What the line adds when the run's status could not be recorded (``record_exception``)."""
+    where = getattr(e, "unrecorded", None)
+    return f"; the run's status could not be recorded ({where} still says running)" if where else ""
+
+
+def _no_space_line(command: str, e: OSError, raised: BaseException | None = None) -> str:
     """The one line for a full disk: what, where, and what to do (the run that hit it is
     marked failed where there was room, its temporary files removed; re-running resumes)."""
-    where = f" writing {e.filename}" if e.filename else ""
-    return (f"harness {command}: out of disk space{where} ({e.strerror or e}): free space (or raise the "
-            f"quota) and re-run the same command to resume from the last checkpoint")
+    target = e.filename2 or e.filename  # a copy (shutil) names its source first, the file written second
+    where = f" writing {target}" if target else ""
+    return (f"harness {command}: out of disk space{where} ({e.strerror or e}){_stale(raised or e)}: free space "
+            f"(or raise the quota) and re-run the same command to resume from the last checkpoint")
+
+
+def _no_permission_line(command: str, e: OSError) -> str:
+    """The one line for a file or disk that may not be written (made read-only mid-run, a
+    read-only mount): what, where, and what to do (re-running resumes from the checkpoint)."""
+    where = f" on {e.filename}" if e.filename else ""
+    fix = "remount it read-write" if e.errno == errno.EROFS else "make it (and its folder) writable for this user"
+    return (f"harness {command}: permission denied{where} ({e.strerror or e}){_stale(e)}: {fix} and re-run the "
+            f"same command to resume from the last checkpoint")
 
 
 if __name__ == "__main__":

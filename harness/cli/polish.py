@@ -92,6 +92,35 @@ def blame_override(message: str, overrides: Optional[Iterable[str]]) -> str:
     return message
 
 
+LINE_LIMIT = 1000
+"""Most characters of an error line the command line prints (:func:`one_line`)."""
+
+
+def one_line(message: str, limit: int = LINE_LIMIT) -> str:
+    """``message`` as the one line an error prints: line breaks become spaces, and a message
+    longer than ``limit`` (a huge value echoed by some check) keeps its start (what is wrong)
+    and its end (what to do) around ``...``."""
+    text = " ".join(str(message).split("\n"))
+    if len(text) <= limit:
+        return text
+    tail = limit // 4
+    return f"{text[:limit - tail - 30]} ... ({len(text) - limit:,} characters left out) ... {text[-tail:]}"
+
+
+def empty_argument(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optional[str]:
+    """The refusal of an option or argument given as the empty string (``--output-dir ''``), which
+    would otherwise read as "not given" or as the current directory; None if there is none."""
+    sub = _subparsers(parser).get(getattr(args, "command", None) or "")
+    for action in (sub._actions if sub is not None else []):
+        if action.dest in ("help", "version") or action.default == "":
+            continue
+        if getattr(args, action.dest, None) == "":
+            name = max(action.option_strings, key=len) if action.option_strings else action.dest
+            return (f"{name} '' is invalid: an empty value; give a path or value"
+                    + (", or leave the option out for its default" if action.option_strings else ""))
+    return None
+
+
 def count(value: Any, unit: str = "") -> str:
     """A counter as people read it: ``32,768 samples``, never ``32768.0``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

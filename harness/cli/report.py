@@ -31,6 +31,8 @@ def cmd_report(args) -> int:
           f"{len(res['plots'])} plots in {res['out_dir'] / 'plots'}")
     if res["excluded"]:
         print(f"excluded (not finished): {', '.join(res['excluded'])}")
+    for line in res.get("unusable", []):
+        print(f"harness report: warning: run {line}", file=sys.stderr)
     return 0
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.tracking import sync as tracking_sync
 from harness.cli.checks import check_runs_folder
-from harness.tracking.sync import start_ui, stop_group, sync, ui_store, wait_healthy
+from harness.tracking.sync import exposure_warning, start_ui, stop_group, sync, ui_store, wait_healthy
 from harness.rundir.read import find_run_dirs
 
 _INSTALL = "is not installed (pip install 'grpo-harness[track]')"
@@ -33,9 +33,15 @@ def cmd_sync(args) -> int:
     if args.to in ("mlflow", "wandb") and _missing(args.to):
         print(f"harness sync: {args.to} {_INSTALL}", file=sys.stderr)
         return 2
-    results = sync(args.results_dir, args.to, uri=args.uri, project=args.project, mode=args.mode)
-    failed = [r for r in results if "error" in r]
-    print(f"synced {len(results) - len(failed)}/{len(results)} runs to {args.to}")
+    skipped: list[dict] = []
+    results = sync(args.results_dir, args.to, uri=args.uri, project=args.project, mode=args.mode, skipped=skipped)
+    failed = skipped + [r for r in results if "error" in r]
+    total = len(results) + len(skipped)
+    print(f"synced {total - len(failed)}/{total} runs to {args.to}")
+    if failed:  # the good runs are synced; each bad one is named with its reason
+        print(f"harness sync: {len(failed)} run(s) not synced:", file=sys.stderr)
+        for r in sorted(failed, key=lambda r: r["run_dir"]):
+            print(f"  {r['run_dir']}: {r['error']}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -89,6 +95,9 @@ def cmd_ui(args) -> int:
     if not (root / "mlflow.db").exists():
         _say_nothing_to_show(args.results_dir, root)
     url = f"http://{args.host}:{args.port}"
+    warning = exposure_warning(args.host, args.port, root)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     proc = start_ui(root, args.port, args.host)
     print(f"MLflow UI for {root / 'mlflow.db'}: {url}  (server pid {proc.pid}, process group {proc.pid}; Ctrl-C stops it)",
           flush=True)
@@ -119,7 +128,7 @@ def register(subparsers) -> None:
     doc = tracking_sync.__doc__.split("\n\n")
     p = subparsers.add_parser(
         "sync", help="replay run directories into MLflow or wandb (idempotent)",
-        description=doc[1] + "\n\n" + doc[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+        description="\n\n".join(doc[1:4]), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results_dir", help="results root, a sweep directory or a run directory")
     p.add_argument("--to", choices=["mlflow", "wandb"], required=True, help="tracker to fill in")
     p.add_argument("--uri", default=None,
@@ -137,6 +146,8 @@ def register(subparsers) -> None:
                     "with `harness sync --to mlflow` appear under one experiment per sweep.")
     u.add_argument("results_dir", nargs="?", default="results", help="results root (default: results)")
     u.add_argument("--port", type=int, default=5000, help="port (default 5000)")
-    u.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1; other hosts need "
-                                                        "mlflow's --allowed-hosts, not set here)")
+    u.add_argument("--host", default="127.0.0.1",
+                   help="interface (default 127.0.0.1). Anything else (0.0.0.0: every interface) lets anyone who "
+                        "reaches the port read and change the runs: the MLflow server has no login, and its "
+                        "Host/CORS checks are no authentication; a warning says so. Prefer an SSH tunnel")
     u.set_defaults(func=cmd_ui)

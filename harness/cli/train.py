@@ -14,9 +14,9 @@ from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
 from harness.cli.polish import count, split_list
 from harness.config.base import effective_dict
-from harness.config.schema import describe, load_config
+from harness.config.schema import config_warnings, describe, load_config
 from harness.engine import numerics
-from harness.engine.models import resolve_device
+from harness.engine.models import check_model_folder, resolve_device, resolve_model_path
 from harness.report.build import build_report
 from harness.report.tables import format_table
 from harness.rundir.layout import SUMMARY, read_json
@@ -57,13 +57,33 @@ def _sigterm_as_interrupt(signum, frame):
 
 
 def _overrides(args) -> list[str]:
-    """``--set`` overrides, then ``--output-dir`` as ``output_dir=`` (the flag wins)."""
-    return list(args.set) + ([f"output_dir={args.output_dir}"] if getattr(args, "output_dir", None) else [])
+    """``--set`` overrides, then ``--output-dir`` as ``output_dir=`` (the flag wins; an empty one
+    is refused by `harness.cli.main` before this)."""
+    out_dir = getattr(args, "output_dir", None)
+    return list(args.set) + ([f"output_dir={out_dir}"] if out_dir is not None else [])
+
+
+def warn_config(cfg, command: str) -> None:
+    """Print :func:`harness.config.schema.config_warnings` of ``cfg``, one line each."""
+    for line in config_warnings(cfg):
+        print(f"harness {command}: warning: {line}", file=sys.stderr)
+
+
+def check_models(cfg) -> None:
+    """The policy's and the process reward model's folders are complete (config, tokenizer, whole
+    weight files) before the run directory is made: `ModelLoadError`, one line, exit 2."""
+    m = cfg.model
+    if m.name_or_path != "tiny" and not m.gguf_file and not m.name_or_path.endswith(".gguf"):
+        check_model_folder(resolve_model_path(m.name_or_path))
+    if cfg.algorithm.prm not in (None, "", "rule"):
+        check_model_folder(cfg.algorithm.prm)
 
 
 def cmd_train(args) -> int:
     cfg = load_config(args.config, _overrides(args))
+    warn_config(cfg, "train")
     check_device(cfg.device)
+    check_models(cfg)
     check_output_dir(cfg.output_dir, "output_dir")
     if cfg.warmup.cache_dir and cfg.model.name_or_path == "tiny" and cfg.warmup.enabled:
         check_output_dir(cfg.warmup.cache_dir, "warmup.cache_dir")  # refused before the run starts
@@ -123,6 +143,7 @@ def cmd_quickstart(args) -> int:
 
 def cmd_warmup(args) -> int:
     cfg = load_config(args.config, _overrides(args))
+    warn_config(cfg, "warmup")
     check_device(cfg.device)
     numerics.enter(cfg.numerics, 0)  # the warm-up sets its own thread count (warmup.threads)
     task = get_task(cfg.task)

@@ -15,6 +15,7 @@ import hashlib
 import inspect
 import json
 import math
+import reprlib
 import textwrap
 import types
 import typing
@@ -34,8 +35,32 @@ NAMED_SECTIONS = ("algorithm", "task")
 ``algorithm: {name: ppo}``)."""
 
 
+ECHO_LIMIT = 200
+"""Most characters of a user's value that an error message repeats (:func:`brief`)."""
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlong = 3, ECHO_LIMIT, ECHO_LIMIT, ECHO_LIMIT
+_BRIEF.maxlist = _BRIEF.maxtuple = _BRIEF.maxdict = _BRIEF.maxset = _BRIEF.maxfrozenset = 8
+
+
+def brief(value: Any, limit: int = ECHO_LIMIT) -> str:
+    """``repr(value)`` for an error message, at most about ``limit`` characters and at a cost
+    bounded whatever the value (a 2 MB string, a list of a billion shared elements, an integer
+    of 10,000 digits): longer ones end in ``...`` and say how long the value was."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{repr(value[:limit])}... ({len(value):,} characters)"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * limit:
+        return f"<an integer of about {int(value.bit_length() * 0.30103):,} digits>"
+    text = _BRIEF.repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def did_you_mean(word: Any, options, n: int = 3) -> str:
     """``"; did you mean 'a', 'b'?"`` naming the options closest to ``word``, or ``""``."""
+    if not isinstance(word, (str, int, float)) or len(str(word)) > ECHO_LIMIT:
+        return ""  # nothing is close to a long text or a structure; and comparing it costs
     close = difflib.get_close_matches(str(word), [str(o) for o in options], n=n, cutoff=0.5)
     return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
@@ -49,7 +74,8 @@ def expand_shorthand(value: Any) -> Any:
 def deep_merge(a: dict, b: dict, top: bool = True) -> dict:
     """``b`` layered onto ``a`` (a new dict; nested mappings merge, other values replace).
     At the top level a named section given as a string on one side and a mapping on the
-    other merges as ``{name: ...}`` (``algorithm: ppo`` + ``algorithm: {kl_coef: 0}``)."""
+    other merges as ``{name: ...}`` (``algorithm: ppo`` + ``algorithm: {kl_coef: 0}``); a new
+    name keeps the section's other fields as :func:`rename_section` says."""
     out = dict(a)
     for k, v in b.items():
         cur = out.get(k)
@@ -58,6 +84,8 @@ def deep_merge(a: dict, b: dict, top: bool = True) -> dict:
                 cur = expand_shorthand(cur)
             elif isinstance(cur, dict):
                 v = expand_shorthand(v)
+            if isinstance(v, dict) and isinstance(cur, dict) and "name" in v:
+                cur = rename_section(k, cur, v["name"])
         if isinstance(v, dict) and isinstance(cur, dict):
             out[k] = deep_merge(cur, v, top=False)
         else:
@@ -96,50 +124,51 @@ def _coerce(value: Any, tp, where: str):
         if "name" in {f.name for f in dataclasses.fields(tp)}:
             value = expand_shorthand(value)  # `algorithm: ppo`
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping for section '{tp.__name__}', got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping for section '{tp.__name__}', got {brief(value)}")
         return from_dict(tp, value, where)
     origin = _origin(tp)
     if origin in (list, tuple):
         (elem,) = typing.get_args(tp)[:1] or (Any,)
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise ConfigError(f"{where}: expected a list, got {brief(value)}")
         out = [_coerce(v, elem, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(out)
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping, got {brief(value)}")
         return dict(value)
     if tp is Any:
         return value
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        raise ConfigError(f"{where}: expected true/false, got {brief(value)}")
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {brief(value)}")
         return value
     if tp is float:
         if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {brief(value)}")
         if isinstance(value, str):
             try:
                 value = float(value)
             except ValueError:
-                raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+                raise ConfigError(f"{where}: expected a number, got {brief(value)}") from None
         if not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {brief(value)}")
         value = float(value)
         if math.isnan(value):
             raise ConfigError(f"{where}: NaN is not a valid value")
         if math.isinf(value):
-            raise ConfigError(f"{where}={value!r} is invalid: must be a finite number")
+            raise ConfigError(f"{where}={brief(value)} is invalid: must be a finite number")
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+            raise ConfigError(f"{where}: expected a string, got {brief(value)}")
+        check_text(value, where)
         return value
     return value
 
@@ -154,7 +183,8 @@ def from_dict(cls, data: dict, where: str = ""):
     names = [f.name for f in dataclasses.fields(cls)]
     for key in data:
         if key not in names:
-            full = f"{where}.{key}" if where else str(key)
+            shown = brief(key) if not isinstance(key, str) or len(key) > ECHO_LIMIT else key
+            full = f"{where}.{shown}" if where else shown
             raise ConfigError(
                 f"unknown config key '{full}'{did_you_mean(key, names)} (valid keys{' in ' + where if where else ''}: {', '.join(names)})"
             )
@@ -266,21 +296,65 @@ def field_docs(cls) -> dict[str, str]:
 
 
 def check(cond: bool, field: str, value: Any, why: str) -> None:
-    """Raise a ConfigError naming ``field`` and ``value`` unless ``cond``."""
+    """Raise a ConfigError naming ``field`` and ``value`` (:func:`brief`) unless ``cond``."""
     if not cond:
-        raise ConfigError(f"{field}={value!r} is invalid: {why}")
+        raise ConfigError(f"{field}={brief(value)} is invalid: {why}")
 
 
 def check_choice(field: str, value: Any, choices) -> None:
     """Raise a ConfigError naming ``field``, ``value``, the valid choices and the nearest one."""
     choices = list(choices)
-    if value not in choices:
-        raise ConfigError(f"{field}={value!r} is invalid: must be one of {', '.join(map(str, choices))}"
+    if not _hashable(value) or value not in choices:
+        raise ConfigError(f"{field}={brief(value)} is invalid: must be one of {', '.join(map(str, choices))}"
                           f"{did_you_mean(value, choices, n=1)}")
 
 
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def check_text(value: str, field: str) -> None:
+    """Raise a ConfigError unless ``value`` is text every path, name and file can hold: no
+    NUL byte (the OS cuts a path there, or refuses it) and no lone surrogate (not encodable)."""
+    if "\0" in value:
+        raise ConfigError(f"{field}={brief(value)} is invalid: it contains a NUL byte (\\0), which no path, "
+                          f"name or value may hold; remove it")
+    try:
+        value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise ConfigError(f"{field}={brief(value)} is invalid: it contains a lone surrogate (not text); "
+                          f"remove it") from None
+
+
+def rename_section(section: str, current: dict, name: Any) -> dict:
+    """The named section ``current`` (a mapping) given the name ``name``, as ``--set algorithm=ppo``,
+    ``--set algorithm.name=ppo`` or a sweep's ``algorithm`` grid do: every field written in it is kept
+    (``kl_coef: 0.0, clip_eps: 0.1`` stay), except, when an ``algorithm`` section that names one
+    algorithm gets another, the components (``COMPONENTS``: advantage, policy_loss, ..., kl_coef)
+    whose value is the old algorithm's preset: those came with the old name (a run's config.yaml
+    writes them all out) and become the new algorithm's (null)."""
+    out = dict(current)
+    old = out.get("name")
+    out["name"] = name
+    if (section != "algorithm" or not isinstance(old, str) or not isinstance(name, str) or old == name
+            or old not in ALGORITHMS or name not in ALGORITHMS):
+        return out
+    preset = ALGORITHMS[old]
+    for k in COMPONENTS:
+        v = out.get(k)
+        if v is not None and v == preset[k] and isinstance(v, bool) == isinstance(preset[k], bool):
+            out[k] = None
+    return out
+
+
 def set_dotted(data: dict, dotted: str, value: Any) -> None:
-    """Apply ``a.b.c=value`` into nested dict ``data``."""
+    """Apply ``a.b.c=value`` into nested dict ``data``. A named section set to a name
+    (``algorithm=ppo`` over an ``algorithm`` mapping) keeps the mapping's fields, as
+    :func:`rename_section` says, rather than dropping them."""
     keys = dotted.split(".")
     cur = data
     for k in keys[:-1]:
@@ -289,7 +363,13 @@ def set_dotted(data: dict, dotted: str, value: Any) -> None:
         if nxt is None:
             nxt = {}
         if not isinstance(nxt, dict):
-            raise ConfigError(f"--set {dotted}: '{k}' is not a section")
+            raise ConfigError(f"--set {brief(dotted)[1:-1]}: '{brief(k)[1:-1]}' is not a section")
         cur[k] = nxt
         cur = nxt
-    cur[keys[-1]] = value
+    last = keys[-1]
+    if cur is data and last in NAMED_SECTIONS and isinstance(cur.get(last), dict) and isinstance(value, str):
+        cur[last] = rename_section(last, cur[last], value)  # `--set algorithm=ppo` over a mapping
+    elif len(keys) == 2 and keys[0] in NAMED_SECTIONS and last == "name" and cur.get("name") != value:
+        data[keys[0]] = rename_section(keys[0], cur, value)  # `--set algorithm.name=ppo`
+    else:
+        cur[last] = value

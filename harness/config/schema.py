@@ -18,10 +18,13 @@ import yaml
 
 from algorithms.presets import GROUP_ESTIMATORS, resolve
 from algorithms.registry import UnknownComponentError
+from evals.arith import HELDOUT_MOD, describe_knobs, held_out_shortfall, problem_space, space_problem
 from evals.catalog import available_tasks, has_step_checker
 from evals.tasks import TaskSpec
-from harness.config.base import (ConfigError, check, check_choice, deep_merge, effective_dict, expand_shorthand,
+from harness.config import yamlsafe
+from harness.config.base import (ConfigError, brief, check, check_choice, deep_merge, effective_dict, expand_shorthand,
                                  field_docs, from_dict, set_dotted, stable_hash)
+from harness.config.yamlsafe import DuplicateKeyError, YamlBadValue, YamlTooLarge
 from harness.rundir.budget import BUDGET_UNITS  # noqa: F401  (owner: harness.rundir.budget)
 from harness.rundir.ids import run_id  # noqa: F401  (owner: harness.rundir.ids)
 from harness.rundir.layout import write_text_atomic
@@ -31,6 +34,7 @@ __all__ = [
     "Config", "ModelConfig", "TaskConfig", "WarmupConfig", "SamplingConfig", "TrainConfig",
     "AlgorithmConfig", "BudgetConfig", "EvalConfig", "OodEvalConfig", "TrackingConfig", "ConfigError",
     "load_config", "save_config", "config_hash", "config_from_dict", "field_docs", "algorithm_name", "ood_task_spec",
+    "config_warnings", "dir_path_problem",
 ]
 
 
@@ -40,6 +44,8 @@ MAX_PER_STEP = 1_000_000        # samples in one stage (prompts_per_step x sampl
 MAX_SAMPLES_PER_PROMPT = 65_536
 MAX_NEW_TOKENS = 1_048_576
 MAX_EVAL_POINTS = 100_000
+MAX_SEED = 2**63 - 1            # torch's generators take at most 64 bits; numpy's seed is taken mod 2**32
+MAX_ARITH_EVAL_SIZE = 1_000_000  # arith problems generated for one evaluation set
 NAME_RULE = ("must be a non-empty name of letters, digits, '.', '_', '-', '+', '=', ',' or '@', "
              "without '/', '\\' or '..' and not starting with '.' (it becomes a directory name)")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_+=,@-][A-Za-z0-9._+=,@-]*$")
@@ -97,7 +103,7 @@ class ModelConfig:
 class TaskConfig(TaskSpec):
     """The ``task`` section: fields and their meaning in :class:`evals.tasks.TaskSpec`."""
 
-    def validate(self):
+    def validate(self, evaluate_only: bool = False):
         tasks = available_tasks()
         if self.name not in tasks:
             check_choice("task.name", self.name, tasks)
@@ -110,6 +116,30 @@ class TaskConfig(TaskSpec):
         check(self.eval_size >= 1, "task.eval_size", self.eval_size, "must be >= 1")
         check(self.few_shot >= 0, "task.few_shot", self.few_shot, "must be >= 0")
         check(0.0 <= self.demo_error_rate <= 1.0, "task.demo_error_rate", self.demo_error_rate, "must be in [0, 1]")
+        if self.name == "arith":
+            self._validate_arith(evaluate_only)
+
+    def _validate_arith(self, evaluate_only: bool):
+        """Dataset knobs are refused (arith would ignore them, and they would still change the run
+        id); the problem space must leave problems to evaluate and (unless ``evaluate_only``: the
+        out-of-domain set) to train on, and, when it is too large to count, hold about eval_size
+        held-out problems (a small one is counted: a larger eval_size evaluates all of them, and
+        `config_warnings` says so)."""
+        check(self.data_path is None, "task.data_path", self.data_path,
+              "arith generates its problems and reads no data: remove task.data_path (it is for gsm8k, math "
+              "and math500)")
+        check(self.few_shot == 0, "task.few_shot", self.few_shot,
+              "arith prompts hold no worked examples: remove task.few_shot (it is for gsm8k, math and math500)")
+        check(self.eval_size <= MAX_ARITH_EVAL_SIZE, "task.eval_size", self.eval_size,
+              f"must be <= {MAX_ARITH_EVAL_SIZE:,} (arith problems generated for one evaluation)")
+        why = space_problem(self, evaluate_only)
+        if why:
+            raise ConfigError(f"task: {why}")
+        space = problem_space(self)
+        check(space.exact or self.eval_size <= space.heldout, "task.eval_size", self.eval_size,
+              f"these arith knobs ({describe_knobs(self)}) allow about {space.heldout:,} held-out problems "
+              f"(1 in {HELDOUT_MOD} of {space.total:,} expressions): set task.eval_size <= {space.heldout:,} "
+              f"or widen the task (max_operand, operators, max_ops)")
 
 
 @dataclass(frozen=True)
@@ -144,6 +174,9 @@ class WarmupConfig:
         check(self.lr > 0, "warmup.lr", self.lr, "must be > 0")
         check(0 <= self.final_lr_fraction <= 1, "warmup.final_lr_fraction", self.final_lr_fraction, "must be in [0, 1]")
         check(1 <= self.threads <= 1024, "warmup.threads", self.threads, "must be between 1 and 1024")
+        if self.cache_dir is not None:
+            why = dir_path_problem(self.cache_dir)
+            check(why is None, "warmup.cache_dir", self.cache_dir, f"{why} (or null: <output_dir>/_cache/warmup)")
 
 
 @dataclass(frozen=True)
@@ -436,8 +469,10 @@ class Config:
 
     def validate(self):
         check(is_safe_name(self.name), "name", self.name, NAME_RULE)
+        check(0 <= self.seed <= MAX_SEED, "seed", self.seed, f"must be an integer from 0 to 2**63-1 ({MAX_SEED})")
         check(bool(_DEVICE_RE.match(self.device)), "device", self.device, "must be auto, cpu, cuda or cuda:N")
-        check(bool(self.output_dir), "output_dir", self.output_dir, "must be a directory path")
+        why = dir_path_problem(self.output_dir)
+        check(why is None, "output_dir", self.output_dir, str(why))
         check(self.numerics in NUMERICS_MODES, "numerics", self.numerics, f"must be one of {', '.join(NUMERICS_MODES)}")
         try:
             algo = resolve(self.algorithm)
@@ -464,6 +499,13 @@ class Config:
             check(self.task.name == "arith", "eval.ood.enabled", True,
                   f"the out-of-domain knobs are arith's; task '{self.task.name}' has none")
             ood = ood_task_spec(self)  # validates the changed knobs
+        if self.eval.validation and self.task.name == "arith":
+            space = problem_space(self.task)
+            check(space.heldout > self.task.eval_size if space.exact else space.heldout >= 2 * self.task.eval_size,
+                  "eval.validation", True,
+                  f"the validation split draws task.eval_size={self.task.eval_size} more held-out problems than "
+                  f"the test set's, and these arith knobs allow {'about ' if not space.exact else ''}"
+                  f"{space.heldout:,}: lower task.eval_size or widen the task (max_operand, operators, max_ops)")
         if self.model.name_or_path == "tiny" and self.task.name == "arith":
             tasks = [self.task] + ([ood] if ood is not None else [])
             prompt = max(arith_prompt_tokens(t) for t in tasks)
@@ -475,11 +517,44 @@ class Config:
         return dataclasses.replace(self, **sections)
 
 
+def dir_path_problem(value: Any) -> Optional[str]:
+    """Why ``value`` cannot name a directory (None when it can): not text, empty, or holding a
+    NUL byte (the OS cannot hold one in a path)."""
+    if not isinstance(value, str):
+        return "must be a directory path"
+    if not value:
+        return "must be a directory path, not empty"
+    if "\0" in value:
+        return "contains a NUL byte (\\0), which no path can hold"
+    return None
+
+
+def config_warnings(cfg: Config) -> list[str]:
+    """What a valid config will do that its author may not expect, one line each (the commands
+    print them before any work): an arith evaluation set asked to be larger than the held-out
+    problems its knobs allow, which evaluates all of them."""
+    out = []
+    sets = [("task", cfg.task)] + ([("eval.ood", ood_task_spec(cfg))] if cfg.eval.ood.enabled else [])
+    for label, spec in sets:
+        if spec.name == "arith":
+            have = held_out_shortfall(spec, spec.eval_size)
+            if have is not None:
+                out.append(f"{label}.eval_size={spec.eval_size}: these arith knobs ({describe_knobs(spec)}) allow "
+                           f"only {have} held-out problem{'s' if have != 1 else ''}, so the evaluation set "
+                           f"holds {have}")
+    if cfg.eval.validation and cfg.task.name == "arith":
+        have = held_out_shortfall(cfg.task, 2 * cfg.task.eval_size)
+        if have is not None and have > cfg.task.eval_size:
+            out.append(f"eval.validation: the validation split gets the {have - cfg.task.eval_size} held-out "
+                       f"problems the test set leaves, fewer than task.eval_size={cfg.task.eval_size}")
+    return out
+
+
 def ood_task_spec(cfg: Config) -> TaskConfig:
     """The out-of-domain set's task: the run's task with ``eval.ood``'s knobs changed."""
     spec = dataclasses.replace(cfg.task, **cfg.eval.ood.overrides())
     try:
-        spec.validate()
+        spec.validate(evaluate_only=True)  # only scored: its knobs need held-out problems, not training ones
     except ConfigError as e:
         raise ConfigError(f"eval.ood: {e}") from None
     return spec
@@ -497,43 +572,22 @@ def algorithm_name(data: dict) -> str:
 
 
 def parse_overrides(overrides: list[str] | None) -> list[tuple[str, Any]]:
+    """``["a.b=1e-4", ...]`` -> ``[("a.b", 0.0001), ...]``: each value read as YAML (text that is
+    not YAML stays text); a value YAML refuses for its size, a repeated key or a value that
+    cannot be read is an error naming the override."""
     out = []
     for item in overrides or []:
         if "=" not in item:
-            raise ConfigError(f"--set expects key=value, got {item!r}")
+            raise ConfigError(f"--set expects key=value, got {brief(item)}")
         key, raw = item.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = strict_yaml_load(raw) if raw != "" else ""
+        except (DuplicateKeyError, YamlTooLarge, YamlBadValue) as e:
+            raise ConfigError(f"--set {brief(key.strip())[1:-1]}=...: {e}") from None
         except yaml.YAMLError:
             value = raw
         out.append((key.strip(), value))
     return out
-
-
-class DuplicateKeyError(yaml.YAMLError):
-    """A YAML mapping names one key twice (the second would silently win)."""
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key repeated in one mapping."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            hash(key)
-        except TypeError:
-            continue  # SafeLoader reports an unhashable key itself
-        if key in seen:
-            raise DuplicateKeyError(f"duplicate key '{key}' (line {seen[key] + 1} and line "
-                                    f"{key_node.start_mark.line + 1}): each key may appear once per mapping")
-        seen[key] = key_node.start_mark.line
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def yaml_error_line(e: yaml.YAMLError) -> str:
@@ -547,9 +601,11 @@ def yaml_error_line(e: yaml.YAMLError) -> str:
 
 
 def strict_yaml_load(text: str) -> Any:
-    """``yaml.safe_load`` that raises `DuplicateKeyError` (a ``yaml.YAMLError``) on a repeated key.
-    Config files and sweep files are read with it."""
-    return yaml.load(text, Loader=_StrictLoader)
+    """``yaml.safe_load`` that raises a ``yaml.YAMLError`` on a repeated key (`DuplicateKeyError`),
+    on aliases that expand beyond reason or a recursive structure (`YamlTooLarge`) and on a value
+    that cannot be read (:mod:`harness.config.yamlsafe`). Config files, sweep files and ``--set``
+    values are read with it."""
+    return yamlsafe.load(text)
 
 
 def read_yaml_file(path: str | os.PathLike, kind: str = "config", error: type = ConfigError) -> Any:
@@ -561,7 +617,7 @@ def read_yaml_file(path: str | os.PathLike, kind: str = "config", error: type = 
         raise error(f"{kind} file is not a file: {p}")
     try:
         return strict_yaml_load(p.read_text())
-    except DuplicateKeyError as e:
+    except (DuplicateKeyError, YamlTooLarge, YamlBadValue) as e:
         raise error(f"{p}: {e}") from None
     except yaml.YAMLError as e:
         raise error(f"{p}: not valid YAML: {yaml_error_line(e)}") from None

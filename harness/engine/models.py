@@ -19,10 +19,12 @@
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -138,6 +140,95 @@ def gguf_to_hf_dir(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | 
     return out
 
 
+class ModelLoadError(ValueError):
+    """A model folder or file that cannot be loaded (incomplete, truncated, refused pickles): the
+    message names the file and what to do; `harness.cli.main` prints it as one line, exit 2."""
+
+
+CONFIG_FILE = "config.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "vocab.txt",
+                   "spiece.model", "sentencepiece.bpe.model", "tiktoken.model")
+"""Any of these makes a folder's tokenizer loadable by ``AutoTokenizer`` (or worth trying)."""
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+_WHAT_TO_DO = "give the folder save_pretrained writes (a run's final_model), or save the model again"
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_UNPICKLER = re.compile(r"Unsupported global: GLOBAL (\S+)")
+
+
+def _short(e: BaseException, limit: int = 200) -> str:
+    """The first line of ``e``'s message (without terminal colours), at most ``limit`` characters;
+    for torch's refusal of a pickle, the object it refused."""
+    msg = _ANSI.sub("", str(e))
+    m = _UNPICKLER.search(msg)
+    if m:
+        return f"it holds {m.group(1)}, which is not a tensor"
+    text = next((ln.strip() for ln in msg.splitlines() if ln.strip()), "") or type(e).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The weight files of a Hugging Face model folder: safetensors, else pickled ones."""
+    st = sorted(folder.glob("*.safetensors"))
+    return st or sorted(f for f in folder.iterdir() if f.is_file() and f.suffix in PICKLE_SUFFIXES
+                        and f.name.startswith(("pytorch_model", "model")))
+
+
+def check_model_folder(folder: str | os.PathLike) -> None:
+    """Raise `ModelLoadError` (one line naming the folder or file and what to do) unless
+    ``folder`` looks like a loadable Hugging Face causal-LM folder: ``config.json``, a tokenizer
+    file, weight files, and every safetensors file whole (its header read, not the weights).
+    Cheap: run before any work, and again by :func:`load_policy`."""
+    p = Path(folder)
+    if not p.is_dir():
+        return
+    missing = []
+    if not (p / CONFIG_FILE).is_file():
+        missing.append(f"no {CONFIG_FILE}")
+    if not any((p / f).is_file() for f in TOKENIZER_FILES):
+        missing.append("no tokenizer (tokenizer.json or tokenizer.model)")
+    weights = weight_files(p)
+    has_index = any(p.glob("*.index.json"))
+    if not weights and not has_index:
+        missing.append("no weights (model.safetensors or pytorch_model.bin)")
+    if missing:
+        raise ModelLoadError(f"{p} is not a complete Hugging Face model folder ({', '.join(missing)}): "
+                             f"{_WHAT_TO_DO}")
+    for f in weights:
+        if f.suffix == ".safetensors":
+            _check_safetensors(f)
+
+
+def _check_safetensors(f: Path) -> None:
+    """Raise `ModelLoadError` if ``f``'s header is unreadable or its tensors do not cover the file."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(f), framework="pt"):
+            pass
+    except OSError:
+        raise  # the machine (a permission, an I/O error), not the file's format
+    except Exception as e:  # SafetensorError: a truncated file, a corrupt header
+        raise ModelLoadError(f"{f}: not a readable safetensors file, truncated or corrupt ({_short(e)}): "
+                             f"copy it again, or save the model again") from None
+
+
+def _load_error(p: Path, e: BaseException) -> ModelLoadError:
+    """One line for a failure of transformers' loading of folder ``p``, naming the file it likely came from."""
+    import pickle
+
+    weights = weight_files(p) if p.is_dir() else []
+    pickled = [f for f in weights if f.suffix in PICKLE_SUFFIXES]
+    if pickled and (isinstance(e, pickle.UnpicklingError) or "weights_only" in str(e) or "pickle" in str(e).lower()
+                    or isinstance(e, (EOFError, RuntimeError))):
+        return ModelLoadError(
+            f"{pickled[0]}: pickled PyTorch weights that torch.load(weights_only=True) refuses ({_short(e)}); the "
+            f"harness does not unpickle arbitrary objects: convert the model to safetensors where you trust the "
+            f"file (model.save_pretrained(folder, safe_serialization=True)) and give that folder")
+    return ModelLoadError(f"{p}: the model cannot be loaded ({type(e).__name__}: {_short(e)}): {_WHAT_TO_DO}")
+
+
 PKG_PREFIX = "pkg:"
 
 
@@ -175,7 +266,14 @@ def load_policy(path: str, gguf_file: Optional[str] = None, dtype: str = "float3
     if gguf_file is not None:
         if not (p / gguf_file).exists():
             raise FileNotFoundError(f"GGUF file not found: {p / gguf_file}")
-        p = gguf_to_hf_dir(p / gguf_file, cache_dir)
+        try:
+            p = gguf_to_hf_dir(p / gguf_file, cache_dir)
+        except Exception as e:
+            if isinstance(e, (OSError, MemoryError)) and not _file_format_error(e):
+                raise  # a full disk (exit 3), a missing file: as they are
+            raise ModelLoadError(f"{p / gguf_file}: not a GGUF model transformers can read ({type(e).__name__}: "
+                                 f"{_short(e)}): give a complete .gguf file") from None
+    check_model_folder(p)
     kw = dict(local_files_only=True)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(p), **kw)
@@ -183,12 +281,29 @@ def load_policy(path: str, gguf_file: Optional[str] = None, dtype: str = "float3
     except OSError as e:
         if not p.exists():
             raise FileNotFoundError(f"model '{path}' is neither a local directory nor in the local Hugging Face "
-                                    f"cache; download it beforehand (nothing is downloaded at run time): {e}") from None
+                                    f"cache; download it beforehand (nothing is downloaded at run time): "
+                                    f"{_short(e)}") from None
+        if not _file_format_error(e):
+            raise  # a full disk, a permission: as they are
+        raise _load_error(p, e) from None
+    except (ValueError, RuntimeError, EOFError, KeyError) as e:  # a bad config.json, tensor or pickle
+        raise _load_error(p, e) from None
+    except Exception as e:  # SafetensorError, pickle.UnpicklingError, ...: the files, not the code
+        if type(e).__module__.startswith(("safetensors", "pickle", "_pickle", "tokenizers")):
+            raise _load_error(p, e) from None
         raise
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model, tokenizer
+
+
+def _file_format_error(e: BaseException) -> bool:
+    """Whether an OSError from loading says the files are wrong (transformers raises OSError for a
+    folder without the files it needs) rather than the machine (a full disk, a permission)."""
+    if not isinstance(e, OSError):
+        return False
+    return e.errno is None or e.errno in (errno.EINVAL, errno.EIO, errno.ENOENT)
 
 
 def _looks_like_hub_id(name: str) -> bool:

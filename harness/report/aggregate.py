@@ -31,12 +31,19 @@ def _ignored(key: str) -> bool:
 
 
 def run_settings(r: RunData) -> dict:
-    """The run's effective config, flattened, less seeds, names, paths and tracking."""
-    return {k: v for k, v in flatten(effective_dict(r.config)).items() if not _ignored(k)}
+    """The run's effective config, flattened, less seeds, names, paths and tracking (its config
+    as written when it cannot be resolved, e.g. a hand-edited summary: never an error)."""
+    try:
+        eff = effective_dict(r.config)
+    except Exception:
+        eff = r.config if isinstance(r.config, dict) else {}
+    return {k: v for k, v in flatten(eff).items() if not _ignored(k)}
 
 
 def load_sweep(sweep_dir: str | os.PathLike) -> list[RunData]:
-    """The runs directly under a sweep directory (``<output_dir>/<name>/``)."""
+    """The runs directly under a sweep directory (``<output_dir>/<name>/``). A run whose files
+    cannot be read, or whose ``finished`` is not borne out, is among them with that status
+    (``unreadable`` / ``unverified``) and the reason as its error: never an exception."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"no such sweep directory: {sweep_dir}")

@@ -42,7 +42,7 @@ from harness.report.tables import (STAT_NOTE, formatted_table, paired_table, res
                                    runs_display, runs_frame, runs_html, settings_table, write_csvs)
 from harness.rundir.layout import read_json
 from harness.rundir.provenance import describe as describe_provenance, portable_path
-from harness.rundir.read import RunData, flatten
+from harness.rundir.read import UNREADABLE, UNVERIFIED, RunData, flatten
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1200px;color:#222}
@@ -92,6 +92,9 @@ def _notes(runs: list[RunData], done: list[RunData], unit: str, ks: dict, exclud
              budget_line + "."]
     if excluded:
         notes.append(f"excluded from aggregates (not finished): {', '.join(excluded)}.")
+    bad = unusable_runs(runs)
+    if bad:
+        notes.append("runs whose files could not be used (listed, not aggregated): " + "; ".join(bad) + ".")
     if missing:
         notes.append(f"plots without data in this sweep: {', '.join(missing)}.")
     return notes
@@ -144,6 +147,7 @@ def provenance_lines(runs: list) -> list[str]:
     groups: dict[str, tuple[dict, list[str]]] = {}
     for r in runs:
         prov = (r.summary or {}).get("provenance") or {}
+        prov = prov if isinstance(prov, dict) else {}
         key = json.dumps({k: v for k, v in prov.items() if k != "command"}, sort_keys=True, default=str)
         groups.setdefault(key, (prov, []))[1].append(r.run_id)
     if not groups:
@@ -151,8 +155,18 @@ def provenance_lines(runs: list) -> list[str]:
     lines = []
     for prov, ids in groups.values():
         head = [] if len(groups) == 1 else [f"runs {', '.join(sorted(ids))}:"]
-        lines += head + [line for line in describe_provenance(prov) if not line.startswith("command:")]
+        try:
+            described = describe_provenance(prov)
+        except Exception as e:  # a hand-edited provenance: said so, not a crash of the report
+            described = [f"provenance unreadable ({type(e).__name__})"]
+        lines += head + [line for line in described if not line.startswith("command:")]
     return lines
+
+
+def unusable_runs(runs: list[RunData]) -> list[str]:
+    """``<run id>: <reason>`` for each run whose files could not be read or whose ``finished``
+    is not borne out (status ``unreadable`` / ``unverified``): listed, never aggregated."""
+    return [f"{r.run_id}: {r.error}" for r in runs if r.status in (UNREADABLE, UNVERIFIED)]
 
 
 def _markdown(sweep: str, sweep_dir: Path, fdf, notes: list[str], plots: dict[str, Path], runs_table,
@@ -207,7 +221,9 @@ def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None
 
     Returns ``{"table": DataFrame, "runs": DataFrame, "markdown": Path, "html": Path,
     "csv": Path, "runs_csv": Path, "plots": {name: Path}, "out_dir": Path,
-    "excluded": [run_id, ...]}``."""
+    "excluded": [run_id, ...], "unusable": ["<run id>: <reason>", ...]}``. A run whose files
+    cannot be read (or whose ``finished`` is not borne out) is listed with its reason in the
+    runs table, the notes and ``unusable``; the other runs are reported as usual."""
     sweep_dir = Path(sweep_dir)
     runs = load_sweep(sweep_dir)
     out = Path(out_dir) if out_dir is not None else sweep_dir / "report"
@@ -239,4 +255,5 @@ def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None
                                done))
     return {"table": df, "runs": runs_df, "markdown": md_path, "html": html_path, "csv": csv_path,
             "runs_csv": runs_csv, "plots": dict(plots), "out_dir": out, "excluded": excluded,
+            "unusable": unusable_runs(runs),
             "selection": selection, "sections": sections}

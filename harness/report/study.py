@@ -12,7 +12,6 @@ means the same warm-up and the same prompt order). Every verdict comes from
 from __future__ import annotations
 
 import csv
-import json
 import os
 import platform
 from collections import OrderedDict
@@ -28,6 +27,7 @@ from harness.report.curvefit import study_curves
 from harness.report.study_plots import colors_for, plot_accuracy, plot_fits, plot_k
 from harness.report.format import table
 from harness.report.stats import mean_ci, mean_curve, paired_diff_ci, verdict
+from harness.rundir.layout import read_json
 from harness.rundir.read import RunData, is_number, k_of, split_metric
 
 ARM_ORDER = ("grpo", "grpo_ps", "rft", "ppo", "grpo_iter", "dr_grpo", "rloo")
@@ -89,8 +89,8 @@ def load_study(sweep_dir) -> Study:
                 ks[t] = max(ks.get(t, 0), k_of(metric)[1])
     ood = f"{task}_ood" if f"{task}_ood" in tasks else next((t for t in sorted(tasks) if t.endswith("_ood")), None)
     try:
-        sweep_json = json.loads((sweep_dir / "sweep.json").read_text())
-    except (OSError, ValueError):
+        sweep_json = read_json(sweep_dir / "sweep.json", {}) or {}  # bounded; a FIFO is never opened
+    except OSError:
         sweep_json = {}
     return Study(sweep_dir=sweep_dir, arms=OrderedDict((a, dict(sorted(arms[a].items()))) for a in order),
                  task=task, ood=ood, ks=ks, excluded=excluded, sweep_json=sweep_json)

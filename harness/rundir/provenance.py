@@ -23,6 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
+from harness.engine.numerics import cpu_info, mkl_version, state
+
 PORTABLE_CLAIM = "reproduces bit-for-bit on any x86-64 CPU with AVX2 in portable mode"
 
 
@@ -36,8 +38,6 @@ def _version(mod: str) -> Optional[str]:
 
 def versions() -> dict:
     import torch
-
-    from harness.engine.numerics import mkl_version
 
     onednn = None
     m = re.search(r"MKL-DNN v([\w.]+)", torch.__config__.show())
@@ -104,8 +104,6 @@ def command_line(argv: Optional[list[str]] = None, results_root: Optional[str | 
 def collect(mode: str, device: str = "cpu", results_root: Optional[str | Path] = None,
             numerics_state: Optional[dict] = None) -> dict:
     """The provenance of a result produced in this process now (see the module doc)."""
-    from harness.engine.numerics import cpu_info, state
-
     return {"numerics": numerics_state or state(mode, device), "cpu": cpu_info(), "versions": versions(),
             "code": code_version(), "command": command_line(results_root=results_root)}
 
@@ -136,6 +134,6 @@ def describe(prov: dict) -> list[str]:
     return [f"code: {commit}",
             f"CPU: {c.get('model')} ({c.get('arch')}; {' '.join(c.get('isa') or [])})",
             f"numerics: {n.get('mode')} (ATen {n.get('aten_capability')}, MKL CNR {n.get('mkl_cbwr')}, "
-            f"{n.get('threads')} threads): {port}",
+            f"{n.get('threads')} thread{'' if n.get('threads') == 1 else 's'}): {port}",
             f"versions: {vers}",
             f"command: {prov.get('command')}"]

@@ -3,8 +3,16 @@
 
 Layout (docs/architecture.md): ``<output_dir>/<name>/<run_id>/`` with ``config.yaml``,
 ``summary.json``, ``metrics.jsonl``, ``eval/<task>_<step>.jsonl``. Everything here is
-read-only and tolerant: a missing summary, a torn last JSONL line or an unknown key never
-raises; the caller sees ``None``/empty values instead.
+read-only, bounded and tolerant: a missing summary, a torn last JSONL line or an unknown key
+never raises; the caller sees ``None``/empty values instead. A file that is there but
+unusable (not a regular file, too large, binary, too deeply nested, of the wrong type: see
+:mod:`harness.rundir.layout`) makes the run ``unreadable``, with the reason in
+:attr:`RunData.error`; one bad run never stops a reader of many.
+
+A summary that says ``finished`` is believed only when the run directory bears it out
+(:func:`finished_problem`: the budget consumed in summary.json and on the last metrics row
+agree and reach the budget, and the final evaluation is the evaluation row logged at the
+end); otherwise the run is ``unverified`` (not finished) with the reason.
 """
 from __future__ import annotations
 
@@ -15,49 +23,96 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.rundir.budget import COUNTERS, row_consumed
+from harness.rundir.budget import BUDGET_UNITS, COUNTERS, EPS, counter_key, row_consumed
 from harness.rundir.ids import parse_run_id
-from harness.rundir.layout import CONFIG, METRICS, SUMMARY, read_json, read_jsonl
+from harness.rundir.layout import (CONFIG, ERROR_TXT, METRICS, SUMMARY, RunFileError, load_json, nonregular,
+                                   read_bytes_bounded, read_metrics, warn_once)
 
 _SKIP_DIRS = {"checkpoint", "eval", "wandb", "mlartifacts", "mlruns", "report", "plots", "_cache",
               "__pycache__", "superseded"}
 _K_RE = re.compile(r"^(maj|pass)@(\d+)$")
+UNREADABLE = "unreadable"
+"""Status of a run whose files cannot be read (the reason is its ``error``)."""
+UNVERIFIED = "unverified"
+"""Status of a run whose summary says finished but whose files do not bear it out."""
+
+
+def _d(v: Any) -> dict:
+    """``v`` if it is a dict, else ``{}`` (a summary field of the wrong type reads as absent)."""
+    return v if isinstance(v, dict) else {}
 
 
 def _load_yaml(path: Path) -> dict:
     try:
         import yaml
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(read_bytes_bounded(path).decode("utf-8", errors="replace"))
         return data if isinstance(data, dict) else {}
     except Exception:
         return {}
 
 
 def is_run_dir(path: Path) -> bool:
-    """A run directory holds metrics.jsonl, or a summary.json that names a run_id."""
+    """A run directory holds metrics.jsonl (of any kind: a FIFO is listed as unreadable, never
+    opened), or a summary.json that names a run_id or cannot be read at all."""
     path = Path(path)
-    if (path / METRICS).is_file():
+    if os.path.exists(path / METRICS):
         return True
-    s = read_json(path / SUMMARY)
-    return isinstance(s, dict) and "run_id" in s
+    try:
+        s = load_json(path / SUMMARY)
+    except FileNotFoundError:
+        return False
+    except (RunFileError, OSError):
+        return True  # a summary.json that cannot be read: a (broken) run directory
+    return "run_id" in s
 
 
-def find_run_dirs(root: str | os.PathLike) -> list[Path]:
+def unreadable_files(run_dir: Path) -> list[str]:
+    """``"<file> is a FIFO, not a regular file"`` for each of the run's metrics.jsonl /
+    summary.json that exists but is not a regular file (whoever opens one may block forever);
+    without a metrics.jsonl, also why its summary.json cannot be read (nothing to replay)."""
+    run_dir = Path(run_dir)
+    out = [f"{name} is {kind}, not a regular file" for name in (METRICS, SUMMARY)
+           if (kind := nonregular(run_dir / name))]
+    if not out and not os.path.exists(run_dir / METRICS):
+        try:
+            load_json(run_dir / SUMMARY)
+        except FileNotFoundError:
+            pass
+        except (RunFileError, OSError) as e:
+            out.append(_problem(e, SUMMARY))
+    return out
+
+
+def find_run_dirs(root: str | os.PathLike, skip_unreadable: bool = True) -> list[Path]:
     """Every run directory at or under ``root`` (a results root, a sweep dir or a run dir),
-    sorted. Checkpoints, eval records, wandb/mlflow stores and reports are not descended."""
+    sorted. Checkpoints, eval records, wandb/mlflow stores and reports are not descended.
+    ``skip_unreadable``: a run whose metrics.jsonl or summary.json is not a regular file (a
+    FIFO, a device), or that has only a summary.json that cannot be read, is left out with a
+    warning (whoever replays it would open it, or find nothing to replay); `harness report`
+    lists such runs instead (:func:`load_run`)."""
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"no such directory: {root}")
     if is_run_dir(root):
-        return [root]
-    found = []
-    for dirpath, dirnames, _ in os.walk(root):
-        d = Path(dirpath)
-        if d != root and is_run_dir(d):
-            found.append(d)
-            dirnames[:] = []
-            continue
-        dirnames[:] = sorted(n for n in dirnames if n not in _SKIP_DIRS and not n.startswith("."))
+        found = [root]
+    else:
+        found = []
+        for dirpath, dirnames, _ in os.walk(root):
+            d = Path(dirpath)
+            if d != root and is_run_dir(d):
+                found.append(d)
+                dirnames[:] = []
+                continue
+            dirnames[:] = sorted(n for n in dirnames if n not in _SKIP_DIRS and not n.startswith("."))
+    if skip_unreadable:
+        keep = []
+        for d in found:
+            bad = unreadable_files(d)
+            if bad:
+                warn_once(f"skipped {d}: {'; '.join(bad)}; delete it (or restore the run's own file)")
+            else:
+                keep.append(d)
+        found = keep
     return sorted(found)
 
 
@@ -134,6 +189,8 @@ class RunData:
     config: dict
     rows: list[dict] = field(default_factory=list)
     budget_unit: str = "steps"
+    problems: list[str] = field(default_factory=list)
+    """Why files of the run could not be used (``"summary.json: is not UTF-8 text"``); empty when all could."""
 
     @property
     def results_root(self) -> Path:
@@ -146,7 +203,7 @@ class RunData:
 
     @property
     def budget_consumed(self) -> Optional[float]:
-        consumed = (self.summary.get("budget") or {}).get("consumed") or {}
+        consumed = _d(_d(self.summary.get("budget")).get("consumed"))
         v = consumed.get(self.budget_unit)
         if is_number(v):
             return float(v)
@@ -185,7 +242,7 @@ class RunData:
 
     @property
     def peak(self) -> dict[str, Optional[float]]:
-        p = self.summary.get("peak") or {}
+        p = _d(self.summary.get("peak"))
         out = {k: (float(p[k]) if is_number(p.get(k)) else None) for k in ("rss_mb", "rss_above_base_mb", "cuda_mb")}
         for k, rk in (("rss_mb", "perf/peak_rss_mb"), ("rss_above_base_mb", "perf/peak_rss_above_base_mb"),
                       ("cuda_mb", "perf/peak_cuda_mb")):
@@ -196,48 +253,162 @@ class RunData:
 
     @property
     def wall_seconds(self) -> Optional[float]:
+        """The summary's ``wall_seconds``; None when absent, or negative (a clock that stepped
+        back under a run written before durations were measured on a monotonic clock)."""
         v = self.summary.get("wall_seconds")
-        return float(v) if is_number(v) else None
+        return float(v) if is_number(v) and v >= 0 else None
 
     @property
     def train_seconds(self) -> Optional[float]:
-        v = ((self.summary.get("budget") or {}).get("consumed") or {}).get("seconds")
+        v = _d(_d(self.summary.get("budget")).get("consumed")).get("seconds")
         if is_number(v):
             return float(v)
         vals = [r["seconds"] for r in self.rows if is_number(r.get("seconds"))]
         return float(vals[-1]) if vals else None
 
 
-def load_run(run_dir: str | os.PathLike) -> RunData:
-    """Read one run directory (nothing is required but the directory itself)."""
+def _close(a: Any, b: Any) -> bool:
+    return is_number(a) and is_number(b) and math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:g}" if is_number(v) else repr(v)
+
+
+def finished_problem(run_dir: str | os.PathLike, summary: Any, budget: Any = None,
+                     rows: Optional[list[dict]] = None, task: str = "task") -> Optional[str]:
+    """Why a run whose summary says ``finished`` cannot be believed (None when it can): a forged
+    or hand-edited ``{"status": "finished"}`` on a run stopped part-way would otherwise be
+    skipped by the trainer and the sweep and counted by the report.
+
+    Believed when (``budget``: the run's, a ``BudgetConfig`` or ``{"unit", "amount"}``; default
+    the summary's): the summary records that budget, consumed up to its amount in its unit;
+    it has a final evaluation; metrics.jsonl's last row carries the same budget counters as the
+    summary's ``budget.consumed``; and a metrics row at that point holds the final evaluation's
+    values. ``rows``: the run's metrics rows when already read (:func:`read_metrics`)."""
     run_dir = Path(run_dir)
-    summary = read_json(run_dir / SUMMARY, {}) or {}
+    s = _d(summary)
+    if s.get("status") != "finished":
+        return f"its status is {s.get('status')!r}"
+    sb = _d(s.get("budget"))
+    if budget is None:
+        unit, amount = sb.get("unit"), sb.get("amount")
+    elif isinstance(budget, dict):
+        unit, amount = budget.get("unit"), budget.get("amount")
+    else:
+        unit, amount = getattr(budget, "unit", None), getattr(budget, "amount", None)
+    if unit not in BUDGET_UNITS or not is_number(amount) or amount <= 0:
+        return "it records no budget (budget.unit, budget.amount)"
+    if budget is not None and (sb.get("unit") != unit or not _close(sb.get("amount"), amount)):
+        return (f"its budget ({_fmt(sb.get('amount'))} {sb.get('unit')}) is not the run's "
+                f"({_fmt(amount)} {unit})")
+    consumed = _d(sb.get("consumed"))
+    used = consumed.get(unit)
+    if not is_number(used):
+        return f"it records no budget consumed in {unit}"
+    if used < amount - EPS:
+        return f"it consumed {_fmt(used)} of its {_fmt(amount)} {unit}"
+    final = eval_metrics(s.get("final_eval"), task)
+    if not final:
+        return "it has no final evaluation"
+    if rows is None:
+        try:
+            rows = read_metrics(run_dir / METRICS, warn=False, strict=True)
+        except (RunFileError, OSError) as e:
+            return f"metrics.jsonl cannot be read ({getattr(e, 'problem', None) or e})"
+    counted = [r for r in rows if any(c in r for c in COUNTERS)]
+    if not counted:
+        return "metrics.jsonl has no rows"
+    last = counted[-1]
+    for u in BUDGET_UNITS:
+        k = counter_key(u)
+        if k in last and u in consumed and not _close(last[k], consumed[u]):
+            return (f"metrics.jsonl ends at {k}={_fmt(last[k])} but summary.json's budget.consumed.{u} is "
+                    f"{_fmt(consumed[u])}")
+    key = counter_key(unit)
+    if not _close(row_consumed(last, unit), used):
+        return f"metrics.jsonl's last row has no {key} counter of {_fmt(used)}"
+    at_end = [row_eval_metrics(r) for r in counted if _close(row_consumed(r, unit), used)]
+    at_end = [e for e in at_end if e]
+    if not at_end:
+        return f"metrics.jsonl has no evaluation row at the end of the budget ({key}={_fmt(used)})"
+    if not any(all(k in e and (_close(e[k], v) or not math.isfinite(v)) for k, v in final.items()) for e in at_end):
+        return f"its final_eval is not the evaluation logged at the end of the budget ({key}={_fmt(used)})"
+    return None
+
+
+def _problem(e: BaseException, name: str) -> str:
+    if isinstance(e, RunFileError):
+        return f"{name}: {e.problem}"
+    if isinstance(e, OSError):
+        return f"{name}: {e.strerror or e}"
+    return f"{name}: {type(e).__name__}: {e}"
+
+
+def load_run(run_dir: str | os.PathLike) -> RunData:
+    """Read one run directory (nothing is required but the directory itself). Never raises: a
+    run whose files cannot be read comes back ``unreadable`` with the reason as its error."""
+    run_dir = Path(run_dir)
+    try:
+        return _load_run(run_dir)
+    except Exception as e:  # one bad run never takes a reader of many down
+        why = f"{type(e).__name__}: {e}"
+        return RunData(run_dir=run_dir, run_id=run_dir.name, sweep=run_dir.parent.name,
+                       algorithm=str(parse_run_id(run_dir.name).algorithm), seed=None, status=UNREADABLE,
+                       error=why, summary={}, config={}, problems=[why])
+
+
+def _load_run(run_dir: Path) -> RunData:
+    problems: list[str] = []
+    try:
+        summary = load_json(run_dir / SUMMARY)
+    except FileNotFoundError:
+        summary = {}
+    except (RunFileError, OSError) as e:
+        problems.append(_problem(e, SUMMARY))
+        summary = {}
     config = summary.get("config") if isinstance(summary.get("config"), dict) else None
     if not config:
         config = _load_yaml(run_dir / CONFIG)
-    rows = read_jsonl(run_dir / METRICS)
+    try:
+        rows = read_metrics(run_dir / METRICS, strict=True)
+    except (RunFileError, OSError) as e:
+        problems.append(_problem(e, METRICS))
+        rows = []
     algo = summary.get("algorithm") or config.get("algorithm")
     if isinstance(algo, dict):
         algo = algo.get("name")
     run_id = summary.get("run_id") or run_dir.name
-    if not algo:
-        algo = parse_run_id(run_id).algorithm
+    if not isinstance(algo, str) or not algo:
+        algo = parse_run_id(str(run_id)).algorithm
     seed = summary.get("seed", config.get("seed"))
-    unit = (summary.get("budget") or {}).get("unit") or (config.get("budget") or {}).get("unit") or "steps"
-    status = summary.get("status")
-    error = summary.get("error")
-    if (run_dir / "error.txt").exists():
+    unit = _d(summary.get("budget")).get("unit") or _d(config.get("budget")).get("unit") or "steps"
+    unit = unit if unit in BUDGET_UNITS else "steps"
+    status = summary.get("status") if isinstance(summary.get("status"), str) else None
+    error = summary.get("error") if isinstance(summary.get("error"), str) else None
+    if os.path.lexists(run_dir / ERROR_TXT):
         status = status if status and status != "running" else "failed"
         if not error:
-            lines = (run_dir / "error.txt").read_text(errors="replace").strip().splitlines()
-            error = lines[-1] if lines else "error.txt present"
+            try:
+                lines = read_bytes_bounded(run_dir / ERROR_TXT, 64 * 1024, tail=True).decode(
+                    "utf-8", errors="replace").strip().splitlines()
+                error = lines[-1] if lines else "error.txt present"
+            except (RunFileError, OSError) as e:
+                error = _problem(e, ERROR_TXT)
     if not status:
         status = "running"
+    task = (config.get("task") or {}).get("name") if isinstance(config.get("task"), dict) else config.get("task")
+    if status == "finished" and not problems:
+        why = finished_problem(run_dir, summary, rows=rows, task=str(task or "task"))
+        if why:
+            status, error = UNVERIFIED, f"summary.json says finished, but {why}"
+    if problems:
+        status, error = UNREADABLE, "; ".join(problems)
     return RunData(run_dir=run_dir, run_id=str(run_id),
                    sweep=str(summary.get("name") or config.get("name") or run_dir.parent.name),
-                   algorithm=str(algo), seed=seed if isinstance(seed, int) else None,
+                   algorithm=str(algo), seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
                    status=str(status), error=error, summary=summary, config=config or {},
-                   rows=rows, budget_unit=str(unit))
+                   rows=rows, budget_unit=str(unit), problems=problems)
 
 
 def load_runs(root: str | os.PathLike) -> list[RunData]:
@@ -249,20 +420,20 @@ def summary_metrics(summary: dict, unit: str, default_task: str = "task", key=la
     ``peak/<rss_mb|rss_above_base_mb|cuda_mb>``, ``wall_seconds``, ``budget/consumed`` (in
     ``unit``), ``n_params/<policy|reference|critic>``. ``key`` maps each name (trackers use
     it to make names valid for their backend)."""
-    summary = summary or {}
+    summary = _d(summary)
     out: dict[str, float] = {}
     for prefix, src in (("final", "final_eval"), ("initial", "initial_eval")):
         for k, v in eval_metrics(summary.get(src), default_task).items():
             out[key(f"{prefix}/{k}")] = v
-    for k, v in (summary.get("peak") or {}).items():
+    for k, v in _d(summary.get("peak")).items():
         if is_number(v):
             out[key(f"peak/{k}")] = float(v)
-    if is_number(summary.get("wall_seconds")):
+    if is_number(summary.get("wall_seconds")) and summary["wall_seconds"] >= 0:
         out[key("wall_seconds")] = float(summary["wall_seconds"])
-    consumed = (summary.get("budget") or {}).get("consumed") or {}
+    consumed = _d(_d(summary.get("budget")).get("consumed"))
     if is_number(consumed.get(unit)):
         out[key("budget/consumed")] = float(consumed[unit])
-    for k, v in (summary.get("params") or {}).items():
+    for k, v in _d(summary.get("params")).items():
         if is_number(v):
             out[key(f"n_params/{k}")] = float(v)
     return out

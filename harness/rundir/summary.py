@@ -26,7 +26,8 @@ are absent, a launcher's placeholder fills them with empty values):
   performance summary (``perf/...``); ``wall_seconds`` wall-clock of the latest attempt,
   without ``setup_seconds`` (``{"warmup_wait", "warmup_build", "initial_eval"}``: the
   shared warm-up and start evaluation, not the algorithm's cost); ``warmup_seconds`` their
-  warm-up part
+  warm-up part. Durations are measured on the monotonic clock (a wall clock stepped back by
+  NTP or by hand never makes one negative); ``started`` / ``ended`` are unix stamps only
 - ``final_model`` path of the saved policy when ``train.save_final_model``
 
 Writers: the trainer (:func:`new_summary` at start, :func:`record_end` then
@@ -46,8 +47,9 @@ from typing import Any, Optional
 
 from harness.config.base import to_dict
 from harness.rundir.budget import consumed_by_unit
-from harness.rundir.layout import (ERROR_TXT, METRICS, SUMMARY, read_json, read_jsonl, write_json_atomic,
+from harness.rundir.layout import (ERROR_TXT, METRICS, SUMMARY, read_json, read_metrics, write_json_atomic,
                                    write_text_atomic)
+from harness.rundir.read import finished_problem
 
 __all__ = ["STATUSES", "read_summary", "write_summary", "new_summary", "record_end", "record_exception",
            "placeholder_summary", "record_failure", "mark_interrupted", "INTERRUPTED_ERROR", "set_phase"]
@@ -59,7 +61,8 @@ INTERRUPTED_ERROR = "interrupted by the sweep launcher; re-launch the sweep to r
 
 
 def read_summary(run_dir: str | Path) -> Optional[dict]:
-    """The run's summary.json, or None when there is none (or it is unreadable)."""
+    """The run's summary.json, or None when there is none (or it is unreadable: not a regular
+    file, too large, not UTF-8 JSON, not an object; a warning names it)."""
     return read_json(Path(run_dir) / SUMMARY)
 
 
@@ -91,11 +94,12 @@ def new_summary(cfg, rid: str, distributed: Optional[dict] = None) -> dict:
     return summary
 
 
-def record_end(summary: dict, counters: dict, final_eval: dict, perf: dict) -> dict:
+def record_end(summary: dict, counters: dict, final_eval: dict, perf: dict, elapsed: Optional[float] = None) -> dict:
     """Fill in what a completed training loop knows: final evaluation, budget consumed, peak
-    memory, the performance summary and the wall-clock since ``started`` less the shared setup
-    (``setup_seconds``: waiting for and building the warm-up, the start evaluation), which
-    is recorded as its own phase (``warmup_seconds`` = the warm-up part)."""
+    memory, the performance summary and the wall-clock of the attempt (``elapsed``: seconds
+    since it started on the monotonic clock; without it, ``ended - started``, never below 0)
+    less the shared setup (``setup_seconds``: waiting for and building the warm-up, the start
+    evaluation), which is recorded as its own phase (``warmup_seconds`` = the warm-up part)."""
     summary["final_eval"] = final_eval
     summary["budget"]["consumed"] = consumed_by_unit(counters)
     summary["peak"] = {"rss_mb": perf["perf/peak_rss_mb"], "rss_above_base_mb": perf["perf/peak_rss_above_base_mb"],
@@ -104,21 +108,29 @@ def record_end(summary: dict, counters: dict, final_eval: dict, perf: dict) -> d
     setup = summary.get("setup_seconds") or {}
     summary["warmup_seconds"] = float(setup.get("warmup_wait", 0.0)) + float(setup.get("warmup_build", 0.0))
     summary["ended"] = time.time()
-    summary["wall_seconds"] = summary["ended"] - summary["started"] - sum(float(v) for v in setup.values())
+    if elapsed is None:
+        elapsed = summary["ended"] - summary["started"]
+    summary["wall_seconds"] = max(0.0, float(elapsed) - sum(float(v) for v in setup.values()))
     summary.pop("phase", None)
     return summary
 
 
 def record_exception(run_dir: str | Path, summary: dict, exc: BaseException, traceback_text: str) -> str:
     """The trainer raised: status ``interrupted`` (Ctrl-C) or ``failed`` with the error, and
-    ``error.txt`` with the traceback for a failure. Returns the status."""
+    ``error.txt`` with the traceback for a failure. Returns the status. When summary.json
+    cannot be written (a full disk, a read-only folder), ``exc.unrecorded`` names it, so the
+    one line the user sees can say the status on disk is stale."""
     run_dir = Path(run_dir)
     interrupted = isinstance(exc, KeyboardInterrupt)
     summary["status"] = "interrupted" if interrupted else "failed"
     summary["error"] = f"{type(exc).__name__}: {exc}"
     summary["ended"] = time.time()
     summary.pop("phase", None)
-    _best_effort(f"status {summary['status']}", run_dir, write_summary, run_dir, summary)
+    if not _best_effort(f"status {summary['status']}", run_dir, write_summary, run_dir, summary):
+        try:
+            exc.unrecorded = str(run_dir / SUMMARY)
+        except Exception:
+            pass
     if not interrupted:
         _best_effort("the traceback", run_dir, write_text_atomic, run_dir / ERROR_TXT, traceback_text)
     return summary["status"]
@@ -136,7 +148,7 @@ def set_phase(run_dir: str | Path, summary: dict, phase: str) -> None:
 
 def _consumed(run_dir: Path) -> dict:
     """Budget consumed by unit, from the last row of the run's metrics.jsonl (zeros without one)."""
-    rows = read_jsonl(Path(run_dir) / METRICS)
+    rows = read_metrics(Path(run_dir) / METRICS)
     return consumed_by_unit(rows[-1] if rows else {})
 
 
@@ -179,10 +191,12 @@ def _record_failure(run_dir: Path, run_id: str, config: dict, error: str, detail
 
 
 def mark_interrupted(run_dir: str | Path, run_id: str, config: dict) -> str:
-    """After a stop: ``interrupted`` unless the run managed to finish (returns the status)."""
+    """After a stop: ``interrupted`` unless the run managed to finish, as its files bear out
+    (:func:`harness.rundir.read.finished_problem`; returns the status)."""
     run_dir = Path(run_dir)
     s = _base_summary(run_dir, run_id, config)
-    if s.get("status") == "finished":
+    budget = config.get("budget") if isinstance(config, dict) and isinstance(config.get("budget"), dict) else None
+    if s.get("status") == "finished" and finished_problem(run_dir, s, budget) is None:
         return "finished"
     s["status"] = "interrupted"
     s["error"] = INTERRUPTED_ERROR

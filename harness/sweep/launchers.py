@@ -7,11 +7,14 @@ run's :class:`~harness.config.schema.Config`, calls the train entry point
 (``summary.json`` status ``failed`` + ``error``, ``error.txt`` traceback) when it raises.
 
 - :class:`LocalLauncher`: a pool of worker processes on this machine. Every run gets a
-  fresh interpreter (``python -m harness.sweep.launchers worker``, its own session, stdout and
-  stderr to ``<run_dir>/worker.log``), so its peak memory is its own and nothing leaks
-  between runs. ``cpus`` per run sets the torch/OpenMP threads; GPUs are handed out as
-  disjoint ``CUDA_VISIBLE_DEVICES`` slots (``gpus`` per run; a fraction packs several runs
-  onto one GPU; 0 hides the GPUs). A run with ``procs > 1`` is started under ``torchrun
+  fresh interpreter (``python -m harness.sweep.launchers worker <payload file>``, its own
+  session, stdout and stderr to ``<run_dir>/worker.log``), so its peak memory is its own and
+  nothing leaks between runs. The run's payload (its whole config, env and numerics pins) goes
+  through ``<run_dir>/.worker-payload.json`` (mode 0600, removed when the worker ends), never
+  the command line: a config of any size fits (one argument is at most 128 KiB on Linux), and
+  ``ps`` shows other users only the file's path. ``cpus`` per run sets the torch/OpenMP
+  threads; GPUs are handed out as disjoint ``CUDA_VISIBLE_DEVICES`` slots (``gpus`` per run;
+  a fraction packs several runs onto one GPU; 0 hides the GPUs). A run with ``procs > 1`` is started under ``torchrun
   --standalone --nproc_per_node=procs`` (multi-GPU learners; ZeRO stage and DeepSpeed
   config reach :mod:`harness.engine.distributed` through ``HARNESS_ZERO_STAGE`` /
   ``HARNESS_DEEPSPEED_CONFIG``).
@@ -31,6 +34,7 @@ full) is reported failed and the launcher goes on (docs/faults.md).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -38,6 +42,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -52,9 +57,12 @@ from harness.rundir.summary import _base_summary, _consumed, mark_interrupted, r
 
 __all__ = ["RunSpec", "LaunchOptions", "RunResult", "LocalLauncher", "RayLauncher", "run_worker",
            "callable_path", "resolve_callable", "gpu_count", "gpu_slots", "default_workers",
-           "record_failure", "mark_interrupted", "WORKER_LOG", "ENV_ZERO_STAGE", "ENV_DEEPSPEED_CONFIG"]
+           "record_failure", "mark_interrupted", "WORKER_LOG", "WORKER_PAYLOAD", "write_payload", "read_payload",
+           "ENV_ZERO_STAGE", "ENV_DEEPSPEED_CONFIG"]
 
 WORKER_LOG = "worker.log"
+WORKER_PAYLOAD = ".worker-payload.json"
+"""The worker's payload in its run directory (mode 0600): the command line carries only its path."""
 ENV_ZERO_STAGE = "HARNESS_ZERO_STAGE"
 ENV_DEEPSPEED_CONFIG = "HARNESS_DEEPSPEED_CONFIG"
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
@@ -287,9 +295,46 @@ def _run_env(opts: LaunchOptions) -> dict:
     return env
 
 
+def write_payload(payload: dict) -> Path:
+    """Write ``payload`` to ``<run_dir>/.worker-payload.json``, readable by this user only
+    (created 0600 under a temporary name, then renamed over any previous one); returns its path."""
+    run_dir = Path(payload["run_dir"])
+    fd, tmp = tempfile.mkstemp(prefix=WORKER_PAYLOAD + ".", suffix=".tmp", dir=run_dir)  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f)
+        os.replace(tmp, run_dir / WORKER_PAYLOAD)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return run_dir / WORKER_PAYLOAD
+
+
+def read_payload(path: str | os.PathLike) -> dict:
+    """The payload a launcher wrote with :func:`write_payload` (ValueError when it is not one)."""
+    with open(path, encoding="utf-8") as f:
+        payload = json.load(f)
+    if not isinstance(payload, dict) or "run_dir" not in payload:
+        raise ValueError(f"{path} is not a worker payload")
+    return payload
+
+
+def _remove_payload(run_dir: str | os.PathLike) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(Path(run_dir) / WORKER_PAYLOAD)
+
+
 def _torchrun(payload: dict) -> int:
+    try:
+        return _torchrun_with(payload, write_payload(payload))
+    finally:
+        _remove_payload(payload["run_dir"])
+
+
+def _torchrun_with(payload: dict, payload_file: Path) -> int:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={payload['procs']}", "-m", "harness.sweep.launchers", "worker", json.dumps(payload)]
+           f"--nproc_per_node={payload['procs']}", "-m", "harness.sweep.launchers", "worker", str(payload_file)]
     env = os.environ.copy()
     env["PYTHONPATH"] = os.pathsep.join(payload.get("sys_path", []) + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["OMP_NUM_THREADS"] = str(payload["threads"])
@@ -456,6 +501,7 @@ class LocalLauncher:
                         if rc is None:
                             continue
                         logf.close()
+                        _remove_payload(spec.run_dir)
                         del running[rid]
                         if free is not None:
                             free.append(slot)
@@ -491,7 +537,7 @@ class LocalLauncher:
             logf.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} launch {spec.run_id} "
                        f"(CUDA_VISIBLE_DEVICES={slot if slot is not None else '-'}, threads={payload['threads']})\n")
             logf.flush()
-            cmd = [sys.executable, "-m", "harness.sweep.launchers", "worker", json.dumps(payload)]
+            cmd = [sys.executable, "-m", "harness.sweep.launchers", "worker", str(write_payload(payload))]
             proc = subprocess.Popen(cmd, env=self._env(payload, slot), stdout=logf, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_pdeathsig)
         except BaseException:
@@ -499,6 +545,7 @@ class LocalLauncher:
                 logf.close()
             except OSError:
                 pass
+            _remove_payload(run_dir)
             raise
         return proc, spec, time.time(), logf
 
@@ -518,6 +565,7 @@ class LocalLauncher:
             else:
                 _killpg(proc.pid, signal.SIGKILL)  # stragglers of the group (torchrun ranks)
             logf.close()
+            _remove_payload(spec.run_dir)
             status = mark_interrupted(spec.run_dir, spec.run_id, spec.config)
             self.results[spec.run_id] = RunResult(spec.run_id, status, returncode=proc.returncode,
                                                   seconds=time.time() - t0)
@@ -640,10 +688,15 @@ def _started_since(spec: RunSpec, t0: float) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or argv[0] != "worker":
-        print("usage: python -m harness.sweep.launchers worker PAYLOAD_JSON  (started by `harness sweep`)",
+        print("usage: python -m harness.sweep.launchers worker PAYLOAD_FILE  (started by `harness sweep`)",
               file=sys.stderr)
         return 2
-    return run_worker(json.loads(argv[1]), sigterm=True)
+    try:
+        payload = read_payload(argv[1])
+    except (OSError, ValueError) as e:
+        print(f"harness.sweep.launchers: cannot read the worker payload {argv[1]}: {e}", file=sys.stderr)
+        return 2
+    return run_worker(payload, sigterm=True)
 
 
 if __name__ == "__main__":

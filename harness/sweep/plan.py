@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from harness.config.base import ConfigError, deep_merge, flatten, set_dotted, to_dict
-from harness.config.schema import Config, algorithm_name, config_from_dict, parse_overrides
+from harness.config.base import ConfigError, brief, deep_merge, flatten, set_dotted, to_dict
+from harness.config.schema import (Config, algorithm_name, config_from_dict, config_warnings, dir_path_problem,
+                                   parse_overrides)
 from harness.report.format import table
 from harness.rundir.ids import NOT_HASHED, run_id
-from harness.rundir.layout import SUMMARY, read_json
+from harness.rundir.layout import SUMMARY, read_json, warn_once
+from harness.rundir.read import finished_problem
 from harness.sweep.launchers import LaunchOptions
 from harness.sweep.spec import (SweepError, algorithms_section, apply_overrides, base_config, budget_section,
                                 check_algorithm, check_key, check_top_level, fmt_value, grid_section,
@@ -38,7 +40,8 @@ class PlannedRun:
     """The grid values of this run (dotted key -> value)."""
     run_dir: Path
     state: str = "new"
-    """On-disk state when planned: new | finished | failed | interrupted | running."""
+    """On-disk state when planned: new | finished | failed | interrupted | running | unverified (says
+    finished, but its files do not bear it out: run again)."""
 
     @property
     def config_dict(self) -> dict:
@@ -107,18 +110,39 @@ def expand_sweep(spec: dict, *, base_dir: str | os.PathLike = ".", source: str =
     budget = budget_section(spec.get("budget"), src)
     launcher = launcher_section(spec.get("launcher"), src, base_dir)
     columns = report_section(spec.get("report"), src)
-    # output directory: CLI > sweep file > config > default
-    od = output_dir or spec.get("output_dir") or data.get("output_dir") or Config().output_dir
+    description = spec.get("description")
+    if description is not None and not isinstance(description, str):
+        raise SweepError(f"{src}: description must be text, got {type(description).__name__}")
+    od = _output_dir(output_dir, spec, data, src)
     cli = parse_overrides(overrides)
     for k, _ in cli:
         check_key(k, "--set")
+        if k in ("name", "output_dir"):  # set by the sweep after every layer: an override would be lost
+            what, fix = (("its name", "change the sweep file's name") if k == "name" else
+                         ("its output directory", "give --output-dir instead"))
+            raise SweepError(f"--set {k}=...: a sweep's runs take {what} ({src}: {k}); {fix}")
     layers = _Layers(data, per_algo, budget, cli, name, Path(od).expanduser().resolve(), src, algos)
     runs, used_algos = _expand_grids(grids, layers)
     warnings = [f"algorithms.{a} is given but no run uses algorithm {a!r}" for a in per_algo if a not in used_algos]
+    warnings += list(dict.fromkeys(w for r in runs for w in config_warnings(r.config)))
     eff_budget = dict(to_dict(runs[0].config.budget)) if runs else budget
-    return Sweep(name=name, source=src, description=str(spec.get("description") or ""), runs=runs,
+    return Sweep(name=name, source=src, description=description or "", runs=runs,
                  budget=eff_budget, launcher=launcher, output_dir=layers.out_root,
                  varying=_varying(runs, grid_keys), report_columns=columns, warnings=warnings)
+
+
+def _output_dir(cli: Optional[str], spec: dict, data: dict, src: str) -> str:
+    """The sweep's output directory: ``--output-dir`` > the sweep file's ``output_dir`` > the
+    config's > the default; the first one given must be a directory path (an empty or NUL-holding
+    one is refused, not passed over)."""
+    for value, where in ((cli, "--output-dir"), (spec.get("output_dir"), f"{src}: output_dir"),
+                         (data.get("output_dir"), f"{src}: config output_dir")):
+        if value is not None:
+            why = dir_path_problem(value)
+            if why:
+                raise SweepError(f"{where}={brief(value)} is invalid: {why}")
+            return value
+    return Config().output_dir
 
 
 def _expand_grids(grids: list[dict], layers: _Layers) -> tuple[list[PlannedRun], set]:
@@ -142,7 +166,7 @@ def _expand_grids(grids: list[dict], layers: _Layers) -> tuple[list[PlannedRun],
                              f"same config (run id {rid}); remove the duplicate grid values")
         seen[rid] = cell
         rdir = layers.out_root / layers.name / rid
-        runs.append(PlannedRun(rid, cfg, cell, rdir, _disk_state(rdir)))
+        runs.append(PlannedRun(rid, cfg, cell, rdir, _disk_state(rdir, cfg)))
     return runs, used_algos
 
 
@@ -176,11 +200,21 @@ def _varying(runs: list[PlannedRun], grid_keys: list[str]) -> list[str]:
     return order + [k for k in varying if k not in order]
 
 
-def _disk_state(run_dir: Path) -> str:
+def _disk_state(run_dir: Path, cfg: Optional[Config] = None) -> str:
+    """The run's state from its summary.json; ``finished`` only when its files bear it out
+    (:func:`harness.rundir.read.finished_problem` against ``cfg``'s budget), else
+    ``unverified`` (resumed like an unfinished run), with a warning naming why."""
     s = read_json(run_dir / SUMMARY)
     if not isinstance(s, dict):
         return "new"
     st = s.get("status")
+    if st == "finished":
+        why = finished_problem(run_dir, s, cfg.budget if cfg is not None else None,
+                               task=cfg.task.name if cfg is not None else "task")
+        if why:
+            warn_once(f"{run_dir / SUMMARY} says the run finished, but {why}: not trusted; the sweep runs it "
+                      f"again (it resumes from its checkpoint)")
+            return "unverified"
     return st if st in ("finished", "failed", "interrupted", "running") else "new"
 
 
@@ -206,7 +240,8 @@ def per_step(cfg: Config) -> str:
 
 
 _STATE_NOTE = {"new": "new", "finished": "finished (skip)", "failed": "failed (re-run)",
-               "interrupted": "interrupted (resume)", "running": "unfinished (resume)"}
+               "interrupted": "interrupted (resume)", "running": "unfinished (resume)",
+               "unverified": "finished? not borne out (resume)"}
 
 
 def format_plan(sw: Sweep, *, workers: Optional[int] = None) -> str:

@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 
 from harness.report.format import table
 from harness.rundir.budget import consumed_by_unit
-from harness.rundir.layout import METRICS, SUMMARY, read_json, read_jsonl, write_json_atomic
+from harness.rundir.layout import METRICS, SUMMARY, read_json, read_metrics, write_json_atomic
 from harness.rundir.lock import FileLock, LockBusy
 from harness.sweep.launchers import (LaunchOptions, LocalLauncher, RayLauncher, RunResult, RunSpec,
                                      callable_path)
@@ -85,7 +85,7 @@ def _consumed(run: PlannedRun, summary: dict, unit: str) -> Any:
     """Budget consumed in ``unit``: from the summary, else from the last metrics row (None without either)."""
     cons = summary_value(summary, f"budget.consumed.{unit}")
     if cons is None and (run.run_dir / METRICS).exists():
-        rows = read_jsonl(run.run_dir / METRICS)
+        rows = read_metrics(run.run_dir / METRICS)
         cons = consumed_by_unit(rows[-1] if rows else {}).get(unit)
     return cons
 
@@ -105,7 +105,7 @@ def format_results(sw: Sweep, results: dict) -> str:
     for r in sw.runs:
         s = summaries[r.run_id]
         res = results.get(r.run_id)
-        status = res.status if res else s.get("status", r.state)
+        status = res.status if res else (r.state if r.state == "unverified" else s.get("status", r.state))
         status = "finished" if status == "skipped" else status
         cons = _consumed(r, s, unit)
         cons_s = f"{fmt_value(cons)}/{fmt_value(sw.budget['amount'])}" if cons is not None else "-"

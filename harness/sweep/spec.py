@@ -37,7 +37,8 @@ closest valid key)::
                                   #   (harness/configs/deepspeed/zero{2,3}.json); needs procs > 1
                                   #   or gpus > 1 to matter
       deepspeed_config: null      #   a custom DeepSpeed JSON (relative to this file)
-      env: {HF_HOME: /data/hf}    #   extra environment variables for every run
+      env: {NCCL_DEBUG: WARN}     #   extra environment variables for every run: only the
+                                  #   known-safe ones of ENV_ALLOWED (thread, CUDA, NCCL knobs)
     output_dir: results           # optional (CLI --output-dir wins; default: the config's)
     report:                       # optional: columns of the final table, as dotted paths
       columns: [final_eval.eval/arith/acc, peak.rss_mb, wall_seconds]   # into summary.json
@@ -60,7 +61,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import typing
 from pathlib import Path
 from typing import Any, Optional
@@ -164,19 +164,66 @@ def fmt_value(v: Any) -> str:
 
 
 # launcher.env: what a sweep file may set in its workers' environment. A sweep file is read
-# as trusted input for everything else; this keeps it from redirecting imports or the
-# loader (PYTHONPATH, LD_PRELOAD, PATH, ...) of every worker.
-ENV_PREFIXES = ("OMP_", "MKL_", "CUDA_", "NCCL_", "OPENBLAS_", "TORCH_NCCL_", "KMP_", "GOMP_")
-ENV_NAMES = frozenset({"TOKENIZERS_PARALLELISM", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_MAX_THREADS",
-                       "PYTORCH_CUDA_ALLOC_CONF", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"})
-_ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+# as trusted input for everything else; this keeps it from making every worker import or load
+# code of its choosing. An allow-list of named variables, each a count, a switch or a tuning
+# knob that loads nothing: a prefix (CUDA_*, NCCL_*, OMP_*) would let through
+# CUDA_INJECTION64_PATH, NCCL_NET_PLUGIN, NCCL_TUNER_PLUGIN or OMP_TOOL_LIBRARIES, each of which
+# makes a runtime dlopen a library. Variables that name a file to read or write (NCCL_TOPO_FILE,
+# NCCL_DEBUG_FILE, CUDA_CACHE_PATH, HF_HOME, ...) are left out too. Anything else can be
+# exported in the shell that starts the sweep, where the user decides.
+ENV_ALLOWED = frozenset({
+    # CPU threads and the OpenMP / MKL / BLAS runtimes' scheduling
+    "OMP_NUM_THREADS", "OMP_DYNAMIC", "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY", "OMP_SCHEDULE",
+    "OMP_STACKSIZE", "OMP_MAX_ACTIVE_LEVELS", "OMP_THREAD_LIMIT", "OMP_DISPLAY_ENV", "OMP_DISPLAY_AFFINITY",
+    "MKL_NUM_THREADS", "MKL_DOMAIN_NUM_THREADS", "MKL_DYNAMIC", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS",
+    "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "NUMEXPR_MAX_THREADS",
+    "RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM",
+    "KMP_AFFINITY", "KMP_BLOCKTIME", "KMP_HW_SUBSET", "KMP_SETTINGS", "GOMP_SPINCOUNT", "GOMP_CPU_AFFINITY",
+    # accelerators: which devices, and CUDA / cuBLAS switches
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING",
+    "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_CACHE_DISABLE", "CUDA_CACHE_MAXSIZE", "CUBLAS_WORKSPACE_CONFIG",
+    "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+    # PyTorch's allocator and diagnostics
+    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "PYTORCH_NVML_BASED_CUDA_CHECK", "TORCH_SHOW_CPP_STACKTRACES", "TORCH_DISTRIBUTED_DEBUG", "TORCH_CPP_LOG_LEVEL",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ENABLE_MONITORING",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_AVOID_RECORD_STREAMS",
+    "TORCH_NCCL_HIGH_PRIORITY", "TORCH_NCCL_USE_COMM_NONBLOCKING",
+    # NCCL: logging to stderr, interfaces, transports and tuning (no plugin, no file)
+    "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", "NCCL_SOCKET_NTHREADS",
+    "NCCL_NSOCKS_PERTHREAD", "NCCL_IB_DISABLE", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_TIMEOUT",
+    "NCCL_IB_RETRY_CNT", "NCCL_IB_TC", "NCCL_IB_SL", "NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ",
+    "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_BUFFSIZE", "NCCL_NTHREADS",
+    "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_ALGO", "NCCL_PROTO", "NCCL_CROSS_NIC", "NCCL_CUMEM_ENABLE",
+    "NCCL_NVLS_ENABLE", "NCCL_LAUNCH_MODE", "NCCL_IGNORE_CPU_AFFINITY", "NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_BLOCKING_WAIT",
+    # Hugging Face: switches that only forbid the network
+    "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY",
+    "HF_HUB_DISABLE_PROGRESS_BARS",
+})
+ENV_LOADS_CODE = frozenset({
+    "CUDA_INJECTION64_PATH", "CUDA_INJECTION32_PATH", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN",
+    "NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN", "NCCL_CONF_FILE", "OMP_TOOL", "OMP_TOOL_LIBRARIES",
+    "MKL_THREADING_LAYER", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONHOME",
+    "PYTHONSTARTUP", "PATH", "HF_HOME", "TRANSFORMERS_CACHE", "HF_HUB_CACHE", "TORCH_HOME",
+})
+"""Refused with the reason spelled out: each makes a runtime, the loader or Python load a library,
+module or model files from where the variable points."""
+_ENV_VALUE_MAX = 4096
 
 
 def env_allowed(name: str) -> bool:
-    """Whether ``launcher.env`` may set variable ``name`` (see ENV_PREFIXES / ENV_NAMES)."""
-    if not _ENV_NAME_RE.match(name):
-        return False
-    return name.startswith(ENV_PREFIXES) or name in ENV_NAMES or name.endswith("_THREADS")
+    """Whether ``launcher.env`` may set variable ``name`` (:data:`ENV_ALLOWED`)."""
+    return name in ENV_ALLOWED
+
+
+def env_refusal(name: str) -> str:
+    """Why ``launcher.env`` may not set ``name`` (for the one-line error)."""
+    why = ("makes a runtime, the loader or Python load code or model files from where it points"
+           if name in ENV_LOADS_CODE else "is not a known-safe variable")
+    return (f"launcher.env.{name} is refused: {name} {why}. launcher.env may set only known-safe thread, "
+            f"OpenMP, CUDA, NCCL and allocator settings (ENV_ALLOWED in harness/sweep/spec.py; docs/sweeps.md); "
+            f"if you trust it, export {name} in the shell that starts the sweep")
 
 
 def read_sweep_file(path: str | os.PathLike) -> dict:
@@ -380,11 +427,12 @@ def launcher_section(raw: Any, src: str, base_dir: Path) -> LaunchOptions:
     env = raw.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
         raise SweepError(f"{src}: launcher.env must be a mapping of variable names to values, got {env!r}")
-    for k in env:
+    for k, v in env.items():
         if not env_allowed(k):
-            raise SweepError(f"{src}: launcher.env.{k} is not allowed: launcher.env may set only thread and "
-                             f"accelerator variables ({', '.join(ENV_PREFIXES)}*, {', '.join(sorted(ENV_NAMES))}, "
-                             f"or names ending in _THREADS)")
+            raise SweepError(f"{src}: {env_refusal(k)}")
+        if isinstance(v, (dict, list)) or v is None or "\0" in str(v) or len(str(v)) > _ENV_VALUE_MAX:
+            raise SweepError(f"{src}: launcher.env.{k}={str(v)[:60]!r} is invalid: expected a string or number "
+                             f"(no NUL, at most {_ENV_VALUE_MAX} characters)")
     ls.env = {k: str(v) for k, v in env.items()}
     return ls
 

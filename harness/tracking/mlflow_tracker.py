@@ -58,7 +58,7 @@ from harness.rundir.ids import parse_run_id  # noqa: E402
 from harness.rundir.lock import file_lock  # noqa: E402
 from harness.rundir.read import flatten, is_number  # noqa: E402
 from harness.rundir.read import summary_metrics as results_summary_metrics  # noqa: E402
-from harness.tracking.base import Tracker, cfg_get, config_dict  # noqa: E402
+from harness.tracking.base import Tracker, artifact_dir, artifact_files, cfg_get, config_dict  # noqa: E402
 
 RUN_ID_TAG = "harness.run_id"
 RUN_DIR_TAG = "harness.run_dir"
@@ -397,33 +397,27 @@ class MlflowTracker(Tracker):
         self.log_points(buf)
 
     def log_artifact(self, path: str | os.PathLike) -> None:
+        """Upload a file, or a folder's files, at their place in the run directory. Only regular
+        files inside the run directory (:func:`~harness.tracking.base.artifact_files`): a symlink
+        out of it is skipped with a warning, never followed."""
         self.flush()
         self._ensure_run()
-        p = Path(path)
-        if p.is_file():  # the trainer logs config/summary/eval files, finish() logs them too: upload once
-            st = p.stat()
+        root = self.run_dir.resolve()
+        for f in artifact_files(path, root):
+            rel = artifact_dir(f, root)
+            dest = (rel / f.name).as_posix()
+            st = f.resolve().stat()  # the trainer logs config/summary/eval files, finish() logs them too: upload once
             sig = (st.st_mtime_ns, st.st_size)
-            if self._logged.get(str(p.resolve())) == sig:
-                return
-            self._logged[str(p.resolve())] = sig
-        artifact_path = None
-        try:
-            rel = p.resolve().relative_to(self.run_dir.resolve())
-            artifact_path = rel.parent.as_posix() if rel.parent != Path(".") else None
-            if p.is_dir():
-                artifact_path = rel.as_posix()
-        except ValueError:
-            pass
-        if p.is_dir():
-            self.client.log_artifacts(self.mlflow_run_id, str(p), artifact_path)
-        elif p.is_file():
-            self.client.log_artifact(self.mlflow_run_id, str(p), artifact_path)
+            if self._logged.get(dest) == sig:
+                continue
+            self._logged[dest] = sig
+            self.client.log_artifact(self.mlflow_run_id, str(f), rel.as_posix() if rel != Path(".") else None)
 
     def standard_artifacts(self) -> list[Path]:
         d = self.run_dir
         files = [d / "config.yaml", d / "error.txt", d / "worker.log"]
         files += sorted((d / "eval").glob("*.jsonl")) + sorted((d / "plots").glob("*"))
-        return [f for f in files if f.is_file()]
+        return [f for f in files if f.is_symlink() or f.is_file() or (f.exists() and not f.is_dir())]
 
     def summary_points(self, summary: dict) -> list[tuple[str, float, int, int]]:
         consumed = ((summary or {}).get("budget") or {}).get("consumed") or {}

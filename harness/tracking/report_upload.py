@@ -4,7 +4,8 @@ When a sweep's runs mirror to MLflow (``tracking.mlflow``), the report folder (H
 Markdown, CSV, plots) becomes the artifacts of the sweep's parent run (under ``report/``),
 so the MLflow UI shows it beside the runs it summarises. When they mirror to wandb, one run
 named ``<sweep>-report`` (job type ``report``, in the sweep's group) holds the plots as
-images, the per-run table as a ``wandb.Table`` and the report files. A tracker that fails
+images, the per-run table as a ``wandb.Table`` and the report files. Only regular files inside
+the report folder go (a symlink out of it is skipped with a warning). A tracker that fails
 warns once and never fails the sweep (as for runs).
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.tracking.base import artifact_dir, artifact_files
 from harness.tracking.mlflow_tracker import MlflowTracker, _store_lock
 from harness.tracking.wandb_tracker import quiet_settings, wandb_mode
 
@@ -45,13 +47,16 @@ def _to_mlflow(run: Any, sweep: str, report_dir: Path) -> str:
     tracker.open_store()
     with _store_lock(tracker.uri):
         parent = tracker.parent_run_id()
-    tracker.client.log_artifacts(parent, str(report_dir), "report")
+    root = Path(report_dir).resolve()
+    for f in artifact_files(report_dir, root):  # regular files inside the report folder; links out skipped
+        rel = artifact_dir(f, root)
+        tracker.client.log_artifact(parent, str(f), "report" if rel == Path(".") else f"report/{rel.as_posix()}")
     return parent
 
 
 def _runs_table(report_dir: Path) -> Optional[tuple[list[str], list[list[str]]]]:
     path = report_dir / "runs.csv"
-    if not path.exists():
+    if not artifact_files(path, report_dir):  # absent, or a link out of the report folder (named)
         return None
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
@@ -67,16 +72,18 @@ def _to_wandb(run: Any, sweep: str, report_dir: Path) -> str:
     wb = wandb.init(project=cfg.tracking.wandb_project, dir=str(root), name=f"{sweep}-report", group=sweep,
                     job_type="report", mode=wandb_mode(cfg), reinit="create_new", settings=quiet_settings())
     try:
-        images = {f"report/{p.stem}": wandb.Image(str(p)) for p in sorted((report_dir / "plots").glob("*.png"))}
+        images = {f"report/{p.stem}": wandb.Image(str(p.resolve()))
+                  for p in artifact_files(report_dir / "plots", report_dir) if p.suffix == ".png"}
         table = _runs_table(report_dir)
         if table:
             images["report/runs"] = wandb.Table(columns=table[0], data=table[1])
         wb.log(images)
         dest = Path(wb.dir) / "report"
-        for f in sorted(p for p in report_dir.rglob("*") if p.is_file()):
-            target = dest / f.relative_to(report_dir)
+        root = report_dir.resolve()
+        for f in artifact_files(report_dir, root):  # regular files inside the report folder; links out skipped
+            target = dest / artifact_dir(f, root) / f.name
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, target)
+            shutil.copy2(f.resolve(), target)
             wb.save(str(target), base_path=wb.dir, policy="end")
         return wb.id
     finally:

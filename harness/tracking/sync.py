@@ -15,15 +15,25 @@ Without ``--uri`` each run goes where its own config points (``tracking.mlflow_u
 from the same metrics.jsonl is skipped; an outdated replay is moved to
 ``<run_dir>/wandb/superseded/``.
 
+One bad run never stops the others: a run whose summary.json, metrics.jsonl, config.yaml or
+error.txt is not a regular file (a FIFO would block the sync forever), links out of the run
+directory, or (summary.json) is not a JSON object is not synced, and the command lists it with
+the reason; so is a run whose replay fails. Nothing that resolves outside a run directory is
+uploaded (a symlinked file or folder is skipped with a warning naming it).
+
 ``harness ui [RESULTS_DIR] [--port 5000]`` serves the MLflow UI for
 ``RESULTS_DIR/mlflow.db`` on 127.0.0.1. The server runs in its own process group
-(setsid); Ctrl-C / SIGTERM / exit stops the whole group.
+(setsid); Ctrl-C / SIGTERM / exit stops the whole group. ``--host`` other than a loopback
+address prints a warning first (:func:`exposure_warning`: the server has no login, and
+MLflow's host and CORS checks are no authentication).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -32,13 +42,113 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness.rundir import provenance
-from harness.rundir.read import RunData, find_run_dirs, load_run
-from harness.rundir.layout import read_json
+from harness.rundir.layout import CONFIG, ERROR_TXT, METRICS, SUMMARY
+from harness.rundir.read import RunData, load_run
+from harness.tracking.base import upload_problem
 from harness.tracking.mlflow_tracker import (MlflowTracker, attempt_key, default_uri, first_row_time,
                                              row_metrics)
 from harness.tracking.wandb_tracker import MARKER, WandbTracker, fingerprint, wandb_id
 
 TERMINAL = ("finished", "failed", "killed", "interrupted")
+RUN_FILES = (SUMMARY, METRICS, CONFIG, ERROR_TXT)
+"""The files of a run directory that a replay opens itself (artifacts are checked one by one)."""
+SKIP_DIRS = frozenset({"checkpoint", "eval", "wandb", "mlartifacts", "mlruns", "report", "plots", "_cache",
+                       "__pycache__", "superseded"})
+"""Folders never searched for runs (as :func:`harness.rundir.read.find_run_dirs`)."""
+_JSON_MAX_BYTES = 64 * 1024 * 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# finding runs, and telling a broken one before anything opens its files
+# ---------------------------------------------------------------------------------------------
+def read_json_object(path: str | os.PathLike) -> tuple[Optional[dict], Optional[str]]:
+    """(the JSON object in ``path``, None), or (None, why not): missing, not a regular file (never
+    blocks: opened non-blocking and checked on the open file), too large, not UTF-8, not JSON,
+    not an object."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None, "is missing"
+    except OSError as e:
+        return None, f"cannot be opened ({e.strerror or e})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "is not a regular file"
+        if st.st_size > _JSON_MAX_BYTES:
+            return None, f"is {st.st_size} bytes, more than a summary ever holds"
+        chunks, left = [], _JSON_MAX_BYTES + 1
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 20))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        data = b"".join(chunks)
+    except OSError as e:
+        return None, f"cannot be read ({e.strerror or e})"
+    finally:
+        os.close(fd)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "is not UTF-8 text (binary or corrupt)"
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        return None, f"is not valid JSON ({e})"
+    except RecursionError:
+        return None, "is nested too deeply"
+    if not isinstance(obj, dict):
+        return None, f"holds a JSON {type(obj).__name__}, not an object"
+    return obj, None
+
+
+def run_problem(run_dir: str | os.PathLike) -> Optional[str]:
+    """Why the run directory cannot be replayed safely (None when it can): one of its files is
+    not a regular file (a FIFO would block the reader forever), resolves outside the run
+    directory (a symlink to a secret), or summary.json is not a JSON object."""
+    d = Path(run_dir)
+    for name in RUN_FILES:
+        f = d / name
+        if os.path.lexists(f):
+            why = upload_problem(f, d)
+            if why:
+                return f"{name}: {why}"
+    if os.path.lexists(d / SUMMARY):
+        _, why = read_json_object(d / SUMMARY)
+        if why:
+            return f"{SUMMARY} {why}"
+    return None
+
+
+def _is_run_dir(d: Path) -> bool:
+    """metrics.jsonl is there (of any kind), or a summary.json that names a run or is broken."""
+    if os.path.lexists(d / METRICS):
+        return True
+    if not os.path.lexists(d / SUMMARY):
+        return False
+    obj, why = read_json_object(d / SUMMARY)
+    return why is not None or "run_id" in obj
+
+
+def run_dirs(root: str | os.PathLike) -> list[Path]:
+    """Every run directory at or under ``root``, broken ones included (sync lists them), found
+    without opening anything but regular files."""
+    root = Path(root)
+    if not root.exists():
+        raise FileNotFoundError(f"no such directory: {root}")
+    if _is_run_dir(root):
+        return [root]
+    found = []
+    for dirpath, dirnames, _ in os.walk(root):
+        d = Path(dirpath)
+        if d != root and _is_run_dir(d):
+            found.append(d)
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(n for n in dirnames if n not in SKIP_DIRS and not n.startswith("."))
+    return sorted(found)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,7 +229,7 @@ def replay_wandb(run: RunData, project: Optional[str] = None, mode: Optional[str
     """Replay one run directory into an offline (default) wandb run; skipped if up to date."""
     wdir = run.run_dir / "wandb"
     fp = fingerprint(run.run_dir, run.status)
-    marker = read_json(wdir / MARKER, {}) or {}
+    marker = read_json_object(wdir / MARKER)[0] or {}
     wid = wandb_id(run.sweep, run.run_id)
     if marker.get("fingerprint") == fp and marker.get("wandb_id") == wid and \
             (not marker.get("run_path") or Path(marker["run_path"]).exists()):
@@ -144,21 +254,35 @@ def replay_wandb(run: RunData, project: Optional[str] = None, mode: Optional[str
 
 def sync(results_dir: str | os.PathLike, to: str = "mlflow", uri: Optional[str] = None,
          project: Optional[str] = None, mode: Optional[str] = None,
-         echo: Callable[[str], None] = print) -> list[dict]:
-    """Replay every run under ``results_dir``; one result dict per run (``error`` on failure)."""
+         echo: Callable[[str], None] = print, skipped: Optional[list] = None) -> list[dict]:
+    """Replay every run under ``results_dir``; one result dict per run replayed, with
+    ``run_dir``, and ``error`` (the reason) when its replay failed. A run whose files cannot be
+    read safely (:func:`run_problem`, or what the reader could not use) is not replayed: it is
+    echoed with the reason and appended to ``skipped`` (``{"run_id", "run_dir", "error"}``).
+    One bad run never stops the others."""
     if to not in ("mlflow", "wandb"):
         raise ValueError(f"--to must be mlflow or wandb, got {to!r}")
-    dirs = find_run_dirs(results_dir)
+    dirs = run_dirs(results_dir)
     if not dirs:
         echo(f"no run directories under {results_dir}")
     out = []
     for d in dirs:
-        run = load_run(d)
         try:
+            why = run_problem(d)
+            run = None if why else load_run(d)
+            if run is not None and getattr(run, "problems", None):  # what the reader could not use
+                why = "; ".join(run.problems)
+            if why:
+                echo(f"  {d.parent.name}/{d.name}: NOT SYNCED: {why}")
+                if skipped is not None:
+                    skipped.append({"run_id": d.name, "run_dir": str(d), "error": why})
+                continue
             res = replay_mlflow(run, uri) if to == "mlflow" else replay_wandb(run, project, mode)
+            res["run_dir"] = str(d)
         except Exception as e:  # one bad run does not stop the others
-            res = {"run_id": run.run_id, "error": f"{type(e).__name__}: {e}"}
-            echo(f"  {run.sweep}/{run.run_id}: FAILED {res['error']}")
+            res = {"run_id": d.name, "run_dir": str(d), "error": f"{type(e).__name__}: {e}"}
+        if "error" in res:
+            echo(f"  {d.parent.name}/{d.name}: NOT SYNCED: {res['error']}")
         else:
             if res.get("skipped"):
                 what = "up to date"
@@ -180,6 +304,58 @@ def _child_setup() -> None:  # runs in the child between fork and exec (after se
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except Exception:
         pass
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the server on this machine (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    h = (host or "").strip()
+    if h.lower() in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(h.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_warning(host: str, port: int, store: str | os.PathLike, env: Optional[dict] = None) -> Optional[str]:
+    """What ``harness ui --host HOST`` exposes when HOST is not a loopback address (None when it
+    is): the lines to print on stderr before the server starts.
+
+    Facts from MLflow's server (3.x: ``mlflow/server/security_utils.py``, ``mlflow server --help``):
+    its security middleware checks the Host header against ``--allowed-hosts`` /
+    ``$MLFLOW_SERVER_ALLOWED_HOSTS`` (default: localhost, 127.0.0.1, [::1], 0.0.0.0 and the
+    private ranges 10.*, 172.16-31.*, 192.168.*, fc00:*, fd00:*), which stops DNS rebinding,
+    and blocks state-changing cross-origin requests unless ``--cors-allowed-origins`` allows
+    the origin (default: localhost origins), which stops other web pages from writing through
+    a browser. Neither is authentication: the server has no login, and any client that reaches
+    the port can send an allowed Host header (e.g. the machine's private address)."""
+    if is_loopback(host):
+        return None
+    env = os.environ if env is None else env
+    where = ("every network interface of this machine" if (host or "").strip() in ("", "0.0.0.0", "::", "[::]")
+             else f"{host}, reachable from other machines")
+    lines = [
+        f"harness ui: WARNING: --host {host or repr(host)} serves the MLflow UI on {where}: anyone who can reach "
+        f"port {port} can read every run, parameter, metric and artifact of {store} and change or delete them "
+        f"(the MLflow server has no login).",
+        "  MLflow's host check (Host header must be localhost, 127.0.0.1, [::1], 0.0.0.0 or a private address "
+        "10.*, 172.16-31.*, 192.168.*, fc00:*, fd00:*; --allowed-hosts / $MLFLOW_SERVER_ALLOWED_HOSTS sets the "
+        "list) only stops DNS rebinding, and its CORS check (--cors-allowed-origins) only stops other web pages "
+        "from writing through your browser; neither authenticates anyone: a client on your network sends an "
+        "allowed Host header (e.g. this machine's private address) and gets in.",
+    ]
+    if str(env.get("MLFLOW_SERVER_DISABLE_SECURITY_MIDDLEWARE", "")).strip().lower() in ("1", "true", "yes"):
+        lines.append("  $MLFLOW_SERVER_DISABLE_SECURITY_MIDDLEWARE is set: even those checks are off.")
+    elif str(env.get("MLFLOW_SERVER_ALLOWED_HOSTS", "")).strip() == "*":
+        lines.append("  $MLFLOW_SERVER_ALLOWED_HOSTS=* is set: every Host header is accepted (no DNS-rebinding check).")
+    lines.append(f"  Safer: keep the default --host 127.0.0.1 and reach it through an SSH tunnel "
+                 f"(ssh -L {port}:127.0.0.1:{port} <this machine>), or put an authenticating proxy in front.")
+    return "\n".join(lines)
 
 
 def ui_store(results_dir: str | os.PathLike) -> Path:

@@ -20,11 +20,13 @@
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -36,7 +38,7 @@ os.environ.setdefault("WANDB_DISABLE_CODE", "true")
 from harness.rundir.budget import row_consumed, unit_of  # noqa: E402
 from harness.rundir.ids import parse_run_id  # noqa: E402
 from harness.rundir.read import is_number, summary_metrics  # noqa: E402
-from harness.tracking.base import Tracker, cfg_get, config_dict  # noqa: E402
+from harness.tracking.base import Tracker, artifact_dir, artifact_files, cfg_get, config_dict  # noqa: E402
 
 MARKER = "harness_sync.json"
 
@@ -143,31 +145,27 @@ class WandbTracker(Tracker):
         """Copy a file (or a directory's files) into the run's ``files/harness/`` at its path
         relative to the run directory (uploaded at finish when online, by `wandb sync` when
         offline)."""
-        p = Path(path)
-        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
         dest_root = Path(self.run.dir)
-        for f in files:
-            if not f.is_file():
-                continue
-            try:
-                rel = f.resolve().relative_to(self.run_dir.resolve())
-            except ValueError:
-                rel = Path(f.name)
+        root = self.run_dir.resolve()
+        for f in artifact_files(path, root):  # regular files inside the run directory; links out skipped
+            real = f.resolve()
+            rel = artifact_dir(f, root) / f.name
             if rel.parts and rel.parts[0] == "wandb":
                 continue
             dest = dest_root / "harness" / rel  # config.yaml etc. are reserved names in files/
-            st = f.stat()
+            st = real.stat()
             if dest.exists() and (dest.stat().st_size, dest.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns):
                 continue  # already copied (the trainer and finish() both log the eval files)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, dest)
+            shutil.copy2(real, dest)
             self.run.save(str(dest), base_path=str(dest_root), policy="end")
 
     def standard_artifacts(self) -> list[Path]:
         d = self.run_dir
         files = [d / "config.yaml", d / "summary.json", d / "error.txt", d / "worker.log"]
         files += sorted((d / "eval").glob("*.jsonl")) + sorted((d / "plots").glob("*"))
-        return [f for f in files if f.is_file()]
+        # links and non-regular files too: log_artifact skips them, naming each
+        return [f for f in files if f.is_symlink() or f.is_file() or (f.exists() and not f.is_dir())]
 
     def finish(self, summary: dict, status: str) -> None:
         summary = summary or {}
@@ -198,8 +196,20 @@ class WandbTracker(Tracker):
         self.write_marker(status, offline_dir)
 
     def write_marker(self, status: str, offline_dir: Optional[Path]) -> None:
+        """Written to a temporary file and renamed over the marker: whatever is there (a FIFO,
+        which an open for writing would block on; a symlink out of the run) is replaced, never
+        opened."""
         marker = self.run_dir / "wandb" / MARKER
         marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps({"fingerprint": fingerprint(self.run_dir, status), "wandb_id": self.id,
-                                      "mode": self.mode, "run_path": str(offline_dir) if offline_dir else None,
-                                      "time": time.time()}, indent=2))
+        text = json.dumps({"fingerprint": fingerprint(self.run_dir, status), "wandb_id": self.id,
+                           "mode": self.mode, "run_path": str(offline_dir) if offline_dir else None,
+                           "time": time.time()}, indent=2)
+        fd, tmp = tempfile.mkstemp(prefix=MARKER + ".", suffix=".tmp", dir=marker.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, marker)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise

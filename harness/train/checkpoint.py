@@ -8,9 +8,17 @@ writes ``dist.save_state`` into ``checkpoint/dist_<step>/`` (engines, optimizers
 RNG; the reference's weights in ``reference.pt`` when the run resets it) and the main
 rank's ``state.pt`` names that folder, with the mode and world size it was written under
 (a checkpoint resumes only under the same ones). A finished run's checkpoint is removed.
+
+A checkpoint that cannot be resumed from (not a regular file, not a checkpoint, written by
+a run of another model size or algorithm, counters of the wrong type) raises
+:class:`CheckpointError`: one line naming the file and saying to delete the checkpoint
+folder to restart the run (the CLI exits 2 with it). Saves go through a Python file object
+(:func:`harness.rundir.layout.save_torch`), so a full disk is an ``OSError(ENOSPC)`` naming
+the file, not torch's RuntimeError.
 """
 from __future__ import annotations
 
+import math
 import os
 import random
 import shutil
@@ -23,9 +31,21 @@ import torch
 from harness.config.schema import Config
 from harness.engine.distributed import Distributed
 from harness.engine.learner import Learner
-from harness.rundir.budget import STEP
+from harness.rundir.budget import COUNTERS, STEP
+from harness.rundir.layout import RunFileError, open_regular, save_torch, writing
 
-__all__ = ["checkpoint_path", "save_checkpoint", "load_checkpoint", "remove_checkpoint", "load_state", "DIST_REFERENCE"]
+__all__ = ["checkpoint_path", "save_checkpoint", "load_checkpoint", "remove_checkpoint", "load_state", "DIST_REFERENCE",
+           "CheckpointError"]
+
+
+class CheckpointError(RunFileError, RuntimeError):
+    """A checkpoint that cannot be resumed from; ``str(e)``: the file, why, and what to do."""
+
+
+def _restart_todo(path: Path) -> str:
+    folder = Path(path).parent
+    return (f"delete {folder} to restart this run from the beginning (or run `harness train` with "
+            f"--restart)")
 
 DIST_REFERENCE = "reference.pt"
 
@@ -54,16 +74,64 @@ def _set_rng_state(s: dict) -> None:
 
 def load_state(path: Path) -> dict:
     """``torch.load(path, weights_only=True)``: tensors and plain types only; a checkpoint that
-    needs arbitrary unpickling (or is not a checkpoint) is refused with a RuntimeError naming it."""
+    needs arbitrary unpickling, is not a checkpoint or is not a regular file (a FIFO would
+    block the load) is refused with a :class:`CheckpointError` (a RuntimeError) naming it."""
+    todo = _restart_todo(path)
     try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as e:  # UnpicklingError, or a truncated / foreign file
-        raise RuntimeError(f"{path}: refused to load the checkpoint (only tensors and plain values are "
-                           f"loaded; remove it to start over): {type(e).__name__}: "
-                           f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        f = open_regular(path, "rb", todo)  # a FIFO here would block torch.load forever
+    except RunFileError as e:
+        raise CheckpointError(e.path, e.problem, todo) from None
+    except FileNotFoundError:
+        if not Path(path).is_symlink():
+            raise
+        raise CheckpointError(path, "is a link to a file that does not exist", todo) from None
+    with f:
+        try:
+            state = torch.load(f, weights_only=True, map_location="cpu")
+        except Exception as e:  # UnpicklingError, or a truncated / foreign file
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise CheckpointError(path, f"refused to load the checkpoint (only tensors and plain values are "
+                                        f"loaded): {type(e).__name__}: {first}", todo) from None
     if not isinstance(state, dict):
-        raise RuntimeError(f"{path}: not a checkpoint (expected a mapping, got {type(state).__name__})")
+        raise CheckpointError(path, f"not a checkpoint (expected a mapping, got {type(state).__name__})", todo)
     return state
+
+
+def _is_count(v, whole: bool) -> bool:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    return ok and (not whole or float(v).is_integer())
+
+
+def _check_state(path: Path, state: dict, need: tuple = ("learner", "rng")) -> None:
+    """The fields the trainer resumes from are there and of the right types (a ``{}`` or a
+    foreign file raises :class:`CheckpointError`, not a KeyError deep in the resume)."""
+    todo = _restart_todo(path)
+    missing = [k for k in ("counters", "passed", *need) if k not in state]
+    if missing:
+        raise CheckpointError(path, f"not a checkpoint of this harness (no {', '.join(missing)})", todo)
+    counters = state["counters"]
+    if not isinstance(counters, dict) or any(c not in counters for c in COUNTERS):
+        raise CheckpointError(path, f"its counters are not {{{', '.join(COUNTERS)}}}", todo)
+    for c in COUNTERS:
+        if not _is_count(counters[c], whole=c != "seconds"):
+            raise CheckpointError(path, f"its counter {c}={counters[c]!r} is not a non-negative number", todo)
+    if not _is_count(state["passed"], whole=True):
+        raise CheckpointError(path, f"its passed={state['passed']!r} is not a whole number", todo)
+    if state.get("initial_eval") is not None and not isinstance(state.get("initial_eval"), dict):
+        raise CheckpointError(path, "its initial_eval is not a mapping", todo)
+    if "learner" in need and not isinstance(state["learner"], dict):
+        raise CheckpointError(path, "its learner state is not a mapping", todo)
+    state["counters"] = {c: (int(counters[c]) if c != "seconds" else float(counters[c])) for c in COUNTERS}
+    state["passed"] = int(state["passed"])
+
+
+def _mismatch(e: BaseException) -> str:
+    """The first informative line of a load_state_dict error (``size mismatch for ...``)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith(("size mismatch", "Missing key", "Unexpected key")):
+            return ln[:300]
+    return (f"{type(e).__name__}: " + (lines[0] if lines else ""))[:300]
 
 
 def save_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config, state: dict) -> None:
@@ -77,11 +145,13 @@ def save_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config
 
 def _save_atomic(obj: dict, ckpt: Path) -> None:
     """``torch.save`` into ``state.tmp``, then ``os.replace`` over ``ckpt``; a failed save
-    (disk full) removes the partial ``state.tmp`` and leaves the previous resume point."""
+    (disk full: an ``OSError(ENOSPC)`` naming ``state.tmp``) removes the partial ``state.tmp``
+    and leaves the previous resume point."""
     tmp = ckpt.with_suffix(".tmp")
     try:
-        torch.save(obj, tmp)
-        os.replace(tmp, ckpt)
+        save_torch(obj, tmp)
+        with writing(ckpt):
+            os.replace(tmp, ckpt)
     except BaseException:
         try:
             tmp.unlink(missing_ok=True)
@@ -97,11 +167,20 @@ def load_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config
         return None
     if dist.is_distributed:
         return _load_dist_checkpoint(ckpt, dist, learner, cfg)
-    if not ckpt.exists():
+    if not os.path.lexists(ckpt):
         return None
     state = load_state(ckpt)
-    learner.load_state_dict(state["learner"])
-    _set_rng_state(state["rng"])
+    _check_state(ckpt, state)
+    try:
+        learner.load_state_dict(state["learner"])
+    except (KeyError, RuntimeError, ValueError, TypeError, IndexError, AttributeError) as e:
+        raise CheckpointError(ckpt, f"does not fit this run's models (another model size or algorithm?): "
+                                    f"{_mismatch(e)}", _restart_todo(ckpt)) from None
+    try:
+        _set_rng_state(state["rng"])
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+        raise CheckpointError(ckpt, f"its RNG states are unusable ({type(e).__name__}: {e})",
+                              _restart_todo(ckpt)) from None
     return state
 
 
@@ -125,7 +204,7 @@ def _save_dist_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: 
     dist.save_state(folder)
     ref = learner.reference_state() if cfg.algorithm.ref_reset_every else None
     if dist.is_main and ref is not None:
-        torch.save(ref, folder / DIST_REFERENCE)
+        save_torch(ref, folder / DIST_REFERENCE)
     dist.barrier()  # every rank's shard is on disk before state.pt names the folder
     if dist.is_main:
         _save_atomic({**state, "dist_state": tag, "mode": dist.mode, "world_size": dist.world_size,
@@ -138,21 +217,28 @@ def _save_dist_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: 
 def _load_dist_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config) -> Optional[dict]:
     """Every rank: the checkpoint's state (None when there is none), after loading it."""
     meta = None
-    if dist.is_main and ckpt.exists():
-        state = load_state(ckpt)
-        if "dist_state" not in state:
-            meta = {"error": f"{ckpt} was written by a single-process run; it cannot resume with "
-                             f"{dist.world_size} processes ({dist.mode}); remove it to start over"}
-        elif (state["mode"], state["world_size"]) != (dist.mode, dist.world_size):
-            meta = {"error": f"{ckpt} was written by {state['world_size']} processes ({state['mode']}); "
-                             f"this run has {dist.world_size} ({dist.mode}); remove it to start over"}
-        else:
-            meta = {k: v for k, v in state.items() if k != "rng"}
+    if dist.is_main and os.path.lexists(ckpt):
+        try:
+            state = load_state(ckpt)
+            if "dist_state" not in state and "learner" in state:
+                meta = {"error": f"written by a single-process run; it cannot resume with "
+                                 f"{dist.world_size} processes ({dist.mode})"}
+            else:
+                _check_state(ckpt, state, need=("dist_state", "mode", "world_size"))
+                if (state["mode"], state["world_size"]) != (dist.mode, dist.world_size):
+                    meta = {"error": f"written by {state['world_size']} processes ({state['mode']}); "
+                                     f"this run has {dist.world_size} ({dist.mode})"}
+                elif not isinstance(state["dist_state"], str) or not (ckpt.parent / state["dist_state"]).is_dir():
+                    meta = {"error": f"names a missing shard folder {state['dist_state']!r}"}
+                else:
+                    meta = {k: v for k, v in state.items() if k != "rng"}
+        except CheckpointError as e:
+            meta = {"error": e.problem}
     meta = dist.broadcast_object(meta)
     if meta is None:
         return None
     if "error" in meta:
-        raise RuntimeError(meta["error"])
+        raise CheckpointError(ckpt, meta["error"], _restart_todo(ckpt))
     folder = ckpt.parent / meta["dist_state"]
     dist.load_state(folder)  # weights, optimizers, RNG of every rank
     if cfg.algorithm.ref_reset_every and learner.reference is not None:

@@ -10,9 +10,15 @@ The start evaluation depends only on the starting checkpoint, the evaluation set
 the seed, not on the algorithm: for a cached warm-up it is computed once and kept next
 to the checkpoint (``<warm-up dir>/initial_eval/<key>/``, written atomically under a file
 lock), so every algorithm of one seed reads the same numbers and per-problem records.
+The entry's ``source.json`` records the digest of the checkpoint it describes
+(:func:`harness.train.warmup.checkpoint_digest`) and of each of its own files
+(``metrics.json``, the records): an entry whose checkpoint or content no longer matches
+(edited, or left from other weights) is recomputed, with a warning, never trusted. A write
+of the entry that fails (a full disk) leaves no partial entry behind.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -27,7 +33,9 @@ from evals.catalog import get_task
 from harness.config.base import to_dict
 from harness.config.schema import Config, config_hash, ood_task_spec
 from harness.engine.evaluate import evaluate as run_evaluation
+from harness.rundir.layout import RunFileError, load_json, writing
 from harness.rundir.lock import file_lock
+from harness.train.warmup import checkpoint_digest
 
 log_ = logging.getLogger(__name__)
 
@@ -96,28 +104,110 @@ def _cache_dir(cfg: Config, start_info: dict) -> Optional[Path]:
     return Path(src) / "initial_eval" / initial_eval_key(cfg)
 
 
+SOURCE = "source.json"
+METRICS_FILE = "metrics.json"
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _cache_problem(cache: Path, checkpoint: str) -> Optional[str]:
+    """Why a cached start evaluation cannot be trusted (None when it can): its ``source.json``
+    must name the checkpoint digest ``checkpoint`` and the digest of every file it holds."""
+    try:
+        source = load_json(cache / SOURCE)
+    except FileNotFoundError:
+        return f"it has no {SOURCE}"
+    except (RunFileError, OSError) as e:
+        return f"{SOURCE} {getattr(e, 'problem', None) or e}"
+    files = source.get("files_sha256")
+    if not isinstance(source.get("checkpoint_sha256"), str) or not isinstance(files, dict) or METRICS_FILE not in files:
+        return f"{SOURCE} lists no digests (written before entries were checked, or edited)"
+    if source["checkpoint_sha256"] != checkpoint:
+        return "it describes another checkpoint (the warm-up weights changed)"
+    present = {f.name for f in cache.iterdir() if f.name != SOURCE}
+    if present != set(files):
+        return f"its files are not the ones it recorded ({', '.join(sorted(present ^ set(files)))})"
+    for name, digest in sorted(files.items()):
+        f = cache / name
+        if not f.is_file() or _file_digest(f) != digest:
+            return f"{name} was changed since it was computed"
+    return None
+
+
+def _read_cache(cache: Path, checkpoint: str, out_dir: Path) -> Optional[dict]:
+    """The cached start evaluation (its records copied into ``out_dir/eval``) when it can be
+    trusted, else None (with a warning when there is an entry that cannot)."""
+    if not os.path.lexists(cache):
+        return None
+    problem = _cache_problem(cache, checkpoint) if cache.is_dir() else "it is not a folder"
+    ev = None
+    if problem is None:
+        try:
+            ev = load_json(cache / METRICS_FILE)
+        except (RunFileError, OSError) as e:
+            problem = f"{METRICS_FILE} {getattr(e, 'problem', None) or e}"
+    if problem is not None:
+        log_.warning("cached start evaluation %s is not used: %s; recomputing it", cache, problem)
+        return None
+    (out_dir / "eval").mkdir(parents=True, exist_ok=True)
+    for f in sorted(cache.glob("*.jsonl")):
+        shutil.copyfile(f, out_dir / "eval" / f.name)
+    log_.info("start evaluation read from %s", cache)
+    return ev
+
+
+def _write_cache(cache: Path, checkpoint: str, out_dir: Path, ev: dict, seconds: float) -> None:
+    """Store ``ev`` and the run's start records as the cache entry (replacing an untrusted one):
+    written into ``<key>.tmp<pid>`` and renamed into place; a write that fails removes it."""
+    tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
+    old = cache.with_name(cache.name + f".old{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with writing(tmp):
+            tmp.mkdir(parents=True)
+            for f in sorted((out_dir / "eval").glob("*_0.jsonl")) + sorted((out_dir / "eval").glob("*_0_samples.jsonl")):
+                shutil.copyfile(f, tmp / f.name)
+            (tmp / METRICS_FILE).write_text(json.dumps(ev))
+            files = {f.name: _file_digest(f) for f in sorted(tmp.iterdir())}
+            (tmp / SOURCE).write_text(json.dumps({"computed_by": str(out_dir), "seconds": seconds,
+                                                  "checkpoint_sha256": checkpoint, "files_sha256": files}))
+            if os.path.lexists(cache):  # an entry that was not trusted: replaced
+                os.replace(cache, old)
+            os.replace(tmp, cache)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.lexists(old) and not os.path.lexists(cache):
+            os.replace(old, cache)
+        raise
+    finally:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        elif os.path.lexists(old):
+            old.unlink()
+
+
 def cached_initial_eval(cfg: Config, start_info: dict, out_dir: Path, compute: Callable[[], dict]) -> dict:
     """The start evaluation: read from the warm-up's cache (its records copied into
-    ``out_dir/eval``), or computed by ``compute()`` and stored there for the next run."""
+    ``out_dir/eval``) when the entry's digests match the checkpoint and its content, or
+    computed by ``compute()`` and stored there for the next run."""
     cache = _cache_dir(cfg, start_info)
     if cache is None:
         return compute()
     cache.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(cache.with_name(cache.name + ".lock")):
-        if (cache / "metrics.json").exists():
-            (out_dir / "eval").mkdir(parents=True, exist_ok=True)
-            for f in sorted(cache.glob("*.jsonl")):
-                shutil.copyfile(f, out_dir / "eval" / f.name)
-            log_.info("start evaluation read from %s", cache)
-            return json.loads((cache / "metrics.json").read_text())
-        t0 = time.time()
+        for stale in cache.parent.glob(cache.name + ".tmp*"):  # left by a process killed mid-write
+            shutil.rmtree(stale, ignore_errors=True)
+        checkpoint = checkpoint_digest(Path(start_info["source"]))
+        ev = _read_cache(cache, checkpoint, out_dir)
+        if ev is not None:
+            return ev
+        t0 = time.monotonic()
         ev = compute()
-        tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        for f in sorted((out_dir / "eval").glob("*_0.jsonl")) + sorted((out_dir / "eval").glob("*_0_samples.jsonl")):
-            shutil.copyfile(f, tmp / f.name)
-        (tmp / "metrics.json").write_text(json.dumps(ev))
-        (tmp / "source.json").write_text(json.dumps({"computed_by": str(out_dir), "seconds": time.time() - t0}))
-        os.replace(tmp, cache)
+        _write_cache(cache, checkpoint, out_dir, ev, time.monotonic() - t0)
         return ev

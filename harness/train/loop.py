@@ -66,8 +66,10 @@ from harness.rundir.budget import (STEP, budget_reached, consumed, eval_threshol
                                    row_counters, stage_samples, threshold_warning, thresholds_passed)
 from harness.rundir import provenance
 from harness.rundir.ids import run_id
-from harness.rundir.layout import CONFIG, METRICS, SUMMARY, MetricsWriter, remove_temp_files
+from harness.rundir.layout import (CONFIG, ERROR_TXT, METRICS, SUMMARY, MetricsWriter, RunFileError, nonregular,
+                                   remove_temp_files, writing)
 from harness.rundir.lock import RunBusy, lock_run_dir
+from harness.rundir.read import finished_problem
 from harness.rundir.summary import new_summary, read_summary, record_end, record_exception, set_phase, write_summary
 from harness.tracking.base import TrackerSet
 from harness.tracking.mirrors import open_trackers
@@ -169,6 +171,7 @@ class _Run:
     learner: Optional[Learner] = None
     counters: dict = field(default_factory=new_counters)
     passed: int = 0  # evaluation thresholds already evaluated
+    t_start: float = field(default_factory=time.monotonic)  # the attempt's start (durations: monotonic clock)
 
     @property
     def ckpt(self) -> Path:
@@ -222,14 +225,18 @@ def train(cfg: Config, *, resume: bool = True, progress: bool = True) -> dict:
 def _train_run(cfg: Config, dist: Distributed, out: Path, resume: bool, progress: bool, nstate: dict) -> dict:
     """`train` with the run directory locked (``nstate``: the numerics in force)."""
     main = dist.is_main
-    prev = dist.broadcast_object(read_summary(out) if main else None)
-    if resume and prev and prev.get("status") == "finished":
+    bad = dist.broadcast_object(_nonregular_run_file(out) if main else None)
+    if bad:
+        raise RunFileError(*bad)
+    prev = dist.broadcast_object(_finished_summary(cfg, out, resume) if main else None)
+    if prev:
         return prev
     if main:
         save_config(cfg, out / CONFIG)
     rid = run_id(cfg)
     summary = new_summary(cfg, rid, {"mode": dist.mode, "world_size": dist.world_size}
                           if dist.is_distributed else None)
+    t_start = time.monotonic()  # with `started`: durations on the monotonic clock, stamps on the unix one
     summary["provenance"] = provenance.collect(cfg.numerics, results_root=cfg.output_dir, numerics_state=nstate)
     if main:
         write_summary(out, summary)
@@ -240,7 +247,7 @@ def _train_run(cfg: Config, dist: Distributed, out: Path, resume: bool, progress
         trackers.start(flatten(to_dict(cfg)), {"algorithm": cfg.algorithm.name, "sweep": cfg.name,
                                                "seed": str(cfg.seed), "run_id": rid,
                                                **provenance.tags(summary["provenance"])})
-        summary = _train(_Run(cfg, out, dist, summary, writer, trackers), resume, progress)
+        summary = _train(_Run(cfg, out, dist, summary, writer, trackers, t_start=t_start), resume, progress)
         summary["status"] = "finished"
         if main:
             _publish_finished(out, summary, trackers)
@@ -255,6 +262,53 @@ def _train_run(cfg: Config, dist: Distributed, out: Path, resume: bool, progress
     finally:
         if writer is not None:
             writer.close()
+
+
+def _nonregular_run_file(out: Path) -> Optional[tuple]:
+    """(path, problem, what to do) for the first run file that exists but is not a regular file
+    (a FIFO would block the trainer's open forever, a device never ends), else None."""
+    for name in (CONFIG, SUMMARY, METRICS, ERROR_TXT):
+        kind = nonregular(out / name)
+        if kind:
+            return (str(out / name), f"is {kind}, not a regular file", "delete it and re-run")
+    return None
+
+
+def _finished_summary(cfg: Config, out: Path, resume: bool) -> Optional[dict]:
+    """Main rank: the summary of a finished run to return without training, when resuming and
+    its files bear it out (:func:`harness.rundir.read.finished_problem`). A summary that says
+    finished but is not borne out (forged, hand-edited, from a run stopped part-way) is not
+    trusted: a warning says why, the old summary.json and metrics.jsonl are kept under
+    ``superseded/``, and the run resumes from its checkpoint (or starts over without one)."""
+    prev = read_summary(out)
+    if not (resume and prev and prev.get("status") == "finished"):
+        return None
+    why = finished_problem(out, prev, cfg.budget, task=cfg.task.name)
+    if why is None:
+        return prev
+    kept = _keep_superseded(out)
+    where = ("resumes from its checkpoint" if checkpoint_path(out).exists()
+             else "has no checkpoint and starts over")
+    log_.warning("%s says the run finished, but %s: not trusted; the run %s%s", out / SUMMARY, why, where,
+                 f" (the old summary.json and metrics.jsonl are kept in {kept})" if kept else "")
+    return None
+
+
+def _keep_superseded(out: Path) -> Optional[Path]:
+    """Copy summary.json and metrics.jsonl into ``superseded/unverified-<time>/`` (best effort;
+    readers skip ``superseded``). Returns the folder, or None when nothing could be kept."""
+    import shutil
+
+    dest = out / "superseded" / f"unverified-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6:06d}"
+    try:
+        for name in (SUMMARY, METRICS):
+            if (out / name).is_file():
+                dest.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(out / name, dest / name)
+    except OSError as e:
+        log_.warning("could not keep the unverified summary of %s: %s", out, e.strerror or e)
+        return None
+    return dest if dest.exists() else None
 
 
 def _publish_finished(out: Path, summary: dict, trackers: TrackerSet) -> None:
@@ -272,14 +326,14 @@ def _train(run: _Run, resume: bool, progress: bool) -> dict:
     _setup(run, progress)
     _restore(run, resume)
     if run.summary.get("initial_eval") is None:
-        t0 = time.time()
+        t0 = time.monotonic()
         if run.writer is not None:
             set_phase(run.out, run.summary, "initial evaluation")  # the sweep's live table shows it
         if run.dist.is_distributed:
             ev = run.evaluate(0, final=True)
         else:
             ev = cached_initial_eval(run.cfg, run.start_info, run.out, lambda: run.evaluate(0, final=True))
-        run.summary["setup_seconds"]["initial_eval"] = time.time() - t0
+        run.summary["setup_seconds"]["initial_eval"] = time.monotonic() - t0
         run.summary["initial_eval"] = ev
         run.log(ev)
     last_eval, step_times = _train_to_budget(run, progress)
@@ -566,7 +620,7 @@ def _finalize(run: _Run, last_eval: dict, step_times: list) -> None:
     perf_summary["perf/warmup_step_seconds"] = step_times[0] if step_times else 0.0
     perf_summary["perf/step_seconds_mean"] = float(np.mean(step_times[1:] or step_times or [0.0]))
     run.log(perf_summary)
-    record_end(run.summary, run.counters, last_eval, perf_summary)
+    record_end(run.summary, run.counters, last_eval, perf_summary, elapsed=time.monotonic() - run.t_start)
     cfg = run.cfg  # overshoot bound: one stage (tokens: every sample at max_new_tokens)
     bound = {"tokens": stage_samples(cfg.train.prompts_per_step, cfg.sampling.samples_per_prompt)
              * cfg.sampling.max_new_tokens, "seconds": max(step_times, default=None)}.get(cfg.budget.unit)
@@ -574,7 +628,8 @@ def _finalize(run: _Run, last_eval: dict, step_times: list) -> None:
     if run.cfg.train.save_final_model:
         with dist.gathered(run.learner.policy) as m:  # collective under ZeRO-3; the main rank writes
             if dist.is_main:
-                save_policy(m, run.tok, out / "final_model")
+                with writing(out / "final_model"):  # safetensors reports a full disk as SafetensorError
+                    save_policy(m, run.tok, out / "final_model")
             dist.barrier()
         run.summary["final_model"] = str(out / "final_model")
     dist.barrier()

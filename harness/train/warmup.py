@@ -6,25 +6,112 @@ covers exactly what determines the checkpoint (model shape, task knobs, warm-up
 settings), not the RL run's seed or algorithm: every run of a sweep starts from the same
 weights, and a second quickstart reuses them. A file lock keeps parallel sweep workers
 from training it twice.
+
+A cache entry is used only when it is whole (:func:`entry_problem`): ``warmup.json`` a JSON
+object naming the entry, the model's config, weights and tokenizer files there, the weights
+not cut short, and their digest (:func:`checkpoint_digest`, recorded in ``warmup.json`` when
+the entry was built) unchanged. An entry that is not (weights deleted, ``warmup.json``
+replaced by ``[1]``, a truncated ``model.safetensors``) is rebuilt, with a warning naming it
+and why.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
+import os
 import random
 import shutil
+import struct
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from harness.config.schema import Config, config_hash
 from harness.config.base import to_dict
 from harness.engine.models import build_char_tokenizer, build_tiny_model, load_policy, save_policy
+from harness.rundir.layout import NO_PERMISSION, NO_SPACE, RunFileError, load_json, save_torch, writing
 from harness.rundir.lock import FileLock, file_lock
+
+log_ = logging.getLogger(__name__)
 
 WARMUP_SEED = 0
 OPTIMIZER_FILE = "optimizer.pt"
+META_FILE = "warmup.json"
+MODEL_FILES = ("config.json", "tokenizer_config.json")
+"""Files every entry has besides its weights (``model.safetensors`` or ``pytorch_model.bin``)."""
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+NOT_MODEL = (META_FILE, OPTIMIZER_FILE)
+"""Files of an entry that do not define the model it describes (left out of its digest)."""
+
+
+def checkpoint_digest(entry: Path) -> str:
+    """sha256 over the name and bytes of every file of a warm-up entry that defines the model
+    (weights, config, tokenizer; not ``warmup.json``, the optimizer state or cached
+    evaluations), in name order: what a cached start evaluation is checked against."""
+    h = hashlib.sha256()
+    for f in sorted(Path(entry).iterdir(), key=lambda x: x.name):
+        if f.name in NOT_MODEL or f.name.endswith((".lock", ".tmp")) or not f.is_file():
+            continue
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _safetensors_problem(path: Path) -> Optional[str]:
+    """Why a ``.safetensors`` file is not whole (None when its header and size agree)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return f"{path.name} is cut short ({size} bytes)"
+            n = struct.unpack("<Q", head)[0]
+            if n > min(size - 8, 100 * 2**20):
+                return f"{path.name} is cut short or not a safetensors file"
+            header = json.loads(f.read(n))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error) as e:
+        return f"{path.name} is not a readable safetensors file ({type(e).__name__})"
+    if 8 + n + max(ends, default=0) != size:
+        return f"{path.name} is cut short ({size} bytes, its header says {8 + n + max(ends, default=0)})"
+    return None
+
+
+def entry_problem(entry: Path) -> Optional[str]:
+    """Why a warm-up cache entry cannot be used (None when it can): see the module doc."""
+    entry = Path(entry)
+    if not entry.is_dir():
+        return "it is not a folder"
+    try:
+        meta = load_json(entry / META_FILE)
+    except FileNotFoundError:
+        return f"it has no {META_FILE}"
+    except (RunFileError, OSError) as e:
+        return f"{META_FILE} {getattr(e, 'problem', None) or e}"
+    if meta.get("key") not in (None, entry.name):
+        return f"{META_FILE} describes entry {meta.get('key')!r}"
+    missing = [n for n in MODEL_FILES if not (entry / n).is_file()]
+    weights = [entry / n for n in WEIGHT_FILES if (entry / n).is_file()]
+    if not weights:
+        missing.append(WEIGHT_FILES[0])
+    if missing:
+        return f"{', '.join(missing)} missing"
+    for w in weights:
+        if w.suffix == ".safetensors":
+            why = _safetensors_problem(w)
+            if why:
+                return why
+    digest = meta.get("digest")
+    if isinstance(digest, str) and digest != checkpoint_digest(entry):
+        return "its model files changed since it was built (digest mismatch)"
+    return None
 
 
 def warmup_seed(cfg: Config) -> int:
@@ -115,7 +202,7 @@ def _train_warmup(cfg: Config, task, out: Path, device, progress: bool) -> dict:
     rng = random.Random(f"warmup-{seed}")
     torch.manual_seed(seed)
     model.train()
-    t0 = time.time()
+    t0 = time.monotonic()
     bar = tqdm(range(w.steps), desc="warm-up (SFT)", disable=not progress, dynamic_ncols=True)
     ema = None
     for s in bar:
@@ -133,7 +220,7 @@ def _train_warmup(cfg: Config, task, out: Path, device, progress: bool) -> dict:
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
         if s % 20 == 0:
             bar.set_postfix(loss=f"{ema:.3f}")
-    meta = {"key": out.name, "seed": seed, "steps": w.steps, "final_loss": ema, "seconds": time.time() - t0,
+    meta = {"key": out.name, "seed": seed, "steps": w.steps, "final_loss": ema, "seconds": time.monotonic() - t0,
             "threads": torch.get_num_threads(), "numerics": cfg.numerics,
             "config": {"model": to_dict(cfg.model), "task": to_dict(cfg.task), "warmup": to_dict(cfg.warmup)}}
     # written beside the cache entry, then renamed into place: a reader never sees half a
@@ -141,11 +228,13 @@ def _train_warmup(cfg: Config, task, out: Path, device, progress: bool) -> dict:
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        save_policy(model, tok, tmp)
-        torch.save(opt.state_dict(), tmp / OPTIMIZER_FILE)
-        (tmp / "warmup.json").write_text(json.dumps(meta, indent=2))
-        if out.exists():
-            shutil.rmtree(out)
+        with writing(tmp):  # safetensors reports a full disk as a SafetensorError
+            save_policy(model, tok, tmp)
+        save_torch(opt.state_dict(), tmp / OPTIMIZER_FILE)
+        meta["digest"] = checkpoint_digest(tmp)
+        with writing(tmp / META_FILE):
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+        _remove_entry(out)
         tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -158,18 +247,30 @@ def ensure_warmup(cfg: Config, task, device, progress: bool = True) -> tuple[Pat
     lock so that concurrent runs build it once): (its folder, its ``warmup.json`` with
     ``cached``, ``wait_seconds`` spent on the lock and ``build_seconds`` spent training it)."""
     out = warmup_dir(cfg)
-    t0 = time.time()
+    t0 = time.monotonic()
     with _locked(out.with_name(out.name + ".lock")):
-        waited = time.time() - t0
-        if (out / "warmup.json").exists():
-            info = json.loads((out / "warmup.json").read_text())
+        waited = time.monotonic() - t0
+        problem = entry_problem(out) if os.path.lexists(out) else "absent"
+        if problem is None:
+            info = load_json(out / META_FILE)
             info["cached"] = True
         else:
+            if problem != "absent":
+                log_.warning("warm-up cache entry %s is unusable (%s): rebuilding it", out, problem)
             info = train_warmup(cfg, task, out, device, progress)
             info["cached"] = False
     info["wait_seconds"] = waited
-    info["build_seconds"] = 0.0 if info["cached"] else float(info.get("seconds", 0.0))
+    secs = info.get("seconds")
+    info["build_seconds"] = 0.0 if info["cached"] or not isinstance(secs, (int, float)) else float(secs)
     return out, info
+
+
+def _remove_entry(out: Path) -> None:
+    """Remove a (broken) cache entry: a folder with what it holds, or anything else at its path."""
+    if out.is_dir() and not out.is_symlink():
+        shutil.rmtree(out)
+    elif os.path.lexists(out):
+        out.unlink()
 
 
 def starting_checkpoint(cfg: Config, task, device, progress: bool = True):
@@ -184,7 +285,14 @@ def starting_checkpoint(cfg: Config, task, device, progress: bool = True):
     # time spent on the shared warm-up by this run (lock wait + building it) is its own phase,
     # not the run's wall-clock (harness.rundir.summary.record_end)
     out, info = ensure_warmup(cfg, task, device, progress)
-    model, tok = load_policy(str(out))
+    try:
+        model, tok = load_policy(str(out))
+    except Exception as e:  # whole by entry_problem, yet unloadable (e.g. corrupt bytes in an old entry)
+        if isinstance(e, OSError) and e.errno in NO_SPACE + NO_PERMISSION:
+            raise  # the environment (exit 3), not the entry
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise RunFileError(out, f"the warm-up checkpoint cannot be loaded ({type(e).__name__}: {first[:200]})",
+                           "delete this folder: the next run rebuilds it") from None
     info["source"] = str(out)
     if (out / OPTIMIZER_FILE).exists():
         info["optimizer_state"] = str(out / OPTIMIZER_FILE)

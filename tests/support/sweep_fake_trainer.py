@@ -61,7 +61,7 @@ def train(cfg, *, resume=True, progress=True):
                         "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "cwd": os.getcwd(),
                         "zero_stage": os.environ.get("HARNESS_ZERO_STAGE"),
                         "ds_config": os.environ.get("HARNESS_DEEPSPEED_CONFIG"),
-                        "extra_env": os.environ.get("SWEEP_TEST_THREADS")}}
+                        "extra_env": os.environ.get("NCCL_DEBUG_SUBSYS")}}
     write_json_atomic(rd / "summary.json", summary)
     per_step = cfg.train.prompts_per_step * cfg.sampling.samples_per_prompt
     step_s = float(os.environ.get("FAKE_STEP_SECONDS", "0"))

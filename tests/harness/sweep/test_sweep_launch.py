@@ -139,7 +139,7 @@ def test_gpu_slots_threads_and_env_reach_workers(tmp_path):
     path = sweep_file(tmp_path, """name: gpus
 grid: {seed: [0, 1, 2]}
 budget: {unit: steps, amount: 3, eval_points: 1}
-launcher: {gpus: 1, cpus: 2, env: {SWEEP_TEST_THREADS: hello}}
+launcher: {gpus: 1, cpus: 2, env: {NCCL_DEBUG_SUBSYS: hello}}
 """)
     out = tmp_path / "out"
     # pretend two GPUs are visible: each run must get exactly one, never the same one at once

@@ -101,15 +101,29 @@ def test_run_ids_stable_across_processes_and_sensitive_to_every_field(demo, tmp_
     assert same == ids
 
 
+def _finished(run) -> None:
+    """A finished run as the trainer leaves it: summary and metrics rows that agree (512 samples)."""
+    acc = {f"eval/{run.config.task.name}/acc": 0.5}
+    counters = {"step": 32, "samples": 512, "tokens": 2048, "seconds": 3.0}
+    write(run.run_dir / "metrics.jsonl", json.dumps({**counters, **acc}) + "\n")
+    write(run.run_dir / "summary.json", json.dumps(
+        {"status": "finished", "run_id": run.run_id, "final_eval": acc,
+         "budget": {"unit": "samples", "amount": 512, "consumed": {"steps": 32, "samples": 512, "tokens": 2048,
+                                                                  "seconds": 3.0}}}))
+
+
 def test_sweep_state_read_from_disk(demo, tmp_path):
     sw = load_sweep(demo, output_dir=str(tmp_path / "out"))
-    states = {sw.runs[0].run_id: "finished", sw.runs[1].run_id: "failed", sw.runs[2].run_id: "running"}
-    for r in sw.runs[:3]:
+    states = {sw.runs[1].run_id: "failed", sw.runs[2].run_id: "running", sw.runs[3].run_id: "finished"}
+    _finished(sw.runs[0])
+    for r in sw.runs[1:4]:
         write(r.run_dir / "summary.json", json.dumps({"status": states[r.run_id]}))
     sw2 = load_sweep(demo, output_dir=str(tmp_path / "out"))
-    assert [r.state for r in sw2.runs] == ["finished", "failed", "running", "new", "new", "new"]
+    # a bare {"status": "finished"} (forged, or a run stopped part-way) is not counted finished
+    assert [r.state for r in sw2.runs] == ["finished", "failed", "running", "unverified", "new", "new"]
     plan = format_plan(sw2)
     assert "finished (skip)" in plan and "failed (re-run)" in plan and "5 to run, 1 already finished" in plan
+    assert "not borne out (resume)" in plan
 
 
 def _err(tmp_path, text: str, name: str = "bad.yaml") -> str:

@@ -59,8 +59,9 @@ def test_save_then_load_checkpoint_with_optimizer_state(tmp_path):
 
     a, b = FakeLearner(), FakeLearner()
     p = ck.checkpoint_path(tmp_path)
-    ck.save_checkpoint(p, OneProcess(), a, None, {"counters": {"step": 2}, "passed": 1, "initial_eval": {"x": 0.5}})
+    counters = {"step": 2, "samples": 8, "tokens": 40, "seconds": 1.5}
+    ck.save_checkpoint(p, OneProcess(), a, None, {"counters": counters, "passed": 1, "initial_eval": {"x": 0.5}})
     state = ck.load_checkpoint(p, OneProcess(), b, None, resume=True)
-    assert state["counters"] == {"step": 2} and state["initial_eval"] == {"x": 0.5}
+    assert state["counters"] == counters and state["initial_eval"] == {"x": 0.5}
     assert torch.equal(a.policy.weight, b.policy.weight)
     assert b.opt.state_dict()["state"][0]["step"] == a.opt.state_dict()["state"][0]["step"]
