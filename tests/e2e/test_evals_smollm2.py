@@ -46,6 +46,9 @@ def smollm2(data_dir):
     return model, tok, data
 
 
+@pytest.mark.slow  # 67 s in portable numerics; tests/e2e/test_real_model_rl.py evaluates SmolLM2 on GSM8K
+# (start and end of a run, and `harness eval` on its final_model), and the sampled n > 1 path is tested on
+# the tiny model (tests/harness/engine/test_evals_runner.py)
 def test_smollm2_gsm8k_eval(smollm2, tmp_path):
     model, tok, data = smollm2
     task = get_task(TaskConfig(name="gsm8k", data_path=str(data), eval_size=N_PROBLEMS))
