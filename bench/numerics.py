@@ -76,7 +76,7 @@ def main() -> int:
     for ph in ("warmup", "rl", "total"):
         p = [x[ph] for x in res if x["mode"] == "portable"]
         n = [x[ph] for x in res if x["mode"] == "native"]
-        ratios = [x[ph] / y[ph] for x, y in zip(p, n)]
+        ratios = [x / y for x, y in zip(p, n)]
         print(f"{ph:>8} | {fmt(p):>20} | {fmt(n):>20} | {statistics.median(ratios):.3f} "
               f"[{min(ratios):.3f}-{max(ratios):.3f}]")
     print(f"# load after: {loadavg()}")
