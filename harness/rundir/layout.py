@@ -72,6 +72,19 @@ class RunFileError(Exception):
         super().__init__(f"{path}: {problem}; {self.todo}")
 
 
+def make_run_dir(path: str | os.PathLike) -> Path:
+    """Create a run (or sweep) folder, refusing in one line what mkdir would turn into a
+    traceback: a symbolic link whose target does not exist, or a file where the folder goes."""
+    p = Path(path)
+    if p.is_symlink() and not p.exists():
+        raise RunFileError(p, f"is a symbolic link to {os.readlink(p)}, which does not exist",
+                           "remove the link (or create the folder it points to) and re-run")
+    if p.exists() and not p.is_dir():
+        raise RunFileError(p, "is not a folder", "move it out of the way and re-run")
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 

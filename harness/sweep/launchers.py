@@ -52,7 +52,7 @@ from typing import Any, Callable, Optional
 from harness.config.schema import config_from_dict
 from harness.engine import numerics
 from harness.engine.distributed import DEEPSPEED_DIR
-from harness.rundir.layout import ERROR_TXT, SUMMARY, read_json
+from harness.rundir.layout import ERROR_TXT, SUMMARY, make_run_dir, read_json
 from harness.rundir.summary import _base_summary, _consumed, mark_interrupted, record_failure, write_summary  # noqa: F401  (re-exported)
 
 __all__ = ["RunSpec", "LaunchOptions", "RunResult", "LocalLauncher", "RayLauncher", "run_worker",
@@ -220,7 +220,7 @@ def default_workers(n_runs: int, cpus_per_run: int, n_slots: Optional[int] = Non
 
 
 def _prepare_run_dir(run_dir: Path) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_run_dir(run_dir)  # a dangling link or a file there: one line (exit 2), not a traceback
     err = run_dir / ERROR_TXT
     if err.exists():  # keep the previous attempt's traceback, out of the way of this one
         os.replace(err, run_dir / "error.previous.txt")

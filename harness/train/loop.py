@@ -66,7 +66,8 @@ from harness.rundir.budget import (STEP, budget_reached, consumed, eval_threshol
                                    row_counters, stage_samples, threshold_warning, thresholds_passed)
 from harness.rundir import provenance
 from harness.rundir.ids import run_id
-from harness.rundir.layout import (CONFIG, ERROR_TXT, METRICS, SUMMARY, MetricsWriter, RunFileError, nonregular,
+from harness.rundir.layout import (CONFIG, ERROR_TXT, METRICS, SUMMARY, MetricsWriter, RunFileError, make_run_dir,
+                                   nonregular,
                                    remove_temp_files, writing)
 from harness.rundir.lock import RunBusy, lock_run_dir
 from harness.rundir.read import finished_problem
@@ -204,8 +205,7 @@ def train(cfg: Config, *, resume: bool = True, progress: bool = True) -> dict:
     nstate = numerics.enter(cfg.numerics, numerics.resolve_threads(cfg.train.threads, cfg.numerics),
                             device=str(resolve_device(cfg.device)))
     dist = make_distributed(cfg)  # before any model is loaded (ZeRO-3: partitioned loading)
-    out = run_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_run_dir(run_dir(cfg))
     lock, busy = None, None
     if dist.is_main:
         try:
