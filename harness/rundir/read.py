@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from harness.rundir.budget import BUDGET_UNITS, COUNTERS, EPS, counter_key, row_consumed
 from harness.rundir.ids import parse_run_id
@@ -83,23 +83,26 @@ def unreadable_files(run_dir: Path) -> list[str]:
     return out
 
 
-def find_run_dirs(root: str | os.PathLike, skip_unreadable: bool = True) -> list[Path]:
+def find_run_dirs(root: str | os.PathLike, skip_unreadable: bool = True,
+                  is_run: Optional[Callable[[Path], bool]] = None) -> list[Path]:
     """Every run directory at or under ``root`` (a results root, a sweep dir or a run dir),
     sorted. Checkpoints, eval records, wandb/mlflow stores and reports are not descended.
     ``skip_unreadable``: a run whose metrics.jsonl or summary.json is not a regular file (a
     FIFO, a device), or that has only a summary.json that cannot be read, is left out with a
     warning (whoever replays it would open it, or find nothing to replay); `harness report`
-    lists such runs instead (:func:`load_run`)."""
+    lists such runs instead (:func:`load_run`). ``is_run``: what counts as a run directory
+    (default :func:`is_run_dir`; `harness sync` also counts dangling links)."""
+    is_run = is_run or is_run_dir
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"no such directory: {root}")
-    if is_run_dir(root):
+    if is_run(root):
         found = [root]
     else:
         found = []
         for dirpath, dirnames, _ in os.walk(root):
             d = Path(dirpath)
-            if d != root and is_run_dir(d):
+            if d != root and is_run(d):
                 found.append(d)
                 dirnames[:] = []
                 continue

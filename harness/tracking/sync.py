@@ -43,7 +43,7 @@ from typing import Any, Callable, Optional
 
 from harness.rundir import provenance
 from harness.rundir.layout import CONFIG, ERROR_TXT, METRICS, SUMMARY
-from harness.rundir.read import RunData, load_run
+from harness.rundir.read import RunData, find_run_dirs, load_run
 from harness.tracking.base import upload_problem
 from harness.tracking.mlflow_tracker import (MlflowTracker, attempt_key, default_uri, first_row_time,
                                              row_metrics)
@@ -52,9 +52,6 @@ from harness.tracking.wandb_tracker import MARKER, WandbTracker, fingerprint, wa
 TERMINAL = ("finished", "failed", "killed", "interrupted")
 RUN_FILES = (SUMMARY, METRICS, CONFIG, ERROR_TXT)
 """The files of a run directory that a replay opens itself (artifacts are checked one by one)."""
-SKIP_DIRS = frozenset({"checkpoint", "eval", "wandb", "mlartifacts", "mlruns", "report", "plots", "_cache",
-                       "__pycache__", "superseded"})
-"""Folders never searched for runs (as :func:`harness.rundir.read.find_run_dirs`)."""
 _JSON_MAX_BYTES = 64 * 1024 * 1024
 
 
@@ -135,20 +132,7 @@ def _is_run_dir(d: Path) -> bool:
 def run_dirs(root: str | os.PathLike) -> list[Path]:
     """Every run directory at or under ``root``, broken ones included (sync lists them), found
     without opening anything but regular files."""
-    root = Path(root)
-    if not root.exists():
-        raise FileNotFoundError(f"no such directory: {root}")
-    if _is_run_dir(root):
-        return [root]
-    found = []
-    for dirpath, dirnames, _ in os.walk(root):
-        d = Path(dirpath)
-        if d != root and _is_run_dir(d):
-            found.append(d)
-            dirnames[:] = []
-            continue
-        dirnames[:] = sorted(n for n in dirnames if n not in SKIP_DIRS and not n.startswith("."))
-    return sorted(found)
+    return find_run_dirs(root, skip_unreadable=False, is_run=_is_run_dir)
 
 
 # ---------------------------------------------------------------------------------------------
