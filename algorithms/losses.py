@@ -15,7 +15,6 @@ from algorithms.registry import Registry
 POLICY_LOSSES: Registry = Registry("policy loss")
 KL_ESTIMATORS: Registry = Registry("KL estimator")
 AGGREGATIONS: Registry = Registry("loss aggregation")
-KL_PLACEMENTS = ("loss", "reward", "none")
 
 
 @POLICY_LOSSES.register("ppo_clip")

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from algorithms.advantages import ADVANTAGES
-from algorithms.filters import FILTERS
-from algorithms.losses import AGGREGATIONS, KL_ESTIMATORS, KL_PLACEMENTS, POLICY_LOSSES
+import importlib
+
 from algorithms.registry import UnknownComponentError
 
 _GRPO = dict(advantage="grpo", policy_loss="ppo_clip", aggregation="seq-mean-token-mean", reward="outcome",
@@ -73,17 +72,27 @@ class ResolvedAlgorithm:
         return self.kl_placement != "none" and self.kl_coef > 0
 
 
+# where each component kind is registered; loaded only to check a component a config names
+# beside its preset's, so reading a config (`harness config`, `--help`) does not import torch
+REGISTRIES = {
+    "advantage": ("algorithms.advantages", "ADVANTAGES"),
+    "policy_loss": ("algorithms.losses", "POLICY_LOSSES"),
+    "aggregation": ("algorithms.losses", "AGGREGATIONS"),
+    "filter": ("algorithms.filters", "FILTERS"),
+    "kl_estimator": ("algorithms.losses", "KL_ESTIMATORS"),
+}
+KL_PLACEMENTS = ("loss", "reward", "none")
+
+
 def resolve(acfg) -> ResolvedAlgorithm:
     if acfg.name not in ALGORITHMS:
         raise UnknownComponentError(f"unknown algorithm '{acfg.name}'; valid: {', '.join(sorted(ALGORITHMS))}")
     preset = ALGORITHMS[acfg.name]
     vals = {k: (getattr(acfg, k, None) if getattr(acfg, k, None) is not None else preset[k]) for k in COMPONENTS}
     vals["whiten_advantages"] = bool(vals["whiten_advantages"])
-    ADVANTAGES.get(vals["advantage"])
-    POLICY_LOSSES.get(vals["policy_loss"])
-    AGGREGATIONS.get(vals["aggregation"])
-    FILTERS.get(vals["filter"])
-    KL_ESTIMATORS.get(vals["kl_estimator"])
+    for kind, (module, registry) in REGISTRIES.items():
+        if vals[kind] != preset[kind]:  # a preset's own components are registered (tests/algorithms checks)
+            getattr(importlib.import_module(module), registry).get(vals[kind])
     if vals["kl_placement"] not in KL_PLACEMENTS:
         raise UnknownComponentError(f"unknown KL placement '{vals['kl_placement']}'; valid: {', '.join(KL_PLACEMENTS)}")
     if vals["reward"] not in REWARDS:

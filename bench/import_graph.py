@@ -48,6 +48,22 @@ def resolve(name: str, known: dict) -> str | None:
     return None
 
 
+DEFERRED_CALLS = {"import_module", "lazy"}  # importlib.import_module("m"), harness.cli.polish.lazy("m")
+
+
+def deferred(path: Path, known: dict) -> set[str]:
+    """Our modules loaded by name at run time (``importlib.import_module("m")``, ``lazy("m")``):
+    not import statements, but edges all the same, so the layer check covers them."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) in DEFERRED_CALLS):
+            if r := resolve(node.args[0].value, known):
+                out.add(r)
+    return out
+
+
 def imports(path: Path, mod: str, known: dict) -> tuple[set[str], list[tuple[int, str]]]:
     """(module-level targets, [(line, target)] of function-level imports) among our modules."""
     tree = ast.parse(path.read_text(), str(path))
@@ -149,7 +165,7 @@ def main(argv=None) -> int:
         top, local = imports(path, mod, known)
         graph[mod] = top
         local_imports += [(mod, line, t) for line, t in local]
-        for t in top | {t for _, t in local}:
+        for t in top | {t for _, t in local} | deferred(path, known):
             if LAYER[t.split(".")[0]] > LAYER[mod.split(".")[0]]:
                 violations.append((mod, t))
     cyc = cycles(graph)

@@ -56,7 +56,7 @@ def test_core_path_functions_are_short(path):
 
 
 TOP_LEVEL = {"pyproject.toml", "README.md", "harness", "algorithms", "evals", "sweeps", "results", "tests", "bench",
-             "docs", ".ci", ".gitignore"}
+             "docs", ".ci", ".gitignore", "Makefile"}
 
 
 def test_top_level_holds_only_the_floor_plan():

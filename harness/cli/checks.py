@@ -7,8 +7,6 @@ import os
 import tempfile
 from pathlib import Path
 
-import torch
-
 from harness.config.base import ConfigError
 from harness.rundir.read import find_run_dirs
 
@@ -17,6 +15,8 @@ def check_device(device: str, field: str = "device") -> None:
     """``cuda`` / ``cuda:N`` only where CUDA is available (and device N exists)."""
     if not str(device).startswith("cuda"):
         return
+    import torch  # only for a CUDA device: `--help` and argument errors stay free of torch
+
     if not torch.cuda.is_available():
         raise ConfigError(f"{field}={device!r} is invalid: CUDA is not available on this machine; "
                           f"use cpu or auto")

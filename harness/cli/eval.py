@@ -30,8 +30,12 @@ from harness.config.schema import (MAX_NEW_TOKENS, MAX_PER_STEP, MAX_SEED, Confi
 from harness.rundir.layout import CONFIG, SUMMARY, read_json
 from harness.engine import numerics
 from harness.rundir import provenance
-from harness.engine.evaluate import evaluate
-from harness.engine.models import ModelLoadError, check_model_folder, load_policy, resolve_device, resolve_model_path
+from harness.cli.polish import lazy
+from harness.engine.errors import ModelLoadError
+
+# loaded when the command runs (torch, transformers): `--help` and argument errors answer at once
+evaluation = lazy("harness.engine.evaluate")
+models = lazy("harness.engine.models")
 
 TASKS = ("gsm8k", "math", "math500", "arith")
 RUN_EVAL_BATCH = 256
@@ -229,8 +233,8 @@ def run(args) -> int:
                   f"for {spec.eval_size} arith problems and its knobs allow only {have} held-out ones: "
                   f"evaluating {have}", file=sys.stderr)
     if not args.gguf_file and not model_path.endswith(".gguf"):
-        folder = resolve_model_path(model_path)
-        check_model_folder(folder)  # before the problems are read or drawn
+        folder = models.resolve_model_path(model_path)
+        models.check_model_folder(folder)  # before the problems are read or drawn
         _check_context(args, folder)
     task = get_task(spec)
     problems = task.eval_problems()
@@ -243,10 +247,10 @@ def run(args) -> int:
     if run_source is not None and model_name == "final_model":
         model_name = Path(model_path).parent.name
     out = Path(args.out) if args.out else Path("results") / "eval" / f"{spec.name}-{model_name}"
-    model, tok = load_policy(model_path, gguf_file=args.gguf_file, dtype=dtype)
-    model.to(resolve_device(args.device))
+    model, tok = models.load_policy(model_path, gguf_file=args.gguf_file, dtype=dtype)
+    model.to(models.resolve_device(args.device))
     t0 = time.time()
-    metrics = evaluate(model, tok, task, problems, greedy=not args.no_greedy, n=args.n,
+    metrics = evaluation.evaluate(model, tok, task, problems, greedy=not args.no_greedy, n=args.n,
                        temperature=args.temperature, top_p=args.top_p, max_new_tokens=max_new,
                        seed=args.seed, batch_size=batch_size, out_path=out / f"{spec.name}.jsonl",
                        progress=not args.no_progress)
@@ -256,7 +260,7 @@ def run(args) -> int:
             "max_new_tokens": max_new, "seed": args.seed, "batch_size": batch_size, "dtype": dtype, "time": t0}
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance.collect(mode, results_root=out.parent,
-                              numerics_state=numerics.state(mode, str(resolve_device(args.device))))
+                              numerics_state=numerics.state(mode, str(models.resolve_device(args.device))))
     (out / f"{spec.name}_metrics.json").write_text(json.dumps({"metrics": metrics, "settings": meta,
                                                                "provenance": prov}, indent=1))
     print(f"{spec.name}: {model_name}" + (f" (task from the run config {run_source})" if run_source else ""))

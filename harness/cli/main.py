@@ -31,7 +31,7 @@ from harness.cli import tracking as tracking_cmd
 from harness.cli.polish import blame_override, empty_argument, finish_parser, hydra_hint, one_line, quiet_third_party
 from harness.cli import train as train_cmd
 from harness.config.base import ConfigError
-from harness.engine.models import ModelLoadError
+from harness.engine.errors import ModelLoadError
 from harness.rundir.layout import NO_PERMISSION, NO_SPACE, RunFileError, disk_error
 from harness.rundir.lock import RunBusy
 

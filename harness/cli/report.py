@@ -3,30 +3,38 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from pathlib import Path
 
 from harness.cli.checks import check_output_dir, check_runs_folder
-from harness.report import build
-from harness.report.build import build_report
-from harness.report.study import build_study_report
-from harness.report.tables import format_table
+from harness.cli.polish import lazy
+
+# loaded when the command runs (numpy, pandas, matplotlib), so `--help` answers at once
+build = lazy("harness.report.build")
+study = lazy("harness.report.study")
+tables = lazy("harness.report.tables")
+
+DESCRIPTION = ("The paper-style comparison of one sweep: report.md, report.html (plots embedded), table.csv "
+               "(one row per algorithm and the starting checkpoint: mean over seeds with a 95% Student-t "
+               "interval), runs.csv and plots/*.png, written to <sweep_dir>/report/ (harness sweep writes the "
+               "same report when its runs finish). --study writes the DeepSeekMath small-study report "
+               "instead. Methods and columns: docs/tracking.md and the report's own notes.")
 
 
 def cmd_report(args) -> int:
-    try:
-        for extra in ("matplotlib", "pandas"):
-            importlib.import_module(extra)
-    except ImportError as e:
-        print(f"harness report: {e.name} is not installed (pip install 'grpo-harness[report]')", file=sys.stderr)
-        return 2
     check_runs_folder(args.sweep_dir, "sweep_dir")
+    for extra in ("matplotlib", "pandas"):  # found, not imported: a wrong folder is answered at once
+        if importlib.util.find_spec(extra) is None:
+            print(f"harness report: {extra} is not installed (it is a dependency of the harness: pip install -e . "
+                  f"again)", file=sys.stderr)
+            return 2
     if getattr(args, "study", False):
         return _cmd_study(args)
     out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "report"
     check_output_dir(out, "--output-dir")
-    res = build_report(args.sweep_dir, args.out)
-    print(format_table(res["table"]))
+    res = build.build_report(args.sweep_dir, args.out)
+    print(tables.format_table(res["table"]))
     print(f"\nwrote {res['html']}, {res['markdown']}, {res['csv']}, {res['runs_csv']} and "
           f"{len(res['plots'])} plots in {res['out_dir'] / 'plots'}")
     if res["excluded"]:
@@ -40,7 +48,7 @@ def _cmd_study(args) -> int:
     """`harness report SWEEP_DIR --study`: the DeepSeekMath small-study report (harness.report.study)."""
     out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "study"
     check_output_dir(out, "--output-dir")
-    path = build_study_report(args.sweep_dir, out)
+    path = study.build_study_report(args.sweep_dir, out)
     print(f"wrote {path}, {out / 'claims.csv'}, {out / 'table5.csv'}, {out / 'compute_curves.csv'} "
           f"and the plots in {out / 'plots'}")
     return 0
@@ -49,7 +57,7 @@ def _cmd_study(args) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "report", help="paper-style table and plots (Markdown, HTML, CSV) for one sweep",
-        description=build.__doc__.replace("--out DIR", "--output-dir DIR"), formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=DESCRIPTION)
     p.add_argument("sweep_dir", help="a sweep directory: RESULTS_DIR/<name>")
     p.add_argument("--output-dir", dest="out", default=None, metavar="DIR",
                    help="output directory (default: <sweep_dir>/report, or <sweep_dir>/study with --study)")

@@ -5,12 +5,14 @@ import importlib
 import sys
 
 from harness.cli.checks import check_output_dir
-from harness.cli.polish import split_list
-from harness.report.build import build_report
+from harness.cli.polish import lazy, split_list
 from harness.sweep.plan import format_plan, load_sweep
-from harness.sweep.run import run_sweep
 from harness.sweep.spec import LAUNCHER_TYPES, SweepError
-from harness.tracking.report_upload import upload_report
+
+# loaded when a sweep runs (torch, numpy, trackers), so `--help` answers at once
+sweep_run = lazy("harness.sweep.run")
+report_build = lazy("harness.report.build")
+report_upload = lazy("harness.tracking.report_upload")
 
 
 DESCRIPTION = ("Expand a sweep file's grid into runs (algorithms x seeds x ...) at one matched budget, "
@@ -36,7 +38,7 @@ def cmd_sweep(args) -> int:
     check_output_dir(sw.output_dir, "output_dir")
     print("", flush=True)
     progress: bool | str = False if args.no_progress else True
-    rc = run_sweep(sw, only=split_list(args.only), skip_failed=args.skip_failed, progress=progress, refresh=args.refresh)
+    rc = sweep_run.run_sweep(sw, only=split_list(args.only), skip_failed=args.skip_failed, progress=progress, refresh=args.refresh)
     return _write_report(sw) if rc == 0 else rc
 
 
@@ -46,17 +48,17 @@ def _write_report(sw) -> int:
         for extra in ("matplotlib", "pandas"):
             importlib.import_module(extra)
     except ImportError as e:
-        print(f"\nno report written: {e.name} is not installed (pip install 'grpo-harness[report]')")
+        print(f"\nno report written: {e.name} is not installed (it is a dependency of the harness: pip install -e . again)")
         return 0
     try:
-        res = build_report(sw.sweep_dir, columns=sw.report_columns)
+        res = report_build.build_report(sw.sweep_dir, columns=sw.report_columns)
     except Exception as e:  # the runs are done; say so and how to retry the report alone
         print(f"harness sweep: every run finished but the report failed ({type(e).__name__}: {e}); "
               f"retry with `harness report {sw.sweep_dir}`", file=sys.stderr)
         return 1
     print(f"\nreport: {res['html']} (also {res['markdown'].name}, {res['csv'].name}, {res['runs_csv'].name} "
           f"and {len(res['plots'])} plots in {res['out_dir'] / 'plots'})")
-    reached = upload_report(sw.runs, sw.name, res["out_dir"])
+    reached = report_upload.upload_report(sw.runs, sw.name, res["out_dir"])
     if reached:
         print(f"report logged to {' and '.join(reached)} (MLflow: artifacts of the sweep's parent run "
               f"'{sw.name}'; wandb: run '{sw.name}-report')" if len(reached) > 1 else

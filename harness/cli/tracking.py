@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import importlib.util
 import json
 import signal
+import socket
 import sys
 import urllib.request
 from pathlib import Path
@@ -18,15 +21,16 @@ _INSTALL = "is not installed (pip install 'grpo-harness[track]')"
 
 
 def _missing(package: str) -> bool:
-    """True if the optional tracker package cannot be imported."""
+    """True if the optional tracker package is not installed (found without importing it: MLflow
+    takes seconds to import, and a wrong folder or flag should be answered at once)."""
     try:
-        importlib.import_module(package)
-    except ImportError:
+        return importlib.util.find_spec(package) is None
+    except (ImportError, ValueError):
         return True
-    return False
 
 
 def cmd_sync(args) -> int:
+    check_runs_folder(args.results_dir, "results_dir")  # refuses: missing, or not a directory
     if args.uri and args.to != "mlflow":
         print("harness sync: --uri applies to --to mlflow only", file=sys.stderr)
         return 2
@@ -46,11 +50,9 @@ def cmd_sync(args) -> int:
 
 
 def _say_nothing_to_show(results_dir: str, root: Path) -> None:
-    """No MLflow store yet: say so, where runs are expected, and how to fill it (the server
-    still starts, on an empty store)."""
+    """No MLflow store yet: say so in one line, where runs are expected and what to run (no
+    server is started: it would create an empty database there)."""
     folder = Path(results_dir).expanduser()
-    if not folder.is_dir():
-        check_runs_folder(results_dir, "results_dir")  # refuses: missing, or not a directory
     runs = find_run_dirs(folder)
     hint = (f"{len(runs)} run directories are there: `harness sync {folder} --to mlflow` copies them in"
             if runs else "runs appear there after training with --set tracking.mlflow=true, "
@@ -87,18 +89,49 @@ def _print_experiment_links(url: str) -> None:
               "then Chart view; metric steps are the budget consumed)", flush=True)
 
 
+def port_problem(host: str, port: int):
+    """Why ``host:port`` cannot serve (out of range, in use, not an address of this machine), or None."""
+    if not 1 <= port <= 65535:
+        return f"--port {port} is invalid: a port is 1-65535"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        return f"--host {host!r} is not an address of this machine ({e})"
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            why = "in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
+            return f"port {port} on {host} cannot be used ({why}): pick another with --port"
+    return None
+
+
 def cmd_ui(args) -> int:
+    if not Path(args.results_dir).expanduser().is_dir():
+        check_runs_folder(args.results_dir, "results_dir")  # refuses: missing, or not a directory
+    problem = port_problem(args.host, args.port)
+    if problem:
+        print(f"harness ui: {problem}", file=sys.stderr)
+        return 2
     if _missing("mlflow"):
         print(f"harness ui: mlflow {_INSTALL}", file=sys.stderr)
         return 2
     root = ui_store(args.results_dir)
     if not (root / "mlflow.db").exists():
         _say_nothing_to_show(args.results_dir, root)
+        return 1
     url = f"http://{args.host}:{args.port}"
     warning = exposure_warning(args.host, args.port, root)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    proc = start_ui(root, args.port, args.host)
+    log = None if args.verbose else open(root / "mlflow-server.log", "ab")  # banners, one INFO line per request
+    try:
+        proc = start_ui(root, args.port, args.host, log=log)
+    finally:
+        if log is not None:
+            log.close()  # the server holds its own descriptor
     print(f"MLflow UI for {root / 'mlflow.db'}: {url}  (server pid {proc.pid}, process group {proc.pid}; Ctrl-C stops it)",
           flush=True)
 
@@ -111,8 +144,8 @@ def cmd_ui(args) -> int:
             print(f"ready: {url}", flush=True)
             _print_experiment_links(url)
         elif proc.poll() is not None:
-            print(f"harness ui: mlflow server exited with code {proc.returncode} "
-                  f"(port {args.port} in use?)", file=sys.stderr)
+            where = "" if args.verbose else f"; its output is in {root / 'mlflow-server.log'}"
+            print(f"harness ui: mlflow server exited with code {proc.returncode}{where}", file=sys.stderr)
             return proc.returncode or 1
         proc.wait()
         return proc.returncode or 0
@@ -150,4 +183,7 @@ def register(subparsers) -> None:
                    help="interface (default 127.0.0.1). Anything else (0.0.0.0: every interface) lets anyone who "
                         "reaches the port read and change the runs: the MLflow server has no login, and its "
                         "Host/CORS checks are no authentication; a warning says so. Prefer an SSH tunnel")
+    u.add_argument("--verbose", action="store_true",
+                   help="show the MLflow server's own output (banners, a line per request); without it that "
+                        "output goes to RESULTS_DIR/mlflow-server.log")
     u.set_defaults(func=cmd_ui)

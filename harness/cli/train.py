@@ -12,18 +12,20 @@ import yaml
 
 from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
-from harness.cli.polish import count, split_list
+from harness.cli.polish import count, lazy, split_list
 from harness.config.base import effective_dict
 from harness.config.schema import config_warnings, describe, load_config
 from harness.engine import numerics
-from harness.engine.models import check_model_folder, resolve_device, resolve_model_path
-from harness.report.build import build_report
-from harness.report.tables import format_table
 from harness.rundir.layout import SUMMARY, read_json
 from harness.sweep.plan import format_plan, load_sweep
-from harness.sweep.run import run_sweep
-from harness.train.loop import run_dir, train
-from harness.train.warmup import starting_checkpoint
+
+# loaded when a command runs (torch, transformers): `--help` and argument errors answer at once
+models = lazy("harness.engine.models")
+sweep_run = lazy("harness.sweep.run")
+loop = lazy("harness.train.loop")
+warmup = lazy("harness.train.warmup")
+report_build = lazy("harness.report.build")  # numpy, pandas
+report_tables = lazy("harness.report.tables")
 
 PACKAGE = Path(__file__).resolve().parents[1]  # harness/
 QUICKSTART = PACKAGE / "configs" / "quickstart.yaml"  # the quickstart's base config
@@ -74,9 +76,9 @@ def check_models(cfg) -> None:
     weight files) before the run directory is made: `ModelLoadError`, one line, exit 2."""
     m = cfg.model
     if m.name_or_path != "tiny" and not m.gguf_file and not m.name_or_path.endswith(".gguf"):
-        check_model_folder(resolve_model_path(m.name_or_path))
+        models.check_model_folder(models.resolve_model_path(m.name_or_path))
     if cfg.algorithm.prm not in (None, "", "rule"):
-        check_model_folder(cfg.algorithm.prm)
+        models.check_model_folder(cfg.algorithm.prm)
 
 
 def cmd_train(args) -> int:
@@ -87,12 +89,12 @@ def cmd_train(args) -> int:
     check_output_dir(cfg.output_dir, "output_dir")
     if cfg.warmup.cache_dir and cfg.model.name_or_path == "tiny" and cfg.warmup.enabled:
         check_output_dir(cfg.warmup.cache_dir, "warmup.cache_dir")  # refused before the run starts
-    print(f"results: {run_dir(cfg)}")
+    print(f"results: {loop.run_dir(cfg)}")
     prev = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # SIGTERM: "interrupted", like Ctrl-C
     if args.no_progress:
         os.environ["TQDM_DISABLE"] = "1"  # every bar, the start evaluation's included
     try:
-        summary = train(cfg, resume=not args.restart, progress=not args.no_progress)
+        summary = loop.train(cfg, resume=not args.restart, progress=not args.no_progress)
     finally:
         signal.signal(signal.SIGTERM, prev)
     print_run(summary)
@@ -123,12 +125,12 @@ def cmd_quickstart(args) -> int:
     cfg = runs[0].config
     task = get_task(cfg.task)
     numerics.enter(cfg.numerics, 0)  # the warm-up sets its own thread count (warmup.threads)
-    _, _, info = starting_checkpoint(cfg, task, resolve_device(cfg.device), progress=not args.no_progress)
+    _, _, info = warmup.starting_checkpoint(cfg, task, models.resolve_device(cfg.device), progress=not args.no_progress)
     print(f"warm-up checkpoint: {info['source']} ({'cached' if info.get('cached') else 'trained now'})")
     only = [r.run_id for r in runs] if args.only else None
-    rc = run_sweep(sw, only=only, progress=not args.no_progress)
-    res = build_report(sw.sweep_dir)
-    print("\n" + format_table(res["table"]))
+    rc = sweep_run.run_sweep(sw, only=only, progress=not args.no_progress)
+    res = report_build.build_report(sw.sweep_dir)
+    print("\n" + report_tables.format_table(res["table"]))
     print(f"\nreport: {res['html']}\n        {res['markdown']}\n        {res['csv']}")
     for r in runs:
         summ = read_json(r.run_dir / SUMMARY, {})
@@ -147,7 +149,7 @@ def cmd_warmup(args) -> int:
     check_device(cfg.device)
     numerics.enter(cfg.numerics, 0)  # the warm-up sets its own thread count (warmup.threads)
     task = get_task(cfg.task)
-    _, _, info = starting_checkpoint(cfg, task, resolve_device(cfg.device), progress=True)
+    _, _, info = warmup.starting_checkpoint(cfg, task, models.resolve_device(cfg.device), progress=True)
     print(json.dumps({k: v for k, v in info.items() if k != "config"}, indent=2))
     return 0
 

@@ -12,14 +12,14 @@ import ast
 import dataclasses
 import difflib
 import hashlib
-import inspect
 import json
 import math
 import reprlib
-import textwrap
+import sys
 import types
 import typing
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Union
 
 from algorithms.presets import ALGORITHMS, COMPONENTS, resolve
@@ -277,17 +277,27 @@ def flatten(d: Any, prefix: str = "") -> dict:
     return {prefix[:-1]: d}
 
 
+@lru_cache(maxsize=None)
+def _class_nodes(filename: str) -> dict:
+    """{class name: its ast.ClassDef} for the top-level classes of one source file, parsed once
+    (`harness config` documents a dozen classes of one module)."""
+    try:
+        tree = ast.parse(Path(filename).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
 def field_docs(cls) -> dict[str, str]:
     """The docstring written under each field of ``cls`` or of a dataclass it extends (CleanRL style)."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if klass is object or not dataclasses.is_dataclass(klass):
             continue
-        try:
-            src = textwrap.dedent(inspect.getsource(klass))
-        except (OSError, TypeError):
+        node = _class_nodes(getattr(sys.modules.get(klass.__module__), "__file__", None) or "").get(klass.__qualname__)
+        if node is None:
             continue
-        body = ast.parse(src).body[0].body  # type: ignore[attr-defined]
+        body = node.body
         for node, nxt in zip(body, body[1:]):
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant) and isinstance(nxt.value.value, str):

@@ -33,6 +33,7 @@ from typing import Optional
 import torch
 
 from evals.prm import CausalLMPRM, RuleBasedPRM
+from harness.engine.errors import ModelLoadError  # noqa: F401 (raised here; the CLI imports it without torch)
 
 SPECIAL = {"pad": "<pad>", "bos": "<bos>", "eos": "<eos>", "unk": "<unk>"}
 CHARS = [chr(i) for i in range(32, 127)] + ["\n"]
@@ -138,11 +139,6 @@ def gguf_to_hf_dir(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | 
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return out
-
-
-class ModelLoadError(ValueError):
-    """A model folder or file that cannot be loaded (incomplete, truncated, refused pickles): the
-    message names the file and what to do; `harness.cli.main` prints it as one line, exit 2."""
 
 
 CONFIG_FILE = "config.json"

@@ -13,6 +13,11 @@
 
 `number(x, spec, ...)` formats one value the way a column wants it (format spec for floats,
 another for ints, a third above a magnitude, fixed text for missing or non-finite values).
+
+`percent(fraction, digits)` is the one way an accuracy (or any share) is shown to a person:
+a fraction in [0, 1] becomes ``"72.5%"``. Machine-readable files keep fractions, under names
+that say so (``*_fraction`` or the metric's documented unit); only text meant for people
+goes through `percent`.
 """
 from __future__ import annotations
 
@@ -53,6 +58,24 @@ def number(x: Any, spec: str = "g", *, int_spec: Optional[str] = None, large_spe
     if isinstance(x, dict):
         return json.dumps(x, sort_keys=True)
     return str(x)
+
+
+def percent(fraction: Any, digits: int = 1, *, sign: bool = False, missing: str = "-") -> str:
+    """A fraction as a percentage for people: ``percent(0.725) == "72.5%"``.
+
+    ``digits`` decimals after the point; ``sign`` prefixes ``+`` to a positive value (for
+    differences, which are then in percentage points: ``percent(0.02, sign=True) == "+2.0%"``);
+    ``None``/NaN/inf -> ``missing``.
+    """
+    if fraction is None or isinstance(fraction, bool):
+        return missing if fraction is None else percent(float(fraction), digits, sign=sign, missing=missing)
+    x = float(fraction)
+    if not math.isfinite(x):
+        return missing
+    text = format(100.0 * x, f".{int(digits)}f")
+    if text.lstrip("-").strip("0.") == "":  # -0.0 -> 0.0
+        text = text.lstrip("-")
+    return ("+" if sign and not text.startswith("-") and float(text) > 0 else "") + text + "%"
 
 
 def _aligned(headers: Optional[Sequence], rows: Sequence[Sequence], align: Optional[Sequence[str]],

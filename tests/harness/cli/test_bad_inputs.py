@@ -69,8 +69,8 @@ def sandbox(tmp_path, monkeypatch):
 
     def no_training(*a, **k):
         raise AssertionError("training started: the input was not refused")
-    monkeypatch.setattr(cli_train, "train", no_training)
-    monkeypatch.setattr(cli_train, "starting_checkpoint", no_training)
+    monkeypatch.setattr(cli_train.loop, "train", no_training)
+    monkeypatch.setattr(cli_train.warmup, "starting_checkpoint", no_training)
     return tmp_path
 
 

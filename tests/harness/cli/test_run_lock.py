@@ -71,7 +71,7 @@ def test_sigterm_during_train_is_an_interrupt(tmp_path, monkeypatch, capsys):
         os.kill(os.getpid(), signal.SIGTERM)
         raise AssertionError("SIGTERM did not interrupt")
 
-    monkeypatch.setattr(cli_train, "train", fake_train)
+    monkeypatch.setattr(cli_train.loop, "train", fake_train)
     before = signal.getsignal(signal.SIGTERM)
     rc = main(["train", QUICKSTART, "--no-progress", *_sets(tmp_path)])
     assert rc == 130 and "interrupted" in capsys.readouterr().err

@@ -311,10 +311,12 @@ def test_ui_beyond_loopback_warns_what_it_exposes(host, tmp_path, monkeypatch, c
         def wait(self):
             return 1
 
-    monkeypatch.setattr(cli_tracking, "start_ui", lambda root, port, h: started.append(h) or Exited())
+    monkeypatch.setattr(cli_tracking, "start_ui", lambda root, port, h, log=None: started.append(h) or Exited())
     monkeypatch.setattr(cli_tracking, "wait_healthy", lambda url, proc: False)
     monkeypatch.setattr(cli_tracking, "stop_group", lambda proc: None)
+    monkeypatch.setattr(cli_tracking, "port_problem", lambda host, port: None)  # these hosts are not this machine
     (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "mlflow.db").touch()  # a store: without one, `harness ui` starts nothing
     main(["ui", str(tmp_path / "results"), "--host", host, "--port", "5999"])
     err = capsys.readouterr().err
     assert started == [host]
