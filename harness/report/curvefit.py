@@ -6,14 +6,15 @@ fractions), ``B`` the efficiency exponent and ``C_mid`` the compute at which hal
 ``A - R0`` is reached. For fixed ``(B, C_mid)`` the model is linear in ``A - R0``, so ``A``
 has a closed-form least-squares value (clipped to its bounds, which is the constrained
 optimum of a one-dimensional quadratic). The fit is a grid over ``log B`` x ``log C_mid``
-with ``A`` profiled out, then a Nelder-Mead refine of the profiled sum of squares from the
-best grid point. numpy only.
+with ``A`` profiled out, then a bounded Nelder-Mead refine (``scipy.optimize.minimize``) of
+the profiled sum of squares from the best grid point.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.optimize import minimize
 
 from harness.report.stats import mean_curve
 
@@ -66,36 +67,6 @@ def _profile(c: np.ndarray, y: np.ndarray, r0: float, b, c_mid):
     return d, sse
 
 
-def _nelder_mead(f, x0: np.ndarray, step: float = 0.2, iters: int = 1000, xtol: float = 1e-9) -> np.ndarray:
-    """Minimise ``f`` from ``x0`` (a small, dependency-free Nelder-Mead)."""
-    n = x0.size
-    pts = np.vstack([x0] + [x0 + step * np.eye(n)[i] for i in range(n)])
-    vals = np.array([f(p) for p in pts])
-    for _ in range(iters):
-        order = np.argsort(vals)
-        pts, vals = pts[order], vals[order]
-        if np.ptp(pts, axis=0).max() < xtol:
-            break
-        centroid = pts[:-1].mean(0)
-        xr = centroid + (centroid - pts[-1])
-        fr = f(xr)
-        if fr < vals[0]:
-            xe = centroid + 2.0 * (centroid - pts[-1])
-            fe = f(xe)
-            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < vals[-2]:
-            pts[-1], vals[-1] = xr, fr
-        else:
-            xc = centroid + 0.5 * (pts[-1] - centroid)
-            fc = f(xc)
-            if fc < vals[-1]:
-                pts[-1], vals[-1] = xc, fc
-            else:
-                pts[1:] = pts[0] + 0.5 * (pts[1:] - pts[0])
-                vals[1:] = [f(p) for p in pts[1:]]
-    return pts[int(np.argmin(vals))]
-
-
 def fit_curve(c, y, r0: float | None = None) -> CurveFit:
     """Fit R(C) to points ``(c, y)``. ``R0`` is the mean ``y`` at ``c == 0`` unless given;
     the fit uses the points with ``c > 0`` (at least 3 are needed)."""
@@ -118,10 +89,11 @@ def fit_curve(c, y, r0: float | None = None) -> CurveFit:
     bounds = np.array([lb, lm])
 
     def objective(p):
-        p = np.clip(p, bounds[:, 0], bounds[:, 1])
         return float(_profile(c, y, r0, np.exp(p[0]), np.exp(p[1]))[1])
 
-    best = np.clip(_nelder_mead(objective, np.array([gb[i], gm[i]])), bounds[:, 0], bounds[:, 1])
+    res = minimize(objective, np.array([gb[i], gm[i]]), method="Nelder-Mead", bounds=bounds,
+                   options={"xatol": 1e-9, "fatol": 1e-15, "maxiter": 2000})
+    best = np.clip(res.x, bounds[:, 0], bounds[:, 1])
     b, c_mid = float(np.exp(best[0])), float(np.exp(best[1]))
     d, sse_best = _profile(c, y, r0, b, c_mid)
     return CurveFit(r0=float(r0), a=float(r0 + d), b=b, c_mid=c_mid, sse=float(sse_best), n_points=int(c.size))

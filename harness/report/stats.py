@@ -2,78 +2,26 @@
 
 `mean_ci` is what every table cell and error bar shows: the mean over the finite values and
 the half-width ``t_{(1+level)/2, n-1} * s / sqrt(n)`` (``s`` with ddof=1). The t quantile is
-computed here (regularised incomplete beta by continued fraction, then bisection) so the
-report needs no scipy. `mean_curve` applies it pointwise to several (x, y) curves.
+scipy's (``scipy.stats.t``). `mean_curve` applies it pointwise to several (x, y) curves.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularised incomplete beta function (Lentz)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 400):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(lbeta) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(lbeta) * _betacf(b, a, 1.0 - x) / b
+from scipy.stats import t as student_t
 
 
 def t_cdf(t: float, df: float) -> float:
-    """CDF of Student's t distribution."""
-    x = df / (df + t * t)
-    tail = 0.5 * _betainc(df / 2.0, 0.5, x)
-    return 1.0 - tail if t > 0 else tail
+    """CDF of Student's t distribution (scipy.stats.t)."""
+    return float(student_t.cdf(t, df))
 
 
 def t_quantile(p: float, df: float) -> float:
-    """Inverse CDF of Student's t (bisection; no scipy needed)."""
+    """Inverse CDF of Student's t (scipy.stats.t.ppf)."""
     if not 0.0 < p < 1.0:
         raise ValueError("p must be in (0, 1)")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
+    return float(student_t.ppf(p, df))
 
 
 def mean_ci(values, level: float = 0.95) -> tuple[float, float, int]:

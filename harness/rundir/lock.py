@@ -1,14 +1,18 @@
-"""Exclusive lock on a file (``flock``), blocking or fail-fast, recording who holds it.
+"""Exclusive lock on a file (the ``filelock`` package), blocking, with a timeout or fail-fast,
+recording who holds it.
 
 The holder writes ``pid <pid> on <host>`` into the lock file once it has the lock, so a
 process that fails to get it can say who has it (`LockBusy.holder`, `read_holder`). The
 lock is advisory and per open file: a second `FileLock` on the same path conflicts even in
 the same process. Releasing (or the holder dying) frees it; the file stays, with the last
-holder's line in it. Where ``fcntl`` is missing (not POSIX) locking is a no-op.
+holder's line in it. ``filelock`` uses ``flock`` on POSIX, ``msvcrt`` locking on Windows, and
+a lock file's existence where a file system has no ``flock``, so locking is never silently
+off.
 
     with file_lock(path):                      # wait for the lock
         ...
     lock = FileLock(path).acquire(blocking=False)   # LockBusy if someone has it
+    lock = FileLock(path).acquire(timeout=30)       # LockBusy after 30 s
     ...
     lock.release()
 """
@@ -17,16 +21,14 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import IO, Optional
+from typing import Optional
 
-try:
-    import fcntl
-except ImportError:  # not POSIX
-    fcntl = None  # type: ignore[assignment]
+import filelock
 
 
 class LockBusy(OSError):
-    """A non-blocking acquire found the lock held; ``holder`` is what the holder wrote ('' if nothing)."""
+    """An acquire that would not wait (or waited ``timeout`` seconds) found the lock held;
+    ``holder`` is what the holder wrote ('' if nothing)."""
 
     def __init__(self, path: Path, holder: str):
         self.path, self.holder = Path(path), holder
@@ -49,40 +51,42 @@ def read_holder(path: str | os.PathLike) -> str:
 
 class FileLock:
     """An exclusive lock on ``path`` (parent directories are created). Use `acquire` /
-    `release` (alias `close`), or ``with`` (blocking unless ``blocking=False``)."""
+    `release` (alias `close`), or ``with`` (blocking unless ``blocking=False``; ``timeout``
+    seconds at most when given)."""
 
-    def __init__(self, path: str | os.PathLike, *, blocking: bool = True):
+    def __init__(self, path: str | os.PathLike, *, blocking: bool = True, timeout: Optional[float] = None):
         self.path = Path(path)
         self.blocking = blocking
-        self._f: Optional[IO[str]] = None
+        self.timeout = timeout
+        self._lock: Optional[filelock.BaseFileLock] = None
 
     @property
     def held(self) -> bool:
-        return self._f is not None
+        return self._lock is not None
 
-    def acquire(self, blocking: Optional[bool] = None) -> "FileLock":
-        """Take the lock (waiting for it unless ``blocking`` is false: then raise `LockBusy`)
-        and record this process as the holder."""
-        if self._f is not None:
+    def acquire(self, blocking: Optional[bool] = None, timeout: Optional[float] = None) -> "FileLock":
+        """Take the lock (waiting for it, at most ``timeout`` seconds when given, unless
+        ``blocking`` is false) and record this process as the holder; `LockBusy` when it is
+        not had."""
+        if self._lock is not None:
             raise RuntimeError(f"{self.path} is already held by this FileLock")
         blocking = self.blocking if blocking is None else blocking
+        timeout = self.timeout if timeout is None else timeout
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(self.path, "a+")
-        if fcntl is not None:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            except OSError:
-                f.seek(0)
-                holder = f.read().strip()
-                f.close()
-                if blocking:
-                    raise
-                raise LockBusy(self.path, holder) from None
-        f.seek(0)
-        f.truncate()
-        f.write(holder_line() + "\n")
-        f.flush()
-        self._f = f
+        # one instance per acquire, not shared by path or thread: a second FileLock conflicts
+        lock = filelock.FileLock(str(self.path), is_singleton=False, thread_local=False)
+        try:
+            lock.acquire(timeout=-1 if blocking and timeout is None else (timeout if blocking else 0))
+        except filelock.Timeout:
+            raise LockBusy(self.path, read_holder(self.path)) from None
+        try:
+            with open(self.path, "r+") as f:  # the lock is ours: no one else writes the line
+                f.truncate()
+                f.write(holder_line() + "\n")
+        except BaseException:
+            lock.release()
+            raise
+        self._lock = lock
         return self
 
     def holder(self) -> str:
@@ -91,14 +95,9 @@ class FileLock:
 
     def release(self) -> None:
         """Free the lock (idempotent)."""
-        f, self._f = self._f, None
-        if f is None:
-            return
-        try:
-            if fcntl is not None:
-                fcntl.flock(f, fcntl.LOCK_UN)
-        finally:
-            f.close()
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release(force=True)
 
     close = release
 
@@ -109,9 +108,9 @@ class FileLock:
         self.release()
 
 
-def file_lock(path: str | os.PathLike, *, blocking: bool = True) -> FileLock:
+def file_lock(path: str | os.PathLike, *, blocking: bool = True, timeout: Optional[float] = None) -> FileLock:
     """A `FileLock` to use as a context manager: ``with file_lock(p): ...``."""
-    return FileLock(path, blocking=blocking)
+    return FileLock(path, blocking=blocking, timeout=timeout)
 
 
 # --------------------------------------------------------------------------- one writer per run directory

@@ -37,3 +37,20 @@ def test_blocking_waits_for_another_process(tmp_path):
         waited = time.monotonic() - t0
     p.wait(timeout=30)
     assert waited > 0.3
+
+
+def test_timeout_gives_up_with_the_holder_and_the_file_keeps_the_last_holder(tmp_path):
+    import time
+    path = tmp_path / "x.lock"
+    held = FileLock(path).acquire()
+    t = time.monotonic()
+    with pytest.raises(LockBusy) as e:
+        FileLock(path, timeout=0.3).acquire()
+    waited = time.monotonic() - t
+    assert 0.25 <= waited < 5, waited
+    assert e.value.holder == holder_line()
+    held.release()
+    assert read_holder(path) == holder_line()  # released, the line stays
+    with file_lock(path, timeout=0.3):  # free again: no wait
+        assert read_holder(path) == holder_line()
+
