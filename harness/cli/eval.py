@@ -30,7 +30,7 @@ from harness.config.schema import (MAX_NEW_TOKENS, MAX_PER_STEP, MAX_SEED, Confi
 from harness.rundir.layout import CONFIG, SUMMARY, read_json
 from harness.engine import numerics
 from harness.rundir import provenance
-from harness.cli.polish import lazy
+from harness.cli.polish import DefaultsOnceFormatter, lazy
 from harness.engine.errors import ModelLoadError
 
 # loaded when the command runs (torch, transformers): `--help` and argument errors answer at once
@@ -47,7 +47,7 @@ def register(subparsers) -> None:
         "eval", help="evaluate a model: greedy accuracy, pass@k, maj@k",
         description="Evaluate a local causal LM (Hugging Face directory or GGUF) on a task. Greedy accuracy, "
                     "and with --n > 0 the pass@k / maj@k curves for k = 1..n. Nothing is downloaded.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=DefaultsOnceFormatter)
     p.add_argument("--model", required=True,
                    help="local model directory (or a .gguf file); a run directory or its final_model: the "
                         "run's final policy, evaluated on the run's own task and problem set")

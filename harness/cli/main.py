@@ -28,7 +28,8 @@ from harness.cli import eval as eval_cmd
 from harness.cli import report as report_cmd
 from harness.cli import sweep as sweep_cmd
 from harness.cli import tracking as tracking_cmd
-from harness.cli.polish import blame_override, empty_argument, finish_parser, hydra_hint, one_line, quiet_third_party
+from harness.cli.polish import (blame_override, empty_argument, finish_parser, hydra_hint, one_line, quiet_third_party,
+                                subparser, unknown_command_hint, unknown_hint)
 from harness.cli import train as train_cmd
 from harness.config.base import ConfigError
 from harness.engine.errors import ModelLoadError
@@ -71,7 +72,13 @@ def version() -> str:
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
-    """Parse; Hydra-style ``key=value`` arguments are refused with the ``--set`` spelling."""
+    """Parse; Hydra-style ``key=value`` arguments are refused with the ``--set`` spelling, an
+    unknown command or flag with the nearest right spelling (`harness.cli.polish.unknown_hint`)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    hint = unknown_command_hint(parser, argv)
+    if hint:
+        print(hint, file=sys.stderr)
+        raise SystemExit(2)
     args, extra = parser.parse_known_args(argv)
     positionals = [getattr(args, k, None) for k in ("config", "file", "sweep_dir", "results_dir")]
     hint = hydra_hint(getattr(args, "command", None) or "", [*extra, *positionals])
@@ -79,6 +86,11 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
         print(hint, file=sys.stderr)
         raise SystemExit(2)
     if extra:
+        command = getattr(args, "command", None) or ""
+        hint = unknown_hint(command, subparser(parser, command), extra)
+        if hint:
+            print(hint, file=sys.stderr)
+            raise SystemExit(2)
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return args
 

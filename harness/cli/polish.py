@@ -11,12 +11,16 @@ de-quantising bar. :func:`count` and :func:`split_list` are the shared formatter
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import os
 import re
 import sys
 from typing import Any, Iterable, Optional
+
+from harness.config.base import ALIASES, dotted_fields, section_rank
+from harness.config.schema import Config
 
 _ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|obj|exc|ref|doc|py:\w+):`~?([^`]+)`")
 _DOUBLE = re.compile(r"``([^`]+)``")
@@ -55,6 +59,91 @@ def finish_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                 if sub is not None and not sub.description:
                     sub.description = choice.help  # at least the one-liner
     return parser
+
+
+class DefaultsOnceFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default once: ``(default: X)`` is added only where the help
+    text does not already say what the default is (and never for ``None``/``False``, which read
+    as "not given")."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("default" in text.lower() or action.default is None or action.default is False
+                or action.default is argparse.SUPPRESS or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def subparser(parser: argparse.ArgumentParser, command: str) -> Optional[argparse.ArgumentParser]:
+    """The parser of ``command`` (None when there is no such command)."""
+    return _subparsers(parser).get(command)
+
+
+def unknown_command_hint(parser: argparse.ArgumentParser, argv: list[str]) -> Optional[str]:
+    """``harness trian`` -> the refusal naming the nearest command (None when the first word is a
+    command, an option, or absent)."""
+    commands = _subparsers(parser)
+    if not argv or argv[0].startswith("-") or argv[0] in commands:
+        return None
+    close = difflib.get_close_matches(argv[0], list(commands), n=1, cutoff=0.5)
+    near = f"; did you mean `harness {close[0]}`?" if close else ""
+    return f"harness: unknown command {argv[0]!r}{near} (commands: {', '.join(commands)}; `harness --help`)"
+
+
+def _config_keys() -> list[str]:
+    return sorted(dotted_fields(Config), key=section_rank)
+
+
+def _flag_hint(command: str, sub: Optional[argparse.ArgumentParser], flag: str, value: Optional[str]) -> Optional[str]:
+    """What one unknown ``--flag[=value]`` should have been: an option of the command spelled with
+    dashes (``--no_progress``), a close option, or a config field (``--lr``, ``--train.lr=``)
+    given with ``--set``."""
+    options = list(sub._option_string_actions) if sub is not None else []
+    name = flag.lstrip("-")
+    dashed = "--" + name.replace("_", "-")
+    if dashed in options and dashed != flag:
+        return f"{flag} is spelled {dashed}"
+    key = name.replace("-", "_")
+    keys = _config_keys() if sub is not None and "--set" in options else []
+    alias = ALIASES.get(key.lower(), key)
+    if keys:
+        match = ([k for k in keys if k == key] or [k for k in keys if k.rsplit(".", 1)[-1] == alias]
+                 or [k for k in keys if "." in key and difflib.get_close_matches(key, [k], n=1, cutoff=0.8)])
+        if match:
+            shown = value if value is not None else "VALUE"
+            sets = " or ".join(f"--set {k}={shown}" for k in match[:2])
+            return f"{flag}{'=' + value if value is not None else ''} is a config field: {sets}"
+    close = difflib.get_close_matches(dashed, options, n=1, cutoff=0.6)
+    return f"{flag}: did you mean {close[0]}?" if close else None
+
+
+def unknown_hint(command: str, sub: Optional[argparse.ArgumentParser], extra: list[str]) -> Optional[str]:
+    """The refusal of arguments ``command`` does not know, naming the right spelling of each:
+    ``--no_progress`` -> ``--no-progress``; ``--lr 1e-5``, ``--learning_rate=1e-5``,
+    ``--train.lr=1e-5`` -> ``--set train.lr=1e-5``; Hydra's ``+key=value`` -> ``--set key=value``
+    and ``~key`` (no deletion here: a field keeps its default unless set). None when nothing
+    is recognised (argparse's own message follows)."""
+    hints, i = [], 0
+    while i < len(extra):
+        tok = extra[i]
+        nxt = extra[i + 1] if i + 1 < len(extra) and not extra[i + 1].startswith("-") else None
+        if tok.startswith("+") and "=" in tok:
+            hints.append(f"{tok}: overrides are given with --set: --set {tok.lstrip('+')}")
+        elif tok.startswith("~") and len(tok) > 1:
+            hints.append(f"{tok}: a field cannot be deleted; it keeps its default unless set "
+                         f"(`harness config` lists defaults): drop it, or --set {tok[1:]}=VALUE")
+        elif tok.startswith("-") and len(tok) > 1:
+            flag, _, val = tok.partition("=")
+            value = val if "=" in tok else nxt
+            h = _flag_hint(command, sub, flag, value)
+            if h:
+                hints.append(h)
+                if "=" not in tok and nxt is not None and "is a config field" in h:
+                    i += 1  # its value was taken into the hint
+        i += 1
+    if not hints:
+        return None
+    return f"harness {command}: " + "; ".join(hints)
 
 
 def split_list(values: Optional[Iterable]) -> Optional[list[str]]:

@@ -13,6 +13,7 @@ import yaml
 from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
 from harness.cli.polish import count, lazy, split_list
+from harness.config import yamlsafe
 from harness.config.base import effective_dict
 from harness.config.schema import config_warnings, describe, load_config
 from harness.engine import numerics
@@ -154,7 +155,23 @@ def cmd_warmup(args) -> int:
     return 0
 
 
+def _is_sweep_file(path: str) -> bool:
+    """A sweep file names a grid or a base config; a run config has neither."""
+    try:
+        data = yamlsafe.load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False  # load_config reports it
+    return isinstance(data, dict) and ("grid" in data or "base" in data)
+
+
 def cmd_config(args) -> int:
+    if args.show and _is_sweep_file(args.show):  # a sweep: its plan (every run's effective config is in it)
+        sw = load_sweep(args.show, overrides=args.set)
+        print(f"{args.show} is a sweep file: its plan (`harness sweep {args.show} --dry-run` prints the same; "
+              f"one run's effective config: `harness config --show` on <results>/<sweep>/<run_id>/config.yaml "
+              f"after it runs)\n")
+        print(format_plan(sw))
+        return 0
     if args.show:
         print(yaml.safe_dump(effective_dict(load_config(args.show, args.set)), sort_keys=False))
         return 0

@@ -173,6 +173,48 @@ def _coerce(value: Any, tp, where: str):
     return value
 
 
+def dotted_fields(cls, prefix: str = "") -> list[str]:
+    """Every leaf field of dataclass ``cls`` as a dotted key (``train.lr``), sections descended."""
+    out = []
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints.get(f.name)
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            out += dotted_fields(tp, f"{prefix}{f.name}.")
+        else:
+            out.append(prefix + f.name)
+    return out
+
+
+def did_you_mean_dotted(key: Any, cls, where: str = "", exact: bool = False) -> str:
+    """``"; did you mean 'train.lr'?"`` when ``key`` (or a close spelling) is a field further down
+    (``lr`` given at the top level; ``learning_rate`` for ``lr``), or ``""``."""
+    if not isinstance(key, str) or len(key) > ECHO_LIMIT:
+        return ""
+    word = ALIASES.get(key.replace("-", "_").lower(), key)
+    full = sorted((f"{where}.{d}" if where else d for d in dotted_fields(cls)), key=section_rank)
+    same = [d for d in full if d.rsplit(".", 1)[-1] == word]
+    close = same or ([] if exact else
+                     [d for d in full if difflib.get_close_matches(word, [d.rsplit(".", 1)[-1]], n=1, cutoff=0.75)])
+    return f"; did you mean {', '.join(repr(c) for c in close[:3])}?" if close else ""
+
+
+SECTION_ORDER = ("train", "algorithm", "sampling", "budget", "task", "model", "eval", "warmup", "tracking")
+"""Which section's field a bare name most likely means first (``lr``: train.lr before warmup.lr)."""
+
+
+def section_rank(key: str) -> int:
+    """Sort key of a dotted field by `SECTION_ORDER` (top-level fields first)."""
+    head = key.split(".", 1)[0]
+    return SECTION_ORDER.index(head) if "." in key and head in SECTION_ORDER else -1
+
+
+ALIASES = {"learning_rate": "lr", "num_generations": "samples_per_prompt", "group_size": "samples_per_prompt",
+           "beta": "kl_coef", "epsilon": "clip_eps", "max_completion_length": "max_new_tokens",
+           "num_iterations": "inner_epochs", "per_device_train_batch_size": "micro_batch_size"}
+"""Other projects' names (TRL's GRPOConfig, Hydra-style configs) for our fields, for suggestions."""
+
+
 @lru_cache(maxsize=None)
 def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
@@ -185,8 +227,10 @@ def from_dict(cls, data: dict, where: str = ""):
         if key not in names:
             shown = brief(key) if not isinstance(key, str) or len(key) > ECHO_LIMIT else key
             full = f"{where}.{shown}" if where else shown
+            hint = (did_you_mean_dotted(key, cls, where, exact=True) or did_you_mean(key, names)
+                    or did_you_mean_dotted(key, cls, where))
             raise ConfigError(
-                f"unknown config key '{full}'{did_you_mean(key, names)} (valid keys{' in ' + where if where else ''}: {', '.join(names)})"
+                f"unknown config key '{full}'{hint} (valid keys{' in ' + where if where else ''}: {', '.join(names)})"
             )
     hints = _hints(cls)
     kwargs = {}

@@ -25,7 +25,7 @@ from harness.config import yamlsafe
 from harness.config.base import (ConfigError, brief, check, check_choice, deep_merge, effective_dict, expand_shorthand,
                                  field_docs, from_dict, set_dotted, stable_hash)
 from harness.config.yamlsafe import DuplicateKeyError, YamlBadValue, YamlTooLarge
-from harness.rundir.budget import BUDGET_UNITS  # noqa: F401  (owner: harness.rundir.budget)
+from harness.rundir.budget import BUDGET_UNITS, stage_samples, threshold_warning  # noqa: F401  (owner: harness.rundir.budget)
 from harness.rundir.ids import run_id  # noqa: F401  (owner: harness.rundir.ids)
 from harness.rundir.layout import write_text_atomic
 from harness.engine.numerics import MODES as NUMERICS_MODES
@@ -531,9 +531,13 @@ def dir_path_problem(value: Any) -> Optional[str]:
 
 def config_warnings(cfg: Config) -> list[str]:
     """What a valid config will do that its author may not expect, one line each (the commands
-    print them before any work): an arith evaluation set asked to be larger than the held-out
+    print them before any work): evaluation points other than ``budget.eval_points`` asks (they
+    fall on stage boundaries), and an arith evaluation set asked to be larger than the held-out
     problems its knobs allow, which evaluates all of them."""
     out = []
+    points = threshold_warning(cfg.budget, stage_samples(cfg.train.prompts_per_step, cfg.sampling.samples_per_prompt))
+    if points:
+        out.append(points)
     sets = [("task", cfg.task)] + ([("eval.ood", ood_task_spec(cfg))] if cfg.eval.ood.enabled else [])
     for label, spec in sets:
         if spec.name == "arith":

@@ -42,7 +42,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 __all__ = ["BUDGET_UNITS", "COUNTERS", "UNIT_COUNTER", "COUNTER_UNIT", "STEP", "EPS", "new_counters",
            "counter_key", "consumed", "row_consumed", "consumed_by_unit", "row_counters", "eval_thresholds",
-           "thresholds_passed", "budget_reached", "unit_of", "stage_samples", "threshold_warning", "overshoot"]
+           "thresholds_passed", "budget_reached", "unit_of", "stage_samples", "threshold_warning", "overshoot",
+           "eval_points"]
 
 BUDGET_UNITS = ("samples", "tokens", "steps", "seconds")
 """The units a budget can be given in (``budget.unit``)."""
@@ -125,20 +126,35 @@ def eval_thresholds(budget, per_stage: Optional[int] = None) -> list[float]:
     return out + [amount]
 
 
+def eval_points(budget, per_stage: Optional[int] = None) -> list[float]:
+    """The budget amounts at which a run really evaluates: `eval_thresholds` with repeats merged
+    (thresholds rounded to the same stage boundary are crossed, and evaluated, once)."""
+    return sorted(set(eval_thresholds(budget, per_stage)))
+
+
+def _amounts(points: Sequence[float]) -> str:
+    return ", ".join(f"{t:g}" for t in points)
+
+
 def threshold_warning(budget, per_stage: Optional[int] = None) -> Optional[str]:
-    """A sentence when the evaluation points cannot be exact fractions of the budget (unit
-    ``samples``: ``amount / eval_points`` not a multiple of ``per_stage``; unit ``steps``: not
-    whole), else None."""
+    """A sentence when the evaluation points are not what ``budget.eval_points`` asks: fewer
+    of them (a stage consumes more than ``amount / eval_points``, so rounded thresholds
+    coincide), or not exact fractions of the budget (unit ``samples``: ``amount /
+    eval_points`` not a multiple of ``per_stage``; unit ``steps``: not whole); else None."""
     step = amount_step = budget.amount / budget.eval_points
     if budget.unit == "samples" and per_stage:
+        got = eval_points(budget, per_stage)
+        if len(got) < budget.eval_points:
+            return (f"budget.eval_points={budget.eval_points} asks for more evaluation points than the budget has "
+                    f"stages ({per_stage} samples each, evaluated at stage boundaries): {len(got)} happen, at "
+                    f"{_amounts(got)} samples")
         if abs(step / per_stage - round(step / per_stage)) > EPS:
-            got = eval_thresholds(budget, per_stage)
             return (f"budget.amount / budget.eval_points = {amount_step:g} samples is not a multiple of the "
-                    f"{per_stage} samples a stage consumes: evaluating at {', '.join(f'{t:g}' for t in got)} samples")
+                    f"{per_stage} samples a stage consumes: evaluating at {_amounts(got)} samples")
     elif budget.unit == "steps" and abs(step - round(step)) > EPS:
-        got = eval_thresholds(budget)
+        got = eval_points(budget)
         return (f"budget.amount / budget.eval_points = {amount_step:g} steps is not whole: evaluating at "
-                f"{', '.join(f'{t:g}' for t in got)} steps")
+                f"{_amounts(got)} steps")
     return None
 
 

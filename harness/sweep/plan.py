@@ -21,6 +21,7 @@ from harness.config.base import ConfigError, brief, deep_merge, flatten, set_dot
 from harness.config.schema import (Config, algorithm_name, config_from_dict, config_warnings, dir_path_problem,
                                    parse_overrides)
 from harness.report.format import table
+from harness.rundir.budget import eval_points, stage_samples
 from harness.rundir.ids import NOT_HASHED, run_id
 from harness.rundir.layout import SUMMARY, read_json, warn_once
 from harness.rundir.read import finished_problem
@@ -250,10 +251,15 @@ def format_plan(sw: Sweep, *, workers: Optional[int] = None) -> str:
     out = [f"sweep {sw.name}: {len(sw.runs)} run(s) from {sw.source} -> {sw.sweep_dir}/"]
     if sw.description:
         out.append(f"  {sw.description.strip()}")
-    ep = b.get("eval_points")
-    every = b["amount"] / ep if ep else None
-    out.append(f"budget: {fmt_value(b['amount'])} {b['unit']} per run; evaluated before training and at {ep} "
-               f"point(s) (every {fmt_value(every)} {b['unit']})")
+    points = {tuple(eval_points(r.config.budget, stage_samples(r.config.train.prompts_per_step,
+                                                                r.config.sampling.samples_per_prompt)))
+              for r in sw.runs}
+    if len(points) == 1:
+        (pts,) = points
+        at = f"at {len(pts)} point(s): {', '.join(fmt_value(p) for p in pts)} {b['unit']}"
+    else:
+        at = f"at {b.get('eval_points')} point(s) (rounded to each run's stage boundaries)"
+    out.append(f"budget: {fmt_value(b['amount'])} {b['unit']} per run; evaluated before training and {at}")
     ls = sw.launcher
     where = f" at {ls.address}" if ls.type == "ray" and ls.address else ""
     w = workers if workers is not None else (ls.workers or "auto")

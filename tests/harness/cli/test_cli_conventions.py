@@ -114,3 +114,47 @@ def test_third_party_noise_off_unless_verbose(monkeypatch):
     assert not tlog.is_progress_bar_enabled()
     subs, _ = _subparsers(build_parser())
     assert subs["train"].parse_args([QUICKSTART, "--verbose"]).verbose is True
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["trian"], "harness: unknown command 'trian'; did you mean `harness train`?"),
+    (["train", QUICKSTART, "--lr", "1e-5"], "harness train: --lr=1e-5 is a config field: --set train.lr=1e-5 or --set warmup.lr=1e-5"),
+    (["train", QUICKSTART, "--learning_rate=1e-5"], "harness train: --learning_rate=1e-5 is a config field: --set train.lr=1e-5"),
+    (["train", QUICKSTART, "--train.lr=1e-5"], "harness train: --train.lr=1e-5 is a config field: --set train.lr=1e-5"),
+    (["train", QUICKSTART, "+train.lr=1e-5"], "harness train: +train.lr=1e-5: overrides are given with --set: --set train.lr=1e-5"),
+    (["train", QUICKSTART, "~train.lr"], "harness train: ~train.lr: a field cannot be deleted"),
+    (["train", QUICKSTART, "--no_progress"], "harness train: --no_progress is spelled --no-progress"),
+    (["sweep", "s.yaml", "--dryrun"], "harness sweep: --dryrun: did you mean --dry-run?"),
+])
+def test_unknown_commands_and_flags_name_the_right_spelling(argv, expected, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(expected), err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("key,suggested", [("lr", "'train.lr'"), ("learning_rate", "'train.lr'"),
+                                           ("beta", "'algorithm.kl_coef'"), ("num_generations", "'sampling.samples_per_prompt'")])
+def test_a_set_of_an_unknown_key_suggests_the_full_dotted_key(key, suggested, capsys):
+    assert main(["config", "--show", QUICKSTART, "--set", f"{key}=1"]) == 2
+    err = capsys.readouterr().err
+    assert f"unknown config key '{key}'; did you mean {suggested}" in err and f"(from --set {key}=1)" in err
+
+
+def test_eval_help_shows_each_default_once():
+    import re
+    help_text = build_parser()._subparsers._group_actions[0].choices["eval"].format_help()
+    entries, current = {}, None
+    for line in help_text.split("options:", 1)[1].splitlines():
+        if line.startswith("  -"):
+            current = line.split()[0].rstrip(",")
+            entries[current] = line
+        elif current:
+            entries[current] += " " + line.strip()
+    assert {"--task", "--few-shot", "--temperature", "--limit", "--seed"} <= set(entries)
+    for opt, text in entries.items():
+        assert len(re.findall(r"\(default", text)) <= 1, text
+    assert "(default: None)" not in help_text
+    assert "(default: 0)" in entries["--limit"] and "(default: 1.0)" in entries["--temperature"]

@@ -4,11 +4,11 @@ from harness.config.schema import load_config, run_id
 from support_paths import REPO
 
 QS = str(REPO / "harness" / "configs" / "quickstart.yaml")
-SETS = ["--set", "budget.amount=32", "--set", "warmup.steps=1"]
+SETS = ["--set", "budget.amount=256", "--set", "budget.eval_points=1", "--set", "warmup.steps=1"]
 
 
 def _run_dir(out):
-    return out / "quickstart" / run_id(load_config(QS, ["budget.amount=32", "warmup.steps=1"]))
+    return out / "quickstart" / run_id(load_config(QS, ["budget.amount=256", "budget.eval_points=1", "warmup.steps=1"]))
 
 
 def test_dangling_symlink_run_dir_is_one_line(tmp_path, capsys):

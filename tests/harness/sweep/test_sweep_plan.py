@@ -79,7 +79,7 @@ def test_expand_layers_grid_overrides_and_budget(demo, tmp_path):
     plan = format_plan(sw)
     for r in sw.runs:
         assert r.run_id in plan
-    assert "512 samples per run" in plan and "every 128 samples" in plan and "6 to run" in plan
+    assert "512 samples per run" in plan and "at 4 point(s): 128, 256, 384, 512 samples" in plan and "6 to run" in plan
 
 
 def test_run_ids_stable_across_processes_and_sensitive_to_every_field(demo, tmp_path):
@@ -289,3 +289,21 @@ def test_shipped_sweep_contents(tmp_path):
                 assert c.algorithm.kl_coef == 0.04
             assert c.warmup.enabled is False and c.model.dtype == "bfloat16"
     assert {"deepseek-ai/deepseek-math-7b-instruct", "Qwen/Qwen2.5-Math-1.5B-Instruct"} <= models
+
+
+def test_the_plan_prints_the_evaluation_points_that_happen(tmp_path):
+    """512 samples at 4 points with 256-sample stages: thresholds round to stage boundaries and
+    coincide, so 2 evaluations happen (256, 512); the plan says so and warns."""
+    from harness.config.schema import load_config
+    from harness.rundir.budget import eval_points, eval_thresholds, threshold_warning
+    cfg = load_config("harness/configs/quickstart.yaml", ["budget.amount=512"])
+    assert (cfg.budget.eval_points, cfg.train.prompts_per_step * cfg.sampling.samples_per_prompt) == (4, 256)
+    assert eval_thresholds(cfg.budget, 256) == [256.0, 512.0, 512.0, 512.0]
+    assert eval_points(cfg.budget, 256) == [256.0, 512.0]
+    w = threshold_warning(cfg.budget, 256)
+    assert w == ("budget.eval_points=4 asks for more evaluation points than the budget has stages (256 samples "
+                 "each, evaluated at stage boundaries): 2 happen, at 256, 512 samples")
+    sw = load_sweep("sweeps/quickstart.yaml", overrides=["budget.amount=512"], output_dir=str(tmp_path))
+    plan = format_plan(sw)
+    assert "evaluated before training and at 2 point(s): 256, 512 samples" in plan
+    assert f"warning: {w}" in plan
