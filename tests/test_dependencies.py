@@ -91,7 +91,10 @@ def test_every_core_dependency_is_used():
     assert not unused, f"core dependencies no product code imports: {unused}"
 
 
-@pytest.mark.parametrize("name", sorted(n for n, v in ANY.items() if v is not None))
+UNTESTED = {"vllm": "needs CUDA, which CI lacks: its bound is the API harness/engine/vllm_sampler.py calls"}
+
+
+@pytest.mark.parametrize("name", sorted(n for n, v in ANY.items() if v is not None and n not in UNTESTED))
 def test_every_declared_bound_is_the_tested_version(name):
     """A lower bound in pyproject.toml is the version CI installs (its prefix: >=2.4 for 2.4.6)."""
     assert name in PINNED, f"{name} has a bound in pyproject.toml but no tested version in .ci/constraints.txt"

@@ -306,7 +306,7 @@ def _sample_from_lists(generate, model, tokenizer, prompts: list[str], n: int, m
     p_ids, p_mask = p_ids.repeat_interleave(n, 0).to(device), p_mask.repeat_interleave(n, 0).to(device)
     c_ids, c_mask, lps = c_ids.to(device), c_mask.to(device), lps.to(device)
     ro = _rollouts(tokenizer, prompts, n, p_ids, p_mask, c_ids, c_mask, lps, finished, offsets)
-    if score_forward:
+    if score_forward or lps_list is None:  # the engine gave none it could vouch for: recompute at T
         ro.logprobs = (token_logprobs(model, make_batch(ro, device), temperature) * c_mask).float()
     return ro
 

@@ -16,9 +16,16 @@ folder of the policy written once, with ``enable_sleep_mode=True`` on CUDA. Ever
    stop_token_ids=[eos])``;
 4. ``sleep(level=1)``: the weights go to CPU memory and the KV cache is dropped.
 
-Log-probs: vLLM's ``logprobs=0`` gives the sampled token's log-prob (which distribution -- raw
-or processed -- depends on the vLLM version's ``logprobs_mode``); the caller recomputes them with
-one scoring forward when ``want_logprobs`` is False (top_p < 1).
+Log-probs: vLLM's ``logprobs=0`` gives the sampled token's log-prob, of the distribution the
+engine's ``logprobs_mode`` names. Its default, ``raw_logprobs``, is the model's log-softmax
+BEFORE temperature, top-k and top-p; the learner's old-policy log-probs are those of ``logits /
+T`` (:func:`harness.engine.learner.token_logprobs`), so at T != 1 raw values would make the PPO
+ratio wrong from the first step. The engine is therefore built with
+``logprobs_mode="processed_logprobs"`` (after temperature and the top-k/top-p cut; vLLM >=
+0.10.2, where "processed" includes temperature: `PROCESSED_LOGPROBS_SINCE`), which equals
+``logits / T`` at top_p = 1, the only case the caller takes the engine's values. Where the
+installed vLLM is older, or ``want_logprobs`` is False (top_p < 1: the cut renormalises), no
+engine log-probs are returned and the caller recomputes them with one scoring forward.
 """
 from __future__ import annotations
 
@@ -37,6 +44,22 @@ except Exception as e:  # ImportError, or a broken CUDA/runtime stack
 
 _ENGINES: dict = {}
 GPU_MEMORY_UTILIZATION = 0.3  # the engine's share of the GPU; the rest is the learner's
+PROCESSED_LOGPROBS_SINCE = (0, 10, 2)
+"""The first vLLM whose ``logprobs_mode="processed_logprobs"`` applies temperature (0.10.0 added the
+mode without it; TRL's colocated GRPO requires 0.10.2 for the same reason)."""
+
+
+def _version_tuple(text: str) -> tuple:
+    out = []
+    for part in str(text).split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out + [0] * (3 - len(out)))
+
+
+def processed_logprobs_supported() -> bool:
+    """Whether the installed vLLM returns post-temperature log-probs when asked (see the module doc)."""
+    return vllm is not None and _version_tuple(getattr(vllm, "__version__", "0")) >= PROCESSED_LOGPROBS_SINCE
 
 
 def available() -> bool:
@@ -61,9 +84,11 @@ def _engine(model, tokenizer):
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         sleep = _sleep_mode()
+        processed = processed_logprobs_supported()
+        extra = {"logprobs_mode": "processed_logprobs"} if processed else {}
         llm = vllm.LLM(model=folder, dtype=str(model.dtype).replace("torch.", ""), enforce_eager=True,
-                       gpu_memory_utilization=GPU_MEMORY_UTILIZATION, enable_sleep_mode=sleep)
-        _ENGINES[key] = {"llm": llm, "sleep": sleep, "asleep": False}
+                       gpu_memory_utilization=GPU_MEMORY_UTILIZATION, enable_sleep_mode=sleep, **extra)
+        _ENGINES[key] = {"llm": llm, "sleep": sleep, "asleep": False, "processed": processed}
     return _ENGINES[key]
 
 
@@ -81,7 +106,10 @@ def _push_weights(llm, model) -> None:
 @torch.no_grad()
 def generate(model, tokenizer, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float,
              top_p: float, greedy: bool, seed: int, want_logprobs: bool = True):
-    """(token lists, log-prob lists), one per sequence, prompt-major (like :mod:`harness.engine.paged`)."""
+    """(token lists, log-prob lists or None), one per sequence, prompt-major (like
+    :mod:`harness.engine.paged`). Log-probs are returned only when asked (``want_logprobs``) and
+    the engine gives post-temperature ones (`processed_logprobs_supported`); None tells the
+    caller to recompute them."""
     if vllm is None:
         raise RuntimeError(unavailable_reason())
     eng = _engine(model, tokenizer)
@@ -105,4 +133,4 @@ def generate(model, tokenizer, prompt_ids: list[list[int]], n: int, max_new_toke
             ids = list(c.token_ids)
             toks.append(ids)
             lps.append([d[t].logprob for d, t in zip(c.logprobs or [], ids)])
-    return toks, lps
+    return toks, (lps if want_logprobs and eng["processed"] else None)

@@ -11,7 +11,11 @@ as one ``{token: Logprob}`` dict per token):
   put to sleep (level 1) after every generation, so training gets the memory back;
 - the policy's current weights are pushed before every generation: the rollouts' log-probs equal
   the learner's recomputation on the policy after an update, and greedy output changes with it;
-- the conversion to Rollouts: prompt-major order, masks through the first EOS, ``finished``.
+- the conversion to Rollouts: prompt-major order, masks through the first EOS, ``finished``;
+- log-probs at T != 1: the fake returns what vLLM documents for ``logprobs_mode`` (``raw_logprobs``,
+  the default: log-softmax of the raw logits, before temperature and top-p; ``processed_logprobs``:
+  after them), so rollouts carry the learner's post-temperature log-probs only if the engine was
+  asked for processed ones (vLLM >= 0.10.2) or they were recomputed (older vLLM).
 """
 from types import SimpleNamespace
 
@@ -36,10 +40,12 @@ class FakeLLM:
     """Stand-in for ``vllm.LLM`` (see the module docstring); ``log`` records what happened."""
     instances: list = []
 
-    def __init__(self, model, dtype, enforce_eager, gpu_memory_utilization, enable_sleep_mode, apply=True):
+    def __init__(self, model, dtype, enforce_eager, gpu_memory_utilization, enable_sleep_mode, apply=True,
+                 **engine_args):
         self.inner = AutoModelForCausalLM.from_pretrained(model).eval()
         self.inner.load_weights = lambda ws: self.log.append(("load", self.inner.load_state_dict(dict(ws))))
-        self.kwargs = dict(dtype=dtype, enable_sleep_mode=enable_sleep_mode)
+        self.kwargs = dict(dtype=dtype, enable_sleep_mode=enable_sleep_mode, **engine_args)
+        self.logprobs_mode = engine_args.get("logprobs_mode", "raw_logprobs")  # vLLM's default
         self.log, self.asleep = [], False
         if not apply:  # an older vLLM: no LLM.apply_model, the model through the driver worker
             self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(
@@ -71,12 +77,14 @@ class FakeLLM:
                 ids, toks, lps = list(p["prompt_token_ids"]), [], []
                 for _ in range(params.max_tokens):
                     logits = self.inner(torch.tensor([ids])).logits[0, -1].float()
+                    raw = torch.log_softmax(logits, -1)
                     if params.temperature == 0:
                         t = int(logits.argmax())
-                        lp = torch.log_softmax(logits, -1)
+                        processed = raw
                     else:
-                        lp = torch.log_softmax(logits / params.temperature, -1)
-                        t = int(torch.multinomial(lp.exp(), 1, generator=g))
+                        processed = _top_p(torch.log_softmax(logits / params.temperature, -1), params.top_p)
+                        t = int(torch.multinomial(processed.exp(), 1, generator=g))
+                    lp = processed if self.logprobs_mode == "processed_logprobs" else raw
                     toks.append(t)
                     lps.append({t: SimpleNamespace(logprob=float(lp[t]))})
                     ids.append(t)
@@ -87,10 +95,22 @@ class FakeLLM:
         return outs
 
 
+def _top_p(logp: torch.Tensor, top_p: float) -> torch.Tensor:
+    """vLLM's nucleus cut: keep the most probable tokens whose mass reaches ``top_p``, renormalise."""
+    if top_p >= 1.0:
+        return logp
+    p, order = logp.exp().sort(descending=True)
+    drop = (p.cumsum(0) - p) >= top_p
+    keep = torch.zeros_like(logp, dtype=torch.bool)
+    keep[order[~drop]] = True
+    return torch.log_softmax(logp.masked_fill(~keep, float("-inf")), -1)
+
+
 @pytest.fixture
 def fake_vllm(monkeypatch):
     FakeLLM.instances = []
-    monkeypatch.setattr(vllm_sampler, "vllm", SimpleNamespace(LLM=FakeLLM, SamplingParams=SimpleNamespace))
+    monkeypatch.setattr(vllm_sampler, "vllm", SimpleNamespace(LLM=FakeLLM, SamplingParams=SimpleNamespace,
+                                                              __version__="0.11.0"))
     monkeypatch.setattr(vllm_sampler, "_ENGINES", {})
     monkeypatch.setattr(vllm_sampler, "_sleep_mode", lambda: True)
     return FakeLLM
@@ -114,7 +134,7 @@ def test_engine_built_once_woken_and_put_to_sleep_around_every_generation(fake_v
     _sample(model, tok)
     assert len(fake_vllm.instances) == 1
     llm = fake_vllm.instances[0]
-    assert llm.kwargs == {"dtype": "float32", "enable_sleep_mode": True}
+    assert llm.kwargs == {"dtype": "float32", "enable_sleep_mode": True, "logprobs_mode": "processed_logprobs"}
     assert [e[0] for e in llm.log] == ["load", "generate", "sleep", "wake", "load", "generate", "sleep"]
     assert ("sleep", 1) in llm.log and llm.asleep
 
@@ -144,3 +164,40 @@ def test_rollouts_from_engine_output(fake_vllm):
         assert ro.finished[i] == (ids[-1] == eos) and eos not in ids[:-1]
         assert ro.completion_mask[i, L:].sum() == 0
     assert any(ro.finished) and not all(ro.finished)
+
+
+@pytest.mark.parametrize("version,engine_mode", [("0.11.0", "processed_logprobs"), ("0.10.2", "processed_logprobs"),
+                                                 ("0.10.1", "raw_logprobs"), ("0.9.2", "raw_logprobs")])
+def test_rollout_logprobs_are_the_learners_at_temperature_08(fake_vllm, monkeypatch, version, engine_mode):
+    """At T = 0.8 the rollouts' old-policy log-probs must be log softmax(logits / T), the learner's.
+    vLLM >= 0.10.2 is asked for processed log-probs; an older one gives raw (pre-temperature) ones,
+    which are not used: the sampler recomputes them. Without the fix (raw values passed through)
+    the gap below is the size of the temperature's effect, far above the tolerance."""
+    monkeypatch.setattr(vllm_sampler.vllm, "__version__", version)
+    model, tok = _tiny(seed=2)
+    ro = _sample(model, tok, temperature=0.8, max_new_tokens=16)
+    assert fake_vllm.instances[0].logprobs_mode == engine_mode
+    learner = token_logprobs(model, make_batch(ro, "cpu"), 0.8) * ro.completion_mask
+    assert (learner - ro.logprobs).abs().max().item() < 1e-4
+    raw = token_logprobs(model, make_batch(ro, "cpu"), 1.0) * ro.completion_mask
+    assert (raw - learner).abs().max().item() > 0.05  # the raw values really are different
+
+
+def test_the_fake_engine_returns_what_vllm_documents_for_each_mode(fake_vllm):
+    """raw_logprobs: log softmax of raw logits; processed_logprobs: after temperature (and top-p)."""
+    model, tok = _tiny(seed=2)
+    model.save_pretrained(folder := __import__("tempfile").mkdtemp())
+    ids = tok(PROMPTS[:1])["input_ids"]
+    params = SimpleNamespace(n=1, max_tokens=6, temperature=0.5, top_p=1.0, seed=1, logprobs=0,
+                             stop_token_ids=[tok.eos_token_id])
+    raw = FakeLLM(folder, "float32", True, 0.3, False).generate([{"prompt_token_ids": ids[0]}], params)
+    proc = FakeLLM(folder, "float32", True, 0.3, False, logprobs_mode="processed_logprobs").generate(
+        [{"prompt_token_ids": ids[0]}], params)
+    out_r, out_p = raw[0].outputs[0], proc[0].outputs[0]
+    assert out_r.token_ids == out_p.token_ids  # same seed: same tokens, only the reported values differ
+    with torch.no_grad():
+        seq = torch.tensor([ids[0] + out_r.token_ids])
+        logits = model(seq).logits[0, len(ids[0]) - 1:-1].float()
+    for j, t in enumerate(out_r.token_ids):
+        assert abs(out_r.logprobs[j][t].logprob - float(torch.log_softmax(logits[j], -1)[t])) < 1e-5
+        assert abs(out_p.logprobs[j][t].logprob - float(torch.log_softmax(logits[j] / 0.5, -1)[t])) < 1e-5
