@@ -22,7 +22,7 @@ from typing import Optional
 
 from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
-from harness.report.format import number, table
+from harness.report.format import number, percent, table
 from evals.arith import held_out_shortfall
 from harness.config.base import ConfigError, brief, to_dict
 from harness.config.schema import (MAX_NEW_TOKENS, MAX_PER_STEP, MAX_SEED, Config, TaskConfig, config_from_dict,
@@ -87,19 +87,21 @@ def register(subparsers) -> None:
 
 
 def format_table(metrics: dict, task: str) -> str:
-    """A short table: greedy numbers, then pass@k / maj@k at k = 1, 2, 4, ..., n."""
+    """A short table for people: greedy numbers, then pass@k / maj@k at k = 1, 2, 4, ..., n.
+    Accuracies and shares in percent (the metrics JSON keeps fractions)."""
     ns = f"eval/{task}/"
     rows = []
+    shares = {"acc": "accuracy", "answered": "answered", "truncated": "truncated", "mean_acc": "mean accuracy"}
     for key in ("num_problems", "acc", "answered", "truncated", "gen_tokens", "mean_acc"):
         if ns + key in metrics:
-            rows.append((key, number(metrics[ns + key], ".4f")))
+            v = metrics[ns + key]
+            rows.append((shares.get(key, key), percent(v) if key in shares else number(v, ".1f", int_spec=",")))
     n = max([int(k.split("@")[1]) for k in metrics if k.startswith(ns + "pass@")] or [0])
     ks = sorted({k for k in (2 ** i for i in range(12)) if k <= n} | ({n} if n else set()))
     if ks:
         rows.append(("k", "pass@k / maj@k"))
         for k in ks:
-            rows.append((f"  {k}", number(metrics[f"{ns}pass@{k}"], ".4f", int_spec=".4f") + " / "
-                         + number(metrics[f"{ns}maj@{k}"], ".4f", int_spec=".4f")))
+            rows.append((f"  {k}", percent(metrics[f"{ns}pass@{k}"]) + " / " + percent(metrics[f"{ns}maj@{k}"])))
     if ns + "seconds" in metrics:
         rows.append(("seconds", number(metrics[ns + "seconds"], ".1f", int_spec=".1f")))
     return table(None, rows)

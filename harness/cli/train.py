@@ -17,6 +17,7 @@ from harness.config import yamlsafe
 from harness.config.base import effective_dict
 from harness.config.schema import config_warnings, describe, load_config
 from harness.engine import numerics
+from harness.report.format import percent
 from harness.rundir.layout import SUMMARY, read_json
 from harness.sweep.plan import format_plan, load_sweep
 
@@ -34,8 +35,9 @@ QUICKSTART = PACKAGE / "configs" / "quickstart.yaml"  # the quickstart's base co
 _SET_HELP = "override a config field, e.g. --set train.lr=1e-4 --set algorithm=ppo (repeatable)"
 
 
-def _fmt(v) -> str:
-    return f"{v:.3f}" if isinstance(v, float) else str(v)
+def _fmt(key: str, v) -> str:
+    """An evaluation value for people: accuracies and pass@k / maj@k in percent."""
+    return percent(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
 
 
 def print_run(summary: dict, file=sys.stdout) -> None:
@@ -43,7 +45,7 @@ def print_run(summary: dict, file=sys.stdout) -> None:
     print(f"\nrun {summary['run_id']} ({summary['status']})", file=file)
     for k in sorted(set(ini) | set(fin)):
         if k.endswith("/acc") or "@" in k:
-            print(f"  {k:32s} start {_fmt(ini.get(k, '-')):>7}  ->  end {_fmt(fin.get(k, '-')):>7}", file=file)
+            print(f"  {k:32s} start {_fmt(k, ini.get(k, '-')):>7}  ->  end {_fmt(k, fin.get(k, '-')):>7}", file=file)
     c = summary.get("budget", {}).get("consumed", {})
     if c:
         print("  budget consumed: " + ", ".join(count(v, k) for k, v in c.items()), file=file)
@@ -99,6 +101,7 @@ def cmd_train(args) -> int:
     finally:
         signal.signal(signal.SIGTERM, prev)
     print_run(summary)
+    print(f"  report (tables and plots of every run in the folder): harness report {Path(loop.run_dir(cfg)).parent}")
     return 0
 
 
@@ -138,9 +141,10 @@ def cmd_quickstart(args) -> int:
         key = f"eval/{cfg.task.name}/acc"
         a0, a1 = (summ.get("initial_eval") or {}).get(key), (summ.get("final_eval") or {}).get(key)
         if a0 is not None and a1 is not None:
-            print(f"{r.config.algorithm.name:>5}: held-out greedy accuracy {100 * a0:.1f}% -> {100 * a1:.1f}% "
+            print(f"{r.config.algorithm.name:>5}: held-out greedy accuracy {percent(a0)} -> {percent(a1)} "
                   f"({100 * (a1 - a0):+.1f} points)")
     print(f"\ntotal wall-clock: {time.time() - t0:.0f} s")
+    print(f"tables and plots again, or for a subset of the runs: harness report {sw.sweep_dir}")
     return rc
 
 

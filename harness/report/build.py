@@ -36,7 +36,7 @@ from pathlib import Path
 
 from harness.report.aggregate import (build_table, differing_settings, group_runs, load_sweep, paired_differences,
                                       per_seed_initial, seeds_note, select_by_validation, selection_notes)
-from harness.report.format import table
+from harness.report.format import number, table
 from harness.report.plots import PLOT_TITLES, figures
 from harness.report.tables import (STAT_NOTE, formatted_table, paired_table, results_html, results_markdown,
                                    runs_display, runs_frame, runs_html, settings_table, write_csvs)
@@ -48,6 +48,7 @@ _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1200px;color:#222}
 h1{font-size:1.5em} h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:4px}
 table{border-collapse:collapse;font-size:0.9em;margin:8px 0}
+.scroll{overflow-x:auto;max-width:100%}
 th,td{border:1px solid #ccc;padding:4px 8px;text-align:right;white-space:nowrap}
 th:first-child,td:first-child{text-align:left}
 thead th{background:#f3f3f3}
@@ -79,7 +80,8 @@ def _notes(runs: list[RunData], done: list[RunData], unit: str, ks: dict, exclud
            missing: list[str]) -> list[str]:
     """The bullet notes under the results table (statistics, rows, K, memory, budget, exclusions)."""
     amounts = sorted({(r.summary.get("budget") or {}).get("amount") for r in runs} - {None})
-    budget_line = (f"budget: {', '.join(str(a) for a in amounts)} {unit} per run; " if amounts else "") + \
+    budget_line = (f"budget: {', '.join(number(a, 'g', whole=True) for a in amounts)} {unit} per run; "
+                   if amounts else "") + \
         f"{len(done)} of {len(runs)} runs finished"
     k_line = ", ".join(f"{t}: K={k}" for t, k in ks.items()) or "no maj@k/pass@k evaluated"
     notes = [STAT_NOTE + ".",
@@ -195,10 +197,11 @@ def _html(sweep: str, sweep_dir: Path, df, fdf, notes: list[str], pngs: dict[str
              f"<p class='note'>Sweep directory: <code>{html.escape(_where(sweep_dir))}</code></p>",
              "<h2>Provenance</h2><ul class='note' id='provenance'>"
              + "".join(f"<li>{html.escape(line)}</li>" for line in provenance_lines(runs_prov)) + "</ul>",
-             "<h2>Results</h2>", results_html(df, fdf, "results-table"),
+             "<h2>Results</h2><div class='scroll'>" + results_html(df, fdf, "results-table") + "</div>",
              "<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"]
     for title, tid, (hdr_, rows_) in sections:
-        parts.append(f"<h2>{html.escape(title)}</h2>" + table(hdr_, rows_, "html", table_attrs=f" id='{tid}'"))
+        parts.append(f"<h2>{html.escape(title)}</h2><div class='scroll'>"  # a wide table scrolls, the page does not
+                     + table(hdr_, rows_, "html", table_attrs=f" id='{tid}'") + "</div>")
     for name, png in pngs.items():
         b64 = base64.b64encode(png).decode()
         parts.append(f"<h2>{html.escape(PLOT_TITLES[name])}</h2><figure>"

@@ -58,8 +58,9 @@ def _thousands(ax) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}"))
 
 
-def _plot_band(ax, curve, label, color, marker=None, ls="-", scale=1.0, with_n=True):
-    """Mean line of ``curve`` (``stats.mean_curve``) and, over several seeds, its t-interval band."""
+def _plot_band(ax, curve, label, color, marker=None, ls="-", scale=1.0, with_n=True, clip=None):
+    """Mean line of ``curve`` (``stats.mean_curve``) and, over several seeds, its t-interval band,
+    cut to the metric's range ``clip`` (an accuracy band never leaves 0-100%)."""
     if curve is None:
         return
     x, m, half, n = curve
@@ -68,7 +69,8 @@ def _plot_band(ax, curve, label, color, marker=None, ls="-", scale=1.0, with_n=T
     ok = np.isfinite(half)
     if n > 1 and ok.any():
         h = np.where(ok, half, 0.0) * scale
-        ax.fill_between(x, m - h, m + h, where=ok, color=color, alpha=0.18, lw=0)
+        lo, hi = (m - h, m + h) if clip is None else (np.clip(m - h, *clip), np.clip(m + h, *clip))
+        ax.fill_between(x, lo, hi, where=ok, color=color, alpha=0.18, lw=0)
 
 
 def _run_curve(r, key, x_of, fallback=()):
@@ -116,7 +118,7 @@ def plot_accuracy_vs_budget(groups, tasks, unit, colors):
             ax = axes[i][j]
             for label, rs in groups.items():
                 _plot_band(ax, mean_curve(_acc_curves(rs, task, kind)), label, colors[label], marker="o",
-                           scale=PERCENT)
+                           scale=PERCENT, clip=(0.0, 100.0))
             ax.set_title(f"{task}: greedy accuracy vs {'budget' if kind == 'budget' else 'wall-clock'}")
             ax.set_xlabel(xlabel)
             ax.set_ylabel("accuracy (%)")
@@ -169,7 +171,7 @@ def plot_k_curves(groups, start_seeds, tasks, ks, colors):
                 k, m, h, n = s
                 n_row = max(n_row, n)
                 _plot_band(ax, (k, m, h, n), f"{label} {kind}@K", color, marker=marker,
-                           ls="--" if label == "start" else ls, with_n=False)
+                           ls="--" if label == "start" else ls, with_n=False, clip=(0.0, 100.0))
             if n_row:
                 entries.append((label, color, n_row))
             else:

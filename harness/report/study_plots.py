@@ -48,7 +48,8 @@ def plot_accuracy(panels: list[tuple], colors: dict):
             ax.plot(x, 100 * m, label=f"{label} (n={n})", color=colors[label], marker="o", ms=3)
             if n > 1:
                 h = 100 * np.nan_to_num(half)
-                ax.fill_between(x, 100 * m - h, 100 * m + h, color=colors[label], alpha=0.18, lw=0)
+                ax.fill_between(x, np.clip(100 * m - h, 0, 100), np.clip(100 * m + h, 0, 100), color=colors[label],
+                                alpha=0.18, lw=0)  # an accuracy band stays within 0-100%
         ax.set_title(title, fontsize=10)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("greedy accuracy (%)")

@@ -54,6 +54,9 @@ def format_cell(metric: str, mean: float, half: float) -> str:
         scale, spec = 1.0, ".1f"
     s = number(mean * scale, spec, int_spec=spec)
     if half is not None and np.isfinite(half) and not (metric == "budget_consumed" and half == 0):
+        if _is_pct(metric) and (mean - half < 0.0 or mean + half > 1.0):  # the interval, cut to 0-100%
+            lo, hi = max(mean - half, 0.0), min(mean + half, 1.0)
+            return f"{s} [{number(lo * scale, spec)}, {number(hi * scale, spec)}]"
         half_spec = spec if metric != "budget_consumed" else ".1f"
         s += " ± " + number(half * scale, half_spec, int_spec=half_spec)
     return s
@@ -67,8 +70,19 @@ def formatted_table(df):
     metrics = list(dict.fromkeys(df.columns.get_level_values(0)))
     out = pd.DataFrame(index=df.index)
     for m in metrics:
-        out[display_name(m, unit)] = [format_cell(m, df.at[i, (m, "mean")], df.at[i, (m, "ci95")]) for i in df.index]
+        out[display_name(m, unit)] = [_cell(df, i, m) for i in df.index]
     return out
+
+
+def _cell(df, row, metric: str) -> str:
+    """One table cell; a start evaluation that every seed shares (the same checkpoint, so a zero
+    spread) says so instead of showing "± 0.0"."""
+    mean, half = df.at[row, (metric, "mean")], df.at[row, (metric, "ci95")]
+    n = df.at[row, (metric, "n")] if (metric, "n") in df.columns else None
+    if (row == "start" and _is_pct(metric) and half is not None and np.isfinite(half) and half == 0
+            and n is not None and n > 1):
+        return f"{format_cell(metric, mean, None)} (same start in all {int(n)} seeds)"
+    return format_cell(metric, mean, half)
 
 
 def settings_table(keys: list[str], values: dict[str, dict[str, str]]) -> Optional[tuple[list[str], list[list]]]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.config.schema import load_config
-from harness.report.format import number, table
+from harness.report.format import number, percent, table
 from harness.rundir.budget import UNIT_COUNTER
 from harness.rundir.layout import CONFIG, METRICS, SUMMARY, read_json
 from harness.rundir.lock import RUN_LOCK, read_holder
@@ -185,7 +185,7 @@ class Progress:
     """``with Progress(...) as p: p.update(run_id, state); p.tick()`` — the launchers call
     ``update`` on state changes and ``tick`` every poll."""
 
-    HEADERS = ("run id", "state", "budget", "%", "reward", "acc", "time", "eta")
+    HEADERS = ("run id", "state", "budget", "done", "reward", "accuracy", "time", "eta")
 
     def __init__(self, runs: list[tuple[str, str | Path]], *, unit: str, amount: float,
                  initial: Optional[dict] = None, mode: bool | str = True, stream=None,
@@ -285,14 +285,14 @@ class Progress:
         now = time.time()
         for rp in self.runs.values():
             c = rp.consumed.get(self.unit)
-            pct = f"{100 * c / self.amount:.0f}" if isinstance(c, (int, float)) and self.amount else "-"
+            pct = percent(c / self.amount, 0) if isinstance(c, (int, float)) and self.amount else "-"
             el = None
             if rp.started is not None:
                 el = (rp.ended or now) - rp.started
             waiting = rp.waiting_on()
             state = f"{rp.state}: {waiting}" if waiting else rp.state
             out.append([rp.run_id, state, f"{_num(c)}/{_num(self.amount)} {self.unit}", pct, _num(rp.reward),
-                        _num(rp.acc), _dur(el), _dur(rp.eta(self.amount, now))])
+                        percent(rp.acc), _dur(el), _dur(rp.eta(self.amount, now))])
         return out
 
     def sweep_eta(self, now: Optional[float] = None) -> Optional[float]:
@@ -331,7 +331,7 @@ class Progress:
         from rich.table import Table
         t = Table(title=f"sweep: {self.counts()}", title_justify="left")
         for h in self.HEADERS:
-            t.add_column(h, justify="right" if h in ("%", "reward", "acc", "time", "budget", "eta") else "left")
+            t.add_column(h, justify="right" if h in ("done", "reward", "accuracy", "time", "budget", "eta") else "left")
         style = {"finished": "green", "failed": "red", "interrupted": "yellow", "running": "cyan"}
         for r in self.rows():
             st = style.get(r[1].split(":")[0])

@@ -138,6 +138,8 @@ def test_output_files(sweep, report):
     assert f"| grpo | {cell} |" in md
     rft = json.loads(next(sweep.glob("rft-*/summary.json")).read_text())["final_eval"]["eval/arith/acc"]
     assert f"| rft | {rft * 100:.1f} |" in md  # single seed: value alone
+    assert "budget: 1024 samples per run;" in md  # an integer budget prints as one (not 1024.0)
+    assert "<div class='scroll'><table id='settings-table'" in report["html"].read_text()  # wide tables scroll
     for name in ("accuracy_vs_budget", "maj_pass_at_k", "peak_memory", "wall_clock", "reward_curves"):
         assert f"](plots/{name}.png)" in md
     text = format_table(df)

@@ -221,10 +221,10 @@ def test_progress_table_reads_metrics_and_summary(tmp_path):
         prog.tick(force=True)
     text = buf.getvalue()
     line_a = next(line for line in text.splitlines() if line.startswith("run-a"))
-    assert "running" in line_a and "24/40 samples" in line_a and " 60 " in line_a
-    assert "0.5" in line_a and "0.25" in line_a
+    assert "running" in line_a and "24/40 samples" in line_a and " 60% " in line_a
+    assert " 0.5 " in line_a and " 25.0% " in line_a  # reward as is; accuracy in percent
     line_b = next(line for line in text.splitlines() if line.startswith("run-b"))
-    assert "finished" in line_b and "40/40 samples" in line_b and "0.75" in line_b
+    assert "finished" in line_b and "40/40 samples" in line_b and " 75.0% " in line_b
     # the rest of the torn line arrives: picked up incrementally
     with open(a / "metrics.jsonl", "a") as f:
         f.write('les": 32, "rollout/reward_mean": 0.625}\n')
