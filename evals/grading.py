@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterable, Optional, Sequence
 
+from evals.numbers import repeating_decimal, words_to_number
+
 __all__ = [
     "DEFAULT_TIMEOUT", "Grade", "VerifierPool", "answer_key", "clean_answer", "extract_answer",
     "extract_gsm8k_gold", "grade", "get_pool", "is_equiv", "last_boxed", "normalize_answer",
@@ -317,10 +319,25 @@ def normalize_answer(ans: Optional[str]) -> str:
 
 
 def parse_number(ans: Optional[str]) -> Optional[Fraction]:
-    """A plain number (integer, decimal, ``a/b``, ``\\frac{a}{b}``, optionally negative) as an
-    exact Fraction; None for anything else."""
+    """A number as an exact Fraction: a plain one (integer, decimal, ``a/b``, ``\\frac{a}{b}``,
+    optionally negative), else a repeating decimal (``0.\\overline{3}``, ``0.(3)``, ``0.333...``)
+    or an English number phrase ("twelve", "two and a half": `evals.numbers`); None for anything
+    else."""
     s = normalize_answer(ans) if ans is not None else ""
-    if not s or len(s) > 60:
+    if not s or len(s) > 200:
+        return None
+    cleaned = clean_answer(ans)
+    for text in (ans, cleaned):  # before the plain rules: normalising drops the dots of "0.333..."
+        v = repeating_decimal(text)
+        if v is not None:
+            return v
+    plain = _plain_number(s)
+    return plain if plain is not None else words_to_number(cleaned)
+
+
+def _plain_number(s: str) -> Optional[Fraction]:
+    """A normalised plain number (see `parse_number`), or None."""
+    if len(s) > 60:
         return None
     neg = False
     if s.startswith("-"):
@@ -590,13 +607,76 @@ class Grade:
     correct: bool
 
 
+_LIST_SEP_RE = re.compile(r",|;|\s+and\s+|\s+or\s+")
+_MAYBE_LIST_RE = re.compile(r"[,;]|\sand\s|\sor\s")  # a cheap look before splitting
+
+
+def answer_items(text: Optional[str]) -> list[str]:
+    """The answers a text lists: split at top-level commas, semicolons, "and", "or" (not inside
+    ``()``, ``[]``, ``{}``: an ordered pair or interval is one answer; a set's ``\\{...\\}``
+    braces are dropped first). One item for a single answer, a number with thousands commas
+    (``1,000``) included."""
+    if not isinstance(text, str) or not text.strip() or len(text) > _MAX_ANSWER_CHARS:
+        return []
+    s = clean_answer(text)
+    m = re.fullmatch(r"\\\{(.*)\\\}", s.strip())
+    if m:
+        s = m.group(1)
+    if _plain_number(normalize_answer(s)) is not None:
+        return [s]
+    items, depth, start, i = [], 0, 0, 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\":
+            i += 2
+            continue
+        depth += (c in "([{") - (c in ")]}")
+        if depth == 0:
+            m = _LIST_SEP_RE.match(s, i)
+            if m and m.end() > i:
+                items.append(s[start:i])
+                start = i = m.end()
+                continue
+        i += 1
+    items.append(s[start:])
+    return [t.strip() for t in items if t.strip()]
+
+
+def _same_items(pred: Sequence[str], gold: Sequence[str], timeout: float, pool) -> bool:
+    """Each predicted answer equals a different gold answer (order does not matter)."""
+    if len(pred) != len(gold):
+        return False
+    left = list(gold)
+    for p in pred:
+        hit = next((j for j, g in enumerate(left) if is_equiv(p, g, timeout=timeout, pool=pool)), None)
+        if hit is None:
+            return False
+        left.pop(hit)
+    return True
+
+
 def grade(completion: Optional[str], gold: str, *, timeout: float = DEFAULT_TIMEOUT,
           fallback_last_number: bool = True, pool: Optional[VerifierPool] = None) -> Grade:
-    """Extract the final answer of ``completion`` and compare it with ``gold``. Never raises."""
+    """Extract the final answer of ``completion`` and compare it with ``gold``. Never raises.
+
+    A gold that lists several answers (``-2, 3``: the solutions of an equation) is matched as a
+    set: by all the non-empty boxes of the completion when it has two or more ("$\\boxed{-2}$
+    and $\\boxed{3}$"), else by the items of the extracted answer ("-2 and 3", "3, -2"); each
+    must equal a different gold item, in any order. Failing that (and for a single-answer gold,
+    where the last box is the answer), the extracted answer is compared whole."""
     try:
         ans = extract_answer(completion, fallback_last_number=fallback_last_number)
     except Exception:
         ans = None
     if ans is None:
         return Grade(None, False)
+    try:
+        gold_items = answer_items(gold) if _MAYBE_LIST_RE.search(gold) else []
+        if len(gold_items) >= 2:
+            boxes = [c.strip() for _s, _e, c in _boxed_spans(completion) if c.strip()]
+            pred_items = boxes if len(boxes) >= 2 else answer_items(ans)
+            if _same_items(pred_items, gold_items, timeout, pool):
+                return Grade(", ".join(pred_items), True)
+    except Exception:
+        pass
     return Grade(ans, is_equiv(ans, gold, timeout=timeout, pool=pool))
