@@ -15,6 +15,14 @@ non-empty answer wins:
    "answer: X", taking whichever ends last in the text;
 3. without any of those (and only if ``fallback_last_number``): the last number.
 
+A gold that lists several answers (``-2, 3``; :func:`answer_items`) is matched as a set by
+:func:`grade`: all the completion's non-empty boxes when it has two or more, else the items of
+the extracted answer, each equal to a different gold item, any order.
+
+Numbers people write (:mod:`evals.numbers`): :func:`parse_number` also reads repeating decimals
+(``0.\\overline{3}``, ``0.(3)``, ``0.333...``) and English number words ("twelve", "two and a
+half") in an extracted answer, exactly.
+
 Normalisation (:func:`clean_answer`, :func:`normalize_answer`) removes presentation:
 ``$`` and math delimiters, thousands commas (``1,000``, ``1{,}000``, ``1,\\!000``), ``%``,
 degree signs, ``\\text{}`` / ``\\mathrm{}`` wrappers, unit words after a number
