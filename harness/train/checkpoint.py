@@ -185,13 +185,18 @@ def load_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config
 
 
 def remove_checkpoint(ckpt: Path, dist: Distributed) -> None:
-    """The main rank removes the resume state of a finished run (its summary is the record)."""
+    """The main rank removes the resume state of a finished run (its summary is the record), and
+    the ``checkpoint/`` folder once it is empty."""
     if not dist.is_main:
         return
     if ckpt.exists():
         ckpt.unlink()
     for d in ckpt.parent.glob("dist_*"):
         shutil.rmtree(d, ignore_errors=True)
+    try:
+        ckpt.parent.rmdir()  # the emptied checkpoint/ folder too (kept if anything else is in it)
+    except OSError:
+        pass
 
 
 def _save_dist_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config, state: dict) -> None:

@@ -65,3 +65,20 @@ def test_save_then_load_checkpoint_with_optimizer_state(tmp_path):
     assert state["counters"] == counters and state["initial_eval"] == {"x": 0.5}
     assert torch.equal(a.policy.weight, b.policy.weight)
     assert b.opt.state_dict()["state"][0]["step"] == a.opt.state_dict()["state"][0]["step"]
+
+
+def test_a_finished_run_keeps_no_empty_checkpoint_folder(tmp_path):
+    from types import SimpleNamespace
+    from harness.train.checkpoint import checkpoint_path, remove_checkpoint
+    main = SimpleNamespace(is_main=True)
+    ckpt = checkpoint_path(tmp_path)
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"state")
+    (ckpt.parent / "dist_0").mkdir()
+    remove_checkpoint(ckpt, main)
+    assert not ckpt.parent.exists()  # state, rank folders and the emptied folder are gone
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"state")
+    (ckpt.parent / "notes.txt").write_text("a user's file")
+    remove_checkpoint(ckpt, main)
+    assert not ckpt.exists() and (ckpt.parent / "notes.txt").exists()  # someone else's file keeps the folder
