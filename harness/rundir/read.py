@@ -414,10 +414,6 @@ def _load_run(run_dir: Path) -> RunData:
                    rows=rows, budget_unit=str(unit), problems=problems)
 
 
-def load_runs(root: str | os.PathLike) -> list[RunData]:
-    return [load_run(d) for d in find_run_dirs(root)]
-
-
 def summary_metrics(summary: dict, unit: str, default_task: str = "task", key=lambda k: k) -> dict[str, float]:
     """Run-level metrics from a summary.json: ``final/<task>/<metric>``, ``initial/...``,
     ``peak/<rss_mb|rss_above_base_mb|cuda_mb>``, ``wall_seconds``, ``budget/consumed`` (in

@@ -17,6 +17,7 @@ as one ``{token: Logprob}`` dict per token):
   after them), so rollouts carry the learner's post-temperature log-probs only if the engine was
   asked for processed ones (vLLM >= 0.10.2) or they were recomputed (older vLLM).
 """
+import tempfile
 from types import SimpleNamespace
 
 import pytest
@@ -107,8 +108,11 @@ def _top_p(logp: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 @pytest.fixture
-def fake_vllm(monkeypatch):
+def fake_vllm(monkeypatch, tmp_path):
     FakeLLM.instances = []
+    real_mkdtemp = tempfile.mkdtemp  # the engine's saved policy copies go under tmp_path, removed by pytest
+    monkeypatch.setattr(vllm_sampler.tempfile, "mkdtemp",
+                        lambda prefix=None, **kw: real_mkdtemp(prefix=prefix, dir=tmp_path))
     monkeypatch.setattr(vllm_sampler, "vllm", SimpleNamespace(LLM=FakeLLM, SamplingParams=SimpleNamespace,
                                                               __version__="0.11.0"))
     monkeypatch.setattr(vllm_sampler, "_ENGINES", {})
@@ -183,10 +187,10 @@ def test_rollout_logprobs_are_the_learners_at_temperature_08(fake_vllm, monkeypa
     assert (raw - learner).abs().max().item() > 0.05  # the raw values really are different
 
 
-def test_the_fake_engine_returns_what_vllm_documents_for_each_mode(fake_vllm):
+def test_the_fake_engine_returns_what_vllm_documents_for_each_mode(fake_vllm, tmp_path):
     """raw_logprobs: log softmax of raw logits; processed_logprobs: after temperature (and top-p)."""
     model, tok = _tiny(seed=2)
-    model.save_pretrained(folder := __import__("tempfile").mkdtemp())
+    model.save_pretrained(folder := str(tmp_path / "policy"))
     ids = tok(PROMPTS[:1])["input_ids"]
     params = SimpleNamespace(n=1, max_tokens=6, temperature=0.5, top_p=1.0, seed=1, logprobs=0,
                              stop_token_ids=[tok.eos_token_id])
