@@ -12,12 +12,30 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from harness.tracking import sync as tracking_sync
 from harness.cli.checks import check_runs_folder
-from harness.tracking.sync import exposure_warning, start_ui, stop_group, sync, ui_store, wait_healthy
-from harness.rundir.read import find_run_dirs
+
+# Loaded inside the commands (importlib), so `--help` and refused arguments answer at once:
+# harness.tracking.sync (trackers, replay, server control), harness.tracking.mlflow_view (the
+# link's view), harness.rundir.read.
+SYNC = "harness.tracking.sync"
+VIEW = "harness.tracking.mlflow_view"
 
 _INSTALL = "is not installed (pip install 'grpo-harness[track]')"
+
+SYNC_HELP = """Replay every run directory under RESULTS_DIR (a results root, one sweep, or one run) into
+MLflow or wandb, with the run's own times; running it again adds nothing (runs are matched by
+run id, run directory and attempt). A sweep folder's report (<sweep>/report, from `harness
+sweep` or `harness report`) is attached too: to the sweep's MLflow parent run, or as its wandb
+report run.
+
+--to mlflow: each run goes where its own config points (tracking.mlflow_uri, then
+$MLFLOW_TRACKING_URI, then sqlite:///<results root>/mlflow.db) unless --uri says otherwise.
+--to wandb: one offline run per run directory (<run_dir>/wandb/offline-run-*; upload with
+`wandb sync`).
+
+A run that cannot be read safely (a FIFO or a link out of the run directory, a summary.json
+that is not a JSON object) is not synced; the command names it with the reason and the
+others go on."""
 
 
 def _missing(package: str) -> bool:
@@ -38,7 +56,8 @@ def cmd_sync(args) -> int:
         print(f"harness sync: {args.to} {_INSTALL}", file=sys.stderr)
         return 2
     skipped: list[dict] = []
-    results = sync(args.results_dir, args.to, uri=args.uri, project=args.project, mode=args.mode, skipped=skipped)
+    results = importlib.import_module(SYNC).sync(args.results_dir, args.to, uri=args.uri, project=args.project,
+                                                 mode=args.mode, skipped=skipped)
     failed = skipped + [r for r in results if "error" in r]
     total = len(results) + len(skipped)
     print(f"synced {total - len(failed)}/{total} runs to {args.to}")
@@ -53,7 +72,7 @@ def _say_nothing_to_show(results_dir: str, root: Path) -> None:
     """No MLflow store yet: say so in one line, where runs are expected and what to run (no
     server is started: it would create an empty database there)."""
     folder = Path(results_dir).expanduser()
-    runs = find_run_dirs(folder)
+    runs = importlib.import_module("harness.rundir.read").find_run_dirs(folder)
     hint = (f"{len(runs)} run directories are there: `harness sync {folder} --to mlflow` copies them in"
             if runs else "runs appear there after training with --set tracking.mlflow=true, "
                          f"or after `harness sync {folder} --to mlflow`")
@@ -61,23 +80,32 @@ def _say_nothing_to_show(results_dir: str, root: Path) -> None:
           f"under {folder} are expected; {hint}", file=sys.stderr, flush=True)
 
 
-ML_VIEW = "workflowType=machine_learning"
-"""MLflow 3's UI opens in its GenAI view unless the URL (or the browser's last choice) asks for this."""
-
-
 def experiment_links(url: str) -> list[tuple[str, str]]:
-    """(experiment name, URL of its runs list in the model-training view) for each experiment."""
+    """(experiment name, link) for each sweep's experiment: its runs in MLflow's model-training
+    chart view, grouped by algorithm, accuracy charts first (the view saved by
+    :func:`harness.tracking.mlflow_view.publish_view`; without one, the plain chart view)."""
+    view = importlib.import_module(VIEW)
     req = urllib.request.Request(f"{url}/api/2.0/mlflow/experiments/search", method="POST",
                                  data=json.dumps({"max_results": 1000}).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=10) as r:
         exps = json.loads(r.read()).get("experiments", [])
-    return [(e["name"], f"{url}/#/experiments/{e['experiment_id']}/runs?{ML_VIEW}")
-            for e in exps if e.get("name") != "Default"]
+    out = []
+    for e in exps:
+        if e.get("name") == "Default":
+            continue
+        try:
+            key = view.publish_view(url, e["experiment_id"])
+        except Exception as err:  # the link still opens the experiment, without the saved view
+            print(f"harness ui: the view of {e['name']} could not be saved ({type(err).__name__}: {err})",
+                  file=sys.stderr, flush=True)
+            key = None
+        out.append((e["name"], view.view_link(url, e["experiment_id"], key)))
+    return out
 
 
 def _print_experiment_links(url: str) -> None:
-    """Where to click: one link per sweep (its runs list, the sweep's parent run on top)."""
+    """Where to click: one link per sweep, opening on its accuracy charts."""
     try:
         links = experiment_links(url)
     except Exception:
@@ -85,8 +113,9 @@ def _print_experiment_links(url: str) -> None:
     for name, link in links:
         print(f"  sweep {name}: {link}", flush=True)
     if links:
-        print("  (runs of a sweep are grouped under a parent run named after it: expand it, tick runs, "
-              "then Chart view; metric steps are the budget consumed)", flush=True)
+        print("  (each link opens the sweep's runs grouped by algorithm, accuracy charts first, in percent; "
+              "a chart's Step is the budget consumed; an attached report is in the parent run's artifacts)",
+              flush=True)
 
 
 def port_problem(host: str, port: int):
@@ -118,17 +147,18 @@ def cmd_ui(args) -> int:
     if _missing("mlflow"):
         print(f"harness ui: mlflow {_INSTALL}", file=sys.stderr)
         return 2
-    root = ui_store(args.results_dir)
+    tracking_sync = importlib.import_module(SYNC)
+    root = tracking_sync.ui_store(args.results_dir)
     if not (root / "mlflow.db").exists():
         _say_nothing_to_show(args.results_dir, root)
         return 1
     url = f"http://{args.host}:{args.port}"
-    warning = exposure_warning(args.host, args.port, root)
+    warning = tracking_sync.exposure_warning(args.host, args.port, root)
     if warning:
         print(warning, file=sys.stderr, flush=True)
     log = None if args.verbose else open(root / "mlflow-server.log", "ab")  # banners, one INFO line per request
     try:
-        proc = start_ui(root, args.port, args.host, log=log)
+        proc = tracking_sync.start_ui(root, args.port, args.host, log=log)
     finally:
         if log is not None:
             log.close()  # the server holds its own descriptor
@@ -140,10 +170,14 @@ def cmd_ui(args) -> int:
 
     old = signal.signal(signal.SIGTERM, _term)
     try:
-        if wait_healthy(url, proc):
+        if tracking_sync.wait_healthy(url, proc):
             print(f"ready: {url}", flush=True)
             _print_experiment_links(url)
         elif proc.poll() is not None:
+            if not args.verbose and _said_port_in_use(root / "mlflow-server.log"):  # taken since the check
+                print(f"harness ui: port {args.port} on {args.host} cannot be used (in use): pick another with "
+                      f"--port", file=sys.stderr)
+                return 2
             where = "" if args.verbose else f"; its output is in {root / 'mlflow-server.log'}"
             print(f"harness ui: mlflow server exited with code {proc.returncode}{where}", file=sys.stderr)
             return proc.returncode or 1
@@ -153,15 +187,26 @@ def cmd_ui(args) -> int:
         print("stopping MLflow UI", flush=True)
         return 0
     finally:
-        stop_group(proc)
+        tracking_sync.stop_group(proc)
         signal.signal(signal.SIGTERM, old)
 
 
+def _said_port_in_use(log: Path) -> bool:
+    """Whether the server's log (its last lines) says its port was taken."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 8192))
+            tail = f.read().decode("utf-8", "replace").lower()
+    except OSError:
+        return False
+    return "address already in use" in tail or "errno 98" in tail
+
+
 def register(subparsers) -> None:
-    doc = tracking_sync.__doc__.split("\n\n")
     p = subparsers.add_parser(
         "sync", help="replay run directories into MLflow or wandb (idempotent)",
-        description="\n\n".join(doc[1:4]), formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=SYNC_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results_dir", help="results root, a sweep directory or a run directory")
     p.add_argument("--to", choices=["mlflow", "wandb"], required=True, help="tracker to fill in")
     p.add_argument("--uri", default=None,
@@ -176,7 +221,8 @@ def register(subparsers) -> None:
         "ui", help="serve the MLflow UI for a results directory on 127.0.0.1",
         description="Start `mlflow server` on the SQLite store RESULTS_DIR/mlflow.db (its own process "
                     "group; Ctrl-C stops all of it). Runs logged with tracking.mlflow=true or replayed "
-                    "with `harness sync --to mlflow` appear under one experiment per sweep.")
+                    "with `harness sync --to mlflow` appear under one experiment per sweep; the link printed "
+                    "for each opens its runs grouped by algorithm with the accuracy charts first (docs/dashboards.md).")
     u.add_argument("results_dir", nargs="?", default="results", help="results root (default: results)")
     u.add_argument("--port", type=int, default=5000, help="port (default 5000)")
     u.add_argument("--host", default="127.0.0.1",

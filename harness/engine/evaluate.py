@@ -12,6 +12,12 @@ chunks of ``batch_size`` sequences and chunk ``c`` is sampled with seed
 Side effect: ``evaluate`` binds ``tokenizer`` to the task (``task.bind_tokenizer``) when the
 task supports it, so prompts use the tokenizer's chat template; the trainer binds the same
 tokenizer before training so training and evaluation prompts agree.
+
+``protocol`` (:mod:`evals.protocols`) decides the prompts, where a completion ends and the grader:
+``chat`` (the default) is the task's own prompt and grader, exactly as before protocols existed;
+``lighteval-5shot`` scores GSM8K as lighteval does for SmolLM2's model card (5 worked examples,
+completions cut at ``Question`` after generation, first ``#### N`` exact match). The records then
+hold the cut completions, and ``finished`` is true for a completion cut at a stop sequence.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from typing import Callable, Optional, Sequence
 from tqdm.auto import tqdm
 
 from evals.metrics import problem_curves
+from evals.protocols import DEFAULT_PROTOCOL, get_protocol
 from evals.records import record_item, summarize, write_records
 from harness.engine.sampling import sample
 
@@ -52,26 +59,36 @@ def _run_sampler(sampler, model, tokenizer, prompts, *, n, greedy, temperature, 
     return out
 
 
+def _item(view, completion, problem, finished, ntok, keep_completions) -> dict:
+    """One graded completion: cut as the protocol says, then recorded (``evals.records.record_item``)."""
+    completion, finished = view.finish(completion, finished)
+    return record_item(view.grader, completion, problem, finished, ntok, keep_completions)
+
+
 def evaluate(model, tokenizer, task, problems: Optional[Sequence] = None, *, greedy: bool = True, n: int = 0,
              temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 256, seed: int = 0,
              batch_size: int = 64, out_path: Optional[os.PathLike | str] = None, progress: bool = False,
-             keep_completions: bool = True, sampler: Optional[Callable] = None) -> dict:
+             keep_completions: bool = True, sampler: Optional[Callable] = None,
+             protocol: str = DEFAULT_PROTOCOL) -> dict:
     """Evaluate ``model`` on ``problems`` (default ``task.eval_problems()``); see the module doc.
 
     ``greedy``: one greedy completion per problem (``eval/<task>/acc``). ``n``: samples per
     problem at ``temperature`` / ``top_p`` for pass@k / maj@k (0 = none). ``batch_size``:
     sequences decoded at once. ``out_path``: per-problem JSONL (parent folders are created;
     written atomically). ``keep_completions=False`` leaves completion texts out of the
-    records. ``sampler``: defaults to ``harness.engine.sampling.sample``."""
+    records. ``sampler``: defaults to ``harness.engine.sampling.sample``. ``protocol``: a name in
+    ``evals.protocols.PROTOCOLS``; one not defined for ``task`` raises ``ProtocolError`` before
+    anything is generated. ``max_new_tokens`` stays the caller's under every protocol (lighteval's
+    GSM8K is defined with ``PROTOCOLS["lighteval-5shot"].max_new_tokens`` = 256, this default)."""
     t0 = time.time()
     sampler = sampler or sample
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    bind = getattr(task, "bind_tokenizer", None)
-    if bind is not None:
-        bind(tokenizer)
+    proto = get_protocol(protocol)
+    proto.check(task.name, int(getattr(getattr(task, "cfg", None), "few_shot", 0) or 0))
+    view = proto.bind(task, tokenizer)  # chat: task.bind_tokenizer(tokenizer), prompts task.format_prompt
     problems = list(task.eval_problems() if problems is None else problems)
-    prompts = [task.format_prompt(p) for p in problems]
+    prompts = view.prompts(problems)
     name = task.name
     kw = dict(max_new_tokens=max_new_tokens, top_p=top_p, batch_size=max(1, int(batch_size)), progress=progress)
     greedy_out = None
@@ -87,9 +104,9 @@ def evaluate(model, tokenizer, task, problems: Optional[Sequence] = None, *, gre
         rec = {"id": p.id, "question": p.question, "gold": p.answer, "greedy": None, "samples": []}
         if greedy_out is not None:
             c, f, L = greedy_out[i][0]
-            rec["greedy"] = record_item(task, c, p, f, L, keep_completions)
+            rec["greedy"] = _item(view, c, p, f, L, keep_completions)
         if sampled_out is not None:
-            rec["samples"] = [record_item(task, c, p, f, L, keep_completions) for c, f, L in sampled_out[i]]
+            rec["samples"] = [_item(view, c, p, f, L, keep_completions) for c, f, L in sampled_out[i]]
             curves = problem_curves([s["key"] for s in rec["samples"]], [s["correct"] for s in rec["samples"]])
             rec["num_correct"] = curves["num_correct"]
             rec["pass@k"] = curves["pass@k"]

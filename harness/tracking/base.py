@@ -16,16 +16,29 @@ through :func:`artifact_files`: only regular files whose real path is inside the
 uploaded. A symlink in a run directory (``worker.log -> ~/.ssh/id_rsa``, ``eval -> /etc``) is
 skipped with one warning naming it, never followed out; a FIFO or device is skipped too (a
 copy would block on it or never end).
+
+Shared by both mirrors: the chart-only percent metric (:func:`percent_metrics`,
+``accuracy_pct/<task>``) and one definition of a run's start and end (:func:`run_times`), so
+a live mirror, a replay and the sweep's parent run show the same duration.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 import stat
 import warnings
 from pathlib import Path
 from typing import Any, Optional
 
 from harness.config.base import effective_dict, effective_flat, expand_shorthand
+from harness.rundir.layout import METRICS, SUMMARY, RunFileError, open_regular, read_json
+
+PERCENT_PREFIX = "accuracy_pct"
+"""Charts' percent accuracy: ``accuracy_pct/<task>`` = 100 x ``eval/<task>/acc`` (the fraction is
+logged too; files keep fractions). MLflow's default chart view sorts its sections by name, and
+"accuracy_pct" comes before "budget", "eval", "train"."""
+_ACC = re.compile(r"^eval/(.+)/acc$")
 
 
 class Tracker:
@@ -179,3 +192,82 @@ def artifact_files(path: str | os.PathLike, root: str | os.PathLike) -> list[Pat
             else:
                 out.append(f)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# what the charts show
+# ---------------------------------------------------------------------------------------------
+def _number(v: Any) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def percent_metrics(row: dict) -> dict[str, float]:
+    """``accuracy_pct/<task>`` (percent, for charts) for every ``eval/<task>/acc`` of a metrics row."""
+    out = {}
+    for k, v in row.items():
+        m = _ACC.match(k)
+        if m and _number(v) is not None:
+            out[f"{PERCENT_PREFIX}/{m.group(1)}"] = round(100.0 * float(v), 10)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# a run's start and end, the same for every mirror
+# ---------------------------------------------------------------------------------------------
+def run_times(summary: Optional[dict], first: Optional[float], last: Optional[float]) -> tuple[Optional[float], Optional[float]]:
+    """(start, end) unix times a tracker records for a run; ``first`` / ``last``: the ``time`` of
+    the first and last rows of its metrics.jsonl (None without rows).
+
+    start: the first metrics row (its training history begins there, after the shared warm-up
+    and the start evaluation; a live mirror opens its run at that row), else summary ``started``.
+    end (None while running): start + summary ``wall_seconds`` for a run that finished in one
+    attempt, so the tracker's duration is the run's wall-clock as summary.json records it;
+    otherwise (a resumed run spans its attempts; a failed one has no ``wall_seconds``) summary
+    ``ended``, else ``started + wall_seconds``, else the last row; never before the start."""
+    summary = summary if isinstance(summary, dict) else {}
+    started, ended = _number(summary.get("started")), _number(summary.get("ended"))
+    wall = _number(summary.get("wall_seconds"))
+    wall = wall if wall is not None and wall >= 0 else None
+    start = first if first is not None else started
+    if summary.get("status") in (None, "running"):
+        return start, None
+    if first is not None and wall is not None and "resumed_from_step" not in summary:
+        end = first + wall
+    elif ended is not None:
+        end = ended
+    elif started is not None and wall is not None:
+        end = started + wall
+    else:
+        end = last
+    if end is not None and start is not None:
+        end = max(end, start)
+    return start, end
+
+
+def _row_time(line: bytes) -> Optional[float]:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return _number(row.get("time")) if isinstance(row, dict) else None
+
+
+def metrics_time_span(run_dir: str | os.PathLike, tail_bytes: int = 1 << 16) -> tuple[Optional[float], Optional[float]]:
+    """``time`` of the first and last complete rows of a run's metrics.jsonl, read without
+    loading the file (its first line and its last ``tail_bytes``); (None, None) when there is
+    none or it is not a regular file (never blocks on a FIFO)."""
+    try:
+        with open_regular(Path(run_dir) / METRICS, "rb") as f:
+            first = _row_time(f.readline(1 << 20))
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - tail_bytes))
+            lines = [ln for ln in f.read(tail_bytes).split(b"\n") if ln.strip()]
+    except (OSError, RunFileError):
+        return None, None
+    last = next((t for t in (_row_time(ln) for ln in reversed(lines)) if t is not None), None)
+    return first, last if last is not None else first
+
+
+def dir_run_times(run_dir: str | os.PathLike) -> tuple[Optional[float], Optional[float]]:
+    """:func:`run_times` of a run directory, from its summary.json and metrics.jsonl."""
+    return run_times(read_json(Path(run_dir) / SUMMARY, default={}), *metrics_time_span(run_dir))

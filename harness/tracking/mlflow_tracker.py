@@ -17,8 +17,13 @@
   consumed in the budget unit (milliseconds for a ``seconds`` budget, since MLflow steps are
   integers) and timestamp = the row's ``time``. The counters are logged as
   ``budget/steps|samples|tokens|seconds`` so any of them can be the x-axis of a chart.
-  MLflow metric names may not contain ``@``: ``pass@8`` is logged as ``pass_at_8``.
+  MLflow metric names may not contain ``@``: ``pass@8`` is logged as ``pass_at_8``. Each
+  ``eval/<task>/acc`` is also logged in percent as ``accuracy_pct/<task>`` (for charts).
 - The run description (``mlflow.note.content``) says what a chart's "Step" axis is (the budget unit).
+- Times (:func:`harness.tracking.base.run_times`, the same live and replayed): a run starts at
+  its first metrics row and, finished in one attempt, ends ``wall_seconds`` later, so MLflow's
+  duration is summary.json's ``wall_seconds``. The sweep's parent run spans its runs: it starts
+  with the earliest and ends with the latest (each run that ends moves its end).
 - At finish: run-level metrics for the runs table, each logged once at the final step (``final/<task>/acc``,
   ``final/<task>/maj_at_K``, ``final/<task>/pass_at_K``, ``initial/...``, ``peak/rss_mb``,
   ``peak/rss_above_base_mb``, ``peak/cuda_mb``, ``wall_seconds``, ``budget/consumed``),
@@ -58,7 +63,8 @@ from harness.rundir.ids import parse_run_id  # noqa: E402
 from harness.rundir.lock import file_lock  # noqa: E402
 from harness.rundir.read import flatten, is_number  # noqa: E402
 from harness.rundir.read import summary_metrics as results_summary_metrics  # noqa: E402
-from harness.tracking.base import Tracker, artifact_dir, artifact_files, cfg_get, config_dict  # noqa: E402
+from harness.tracking.base import (Tracker, artifact_dir, artifact_files, cfg_get, config_dict,  # noqa: E402
+                                   dir_run_times, percent_metrics, run_times)
 
 RUN_ID_TAG = "harness.run_id"
 RUN_DIR_TAG = "harness.run_dir"
@@ -137,6 +143,7 @@ def row_metrics(row: dict, step: Any, unit: str) -> list[tuple[str, float, int, 
             continue
         key = f"budget/{unit_of(k)}" if unit_of(k) else metric_key(k)
         out.append((key, float(v), ts, st))
+    out += [(metric_key(k), v, ts, st) for k, v in percent_metrics(row).items()]
     return out
 
 
@@ -146,6 +153,11 @@ def summary_metrics(summary: dict, unit: str, default_task: str = "task") -> dic
 
 
 _PARENTS: dict[tuple, str] = {}  # (uri, experiment id, sweep dir) -> parent run id, per process
+
+
+def forget_parents() -> None:
+    """Look the sweeps' parent runs up again (`harness sync`: one may have been deleted since)."""
+    _PARENTS.clear()
 
 
 def first_row_time(run_dir: str | os.PathLike) -> Optional[float]:
@@ -210,6 +222,8 @@ class MlflowTracker(Tracker):
         self.start_ms: Optional[int] = None  # replay: the run's real start/end (None: now)
         self.end_ms: Optional[int] = None
         self._pending: tuple = ({}, {})
+        self._last_row_time: Optional[float] = None
+        self._run_start_ms: Optional[int] = None
 
     # ---- connection -------------------------------------------------------------------------
     def _experiment(self) -> str:
@@ -264,14 +278,50 @@ class MlflowTracker(Tracker):
             rid = found[0].info.run_id
         else:
             note = (f"Sweep {self.sweep} ({sweep_dir}): one child run per harness run. Metrics are stepped "
-                    f"by {self.step_label()}: the \"Step\" axis of every chart is the budget consumed.")
-            run = self.client.create_run(self.experiment_id, run_name=self.sweep, start_time=self.start_ms,
+                    f"by {self.step_label()}: the \"Step\" axis of every chart is the budget consumed. "
+                    f"Its start and end are those of its earliest and latest runs.")
+            start_ms, end_ms = self.sweep_span_ms()
+            run = self.client.create_run(self.experiment_id, run_name=self.sweep, start_time=start_ms,
                                          tags={PARENT_TAG: self.sweep, SWEEP_DIR_TAG: sweep_dir, "sweep": self.sweep,
                                                "mlflow.note.content": note})
             rid = run.info.run_id
-            self.client.set_terminated(rid, status="FINISHED")
+            self.client.set_terminated(rid, status="FINISHED", end_time=max(end_ms or 0, run.info.start_time))
         _PARENTS[key] = rid
         return rid
+
+    def sweep_span_ms(self) -> tuple[Optional[int], Optional[int]]:
+        """(earliest start, latest end) in ms of the runs of this run's sweep directory, from their
+        files (:func:`harness.tracking.base.dir_run_times`), this run's own start included."""
+        sweep_dir = self.run_dir.resolve().parent
+        starts, ends = [], []
+        for d in sorted(p.parent for p in sweep_dir.glob("*/metrics.jsonl")) or [self.run_dir]:
+            s, e = dir_run_times(d)
+            starts += [s] if s is not None else []
+            ends += [e] if e is not None else []
+        ms = [int(round(t * 1000)) for t in starts] + ([self.start_ms] if self.start_ms is not None else [])
+        return (min(ms) if ms else None), (int(round(max(ends) * 1000)) if ends else None)
+
+    def settle_parent(self) -> None:
+        """Set the sweep's parent run to end with the latest run of its folder, as the files
+        say (`harness sync`: a replay knows every run; the end may move earlier)."""
+        _, end_ms = self.sweep_span_ms()
+        if end_ms is None:
+            return
+        with _store_lock(self.uri):
+            parent = self.parent_run_id()
+            info = self.client.get_run(parent).info
+            if info.end_time != end_ms:
+                self.client.set_terminated(parent, status="FINISHED", end_time=max(end_ms, info.start_time))
+
+    def extend_parent(self, end_ms: Optional[int]) -> None:
+        """The sweep's parent run ends with its latest run: move its end to ``end_ms`` if later."""
+        if end_ms is None:
+            return
+        with _store_lock(self.uri):
+            parent = self.parent_run_id()
+            info = self.client.get_run(parent).info
+            if info.end_time is None or info.end_time < end_ms:
+                self.client.set_terminated(parent, status="FINISHED", end_time=end_ms)
 
     def step_label(self) -> str:
         """What a metric's step counts: ``samples consumed`` (ms for a seconds budget)."""
@@ -290,8 +340,11 @@ class MlflowTracker(Tracker):
         MLflow run of this attempt (``self.attempt``: see :func:`attempt_key`)."""
         if self.client is None:
             self.open_store()
+        first = first_row_time(self.run_dir)
         if self.attempt is None:
-            self.attempt = attempt_key(first_row_time(self.run_dir))
+            self.attempt = attempt_key(first)
+        if self.start_ms is None and first is not None:  # the run's history begins at its first row
+            self.start_ms = int(round(first * 1000))
         with _store_lock(self.uri):
             parent = self.parent_run_id()
             run = self.find_run()
@@ -305,7 +358,10 @@ class MlflowTracker(Tracker):
                 self.resumed = True
                 if run.info.status != "RUNNING":
                     self.client.update_run(run.info.run_id, status="RUNNING")
+                if run.data.tags.get("mlflow.parentRunId") != parent:  # its parent was deleted and made anew
+                    self.client.set_tag(run.info.run_id, "mlflow.parentRunId", parent)
         self.mlflow_run_id = run.info.run_id
+        self._run_start_ms = run.info.start_time
         return run
 
     def _ensure_run(self) -> None:
@@ -387,6 +443,8 @@ class MlflowTracker(Tracker):
         trainer checkpoints right after one, so nothing before a resume point is lost), and
         at finish. A kill loses at most the unflushed tail, which `harness sync` fills in."""
         self._buffer.extend(row_metrics(row, step, self.unit))
+        if is_number(row.get("time")):
+            self._last_row_time = float(row["time"])
         if time.time() - self._last_flush >= self.flush_seconds or len(self._buffer) >= 1000 \
                 or any(k.startswith("eval/") for k in row):
             self.flush()
@@ -419,6 +477,16 @@ class MlflowTracker(Tracker):
         files += sorted((d / "eval").glob("*.jsonl")) + sorted((d / "plots").glob("*"))
         return [f for f in files if f.is_symlink() or f.is_file() or (f.exists() and not f.is_dir())]
 
+    def settle_end(self, summary: dict) -> Optional[int]:
+        """``end_ms`` of a run that ended, from its summary (:func:`~harness.tracking.base.run_times`,
+        start = this MLflow run's start); a replay sets it beforehand."""
+        if self.end_ms is None:
+            start_ms = self.start_ms if self.start_ms is not None else self._run_start_ms
+            first = None if start_ms is None else start_ms / 1000.0
+            _, end = run_times(summary or {}, first, self._last_row_time)
+            self.end_ms = None if end is None else int(round(end * 1000))
+        return self.end_ms
+
     def summary_points(self, summary: dict) -> list[tuple[str, float, int, int]]:
         consumed = ((summary or {}).get("budget") or {}).get("consumed") or {}
         st = budget_step(consumed.get(self.unit), self.unit) if is_number(consumed.get(self.unit)) else self._last_step
@@ -427,6 +495,9 @@ class MlflowTracker(Tracker):
 
     def finish(self, summary: dict, status: str) -> None:
         self.flush()
+        self._ensure_run()
+        if STATUS.get(str(status), "FAILED") != "RUNNING":
+            self.settle_end({**(summary or {}), "status": str(status)})
         self.finish_with(summary, status, self.summary_points(summary or {}))
 
     def finish_with(self, summary: dict, status: str, points: list) -> None:
@@ -448,6 +519,7 @@ class MlflowTracker(Tracker):
         mstatus = STATUS.get(str(status), "FAILED")
         if mstatus != "RUNNING":
             self.client.set_terminated(self.mlflow_run_id, status=mstatus, end_time=self.end_ms)
+            self.extend_parent(self.end_ms or self.client.get_run(self.mlflow_run_id).info.end_time)
 
     def existing_points(self, keys: Iterable[str]) -> set[tuple[str, int, float]]:
         """(key, step, value) of every point already logged for ``keys`` (for idempotent replay)."""

@@ -15,6 +15,11 @@ Without ``--uri`` each run goes where its own config points (``tracking.mlflow_u
 from the same metrics.jsonl is skipped; an outdated replay is moved to
 ``<run_dir>/wandb/superseded/``.
 
+When a sweep folder holds its report (``<sweep>/report/report.html``, from `harness sweep` or
+`harness report`), the report is attached too: to the sweep's MLflow parent run (artifacts
+under ``report/``) or as the sweep's wandb report run
+(:func:`harness.tracking.report_upload.attach_to`).
+
 One bad run never stops the others: a run whose summary.json, metrics.jsonl, config.yaml or
 error.txt is not a regular file (a FIFO would block the sync forever), links out of the run
 directory, or (summary.json) is not a JSON object is not synced, and the command lists it with
@@ -39,14 +44,16 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
 from harness.rundir import provenance
 from harness.rundir.layout import CONFIG, ERROR_TXT, METRICS, SUMMARY
 from harness.rundir.read import RunData, find_run_dirs, load_run
-from harness.tracking.base import upload_problem
+from harness.tracking.base import run_times, upload_problem
+from harness.tracking.report_upload import attach_to
 from harness.tracking.mlflow_tracker import (MlflowTracker, attempt_key, default_uri, first_row_time,
-                                             row_metrics)
+                                             forget_parents, row_metrics)
 from harness.tracking.wandb_tracker import MARKER, WandbTracker, fingerprint, wandb_id
 
 TERMINAL = ("finished", "failed", "killed", "interrupted")
@@ -156,25 +163,11 @@ def _num(v: Any) -> Optional[float]:
 
 
 def run_span(summary: Optional[dict], rows: list[dict]) -> tuple[Optional[float], Optional[float]]:
-    """(start, end) unix times of a run as its files record them, for replays.
-
-    start: the earlier of summary ``started`` (the latest attempt) and the first metrics row
-    (a resumed run's history began in an earlier attempt). end, for a run that ended: summary
-    ``ended``, else ``started + wall_seconds``, else the last metrics row; None while running."""
-    summary = summary or {}
+    """(start, end) unix times of a run as its files record them, for replays: the same as a
+    live mirror records (:func:`harness.tracking.base.run_times`: from the first metrics row,
+    ``wall_seconds`` long for a run finished in one attempt; end None while running)."""
     times = [t for t in (_num(r.get("time")) for r in rows if isinstance(r, dict)) if t is not None]
-    started = _num(summary.get("started"))
-    start = min([t for t in (started, times[0] if times else None) if t is not None], default=None)
-    if summary.get("status") in (None, "running"):
-        return start, None
-    end = _num(summary.get("ended"))
-    if end is None and started is not None and _num(summary.get("wall_seconds")) is not None:
-        end = started + float(summary["wall_seconds"])
-    if end is None and times:
-        end = times[-1]
-    if end is not None and start is not None:
-        end = max(end, start)
-    return start, end
+    return run_times(summary, times[0] if times else None, times[-1] if times else None)
 
 
 def replay_mlflow(run: RunData, uri: Optional[str] = None) -> dict:
@@ -206,7 +199,8 @@ def replay_mlflow(run: RunData, uri: Optional[str] = None) -> dict:
         for f in tr.standard_artifacts():
             tr.log_artifact(f)
     return {"run_id": run.run_id, "mlflow_run_id": tr.mlflow_run_id, "uri": tr.uri,
-            "created": not tr.resumed, "points": len(unique) + len(summary_points), "status": run.status}
+            "created": not tr.resumed, "points": len(unique) + len(summary_points), "status": run.status,
+            "tracker": tr}
 
 
 def replay_wandb(run: RunData, project: Optional[str] = None, mode: Optional[str] = None) -> dict:
@@ -249,7 +243,9 @@ def sync(results_dir: str | os.PathLike, to: str = "mlflow", uri: Optional[str] 
     dirs = run_dirs(results_dir)
     if not dirs:
         echo(f"no run directories under {results_dir}")
+    forget_parents()
     out = []
+    sweeps: dict[Path, tuple] = {}  # sweep folder -> (a run of it that synced, its MLflow tracker or None)
     for d in dirs:
         try:
             why = run_problem(d)
@@ -275,8 +271,30 @@ def sync(results_dir: str | os.PathLike, to: str = "mlflow", uri: Optional[str] 
             else:
                 what = f"replayed {res['points']} rows -> {res['run_path']}"
             echo(f"  {run.sweep}/{run.run_id} [{run.status}]: {what}")
+            sweeps.setdefault(Path(run.run_dir).resolve().parent, (run, res.pop("tracker", None)))
+        res.pop("tracker", None)
         out.append(res)
+    for sweep_dir, (run, tracker) in sweeps.items():
+        if tracker is not None:
+            try:  # the parent run ends with the sweep's latest run, as the files say
+                tracker.settle_parent()
+            except Exception as e:
+                echo(f"  {sweep_dir.name}: the parent run's end was not set: {type(e).__name__}: {e}")
+        sync_report(sweep_dir, run, to, uri=uri, project=project, mode=mode, echo=echo)
     return out
+
+
+def sync_report(sweep_dir: Path, run: RunData, to: str, uri: Optional[str] = None, project: Optional[str] = None,
+                mode: Optional[str] = None, echo: Callable[[str], None] = print) -> Optional[bool]:
+    """Attach ``<sweep_dir>/report`` to the tracker ``to`` (None when the sweep has no report)."""
+    report = Path(sweep_dir) / "report"
+    if upload_problem(report / "report.html", report) is not None:
+        return None
+    target = SimpleNamespace(config=_tracker_cfg(run), run_dir=run.run_dir, run_id=run.run_id)
+    ok = attach_to(to, target, run.sweep, report, uri=uri, project=project, mode=mode)
+    where = f"artifacts of the parent run '{run.sweep}'" if to == "mlflow" else f"run '{run.sweep}-report'"
+    echo(f"  report {report}: {'attached: ' + where if ok else 'NOT attached (see the warning above)'}")
+    return ok
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,12 +9,18 @@
 - History: every numeric entry of a metrics.jsonl row plus ``budget/consumed`` (budget
   consumed in the budget unit), declared as the x-axis of every metric
   (``define_metric("*", step_metric="budget/consumed")``). Counters are logged as
-  ``budget/steps|samples|tokens|seconds``. Each row carries its own time (``_timestamp``),
-  so a replay shows when the run logged it, not when it was replayed.
+  ``budget/steps|samples|tokens|seconds``, declared hidden (no automatic panel: they are
+  x-axes to pick, not charts). Each ``eval/<task>/acc`` is also logged in percent as
+  ``accuracy_pct/<task>`` (a panel section of its own). Each row carries its own time
+  (``_timestamp``), so a replay shows when the run logged it, not when it was replayed.
+- Grouping: runs of a sweep share ``group`` = sweep and ``job_type`` = algorithm, so wandb's
+  "Group by job type" inside the sweep's group compares algorithms (the workspace's own
+  grouping and panel layout are UI settings an offline run cannot carry).
 - Summary: ``final/<task>/<metric>``, ``initial/...``, ``peak/...``, ``wall_seconds``,
-  ``budget/consumed``, ``n_params/...``, ``status``; for a replay the run's own ``started``
-  / ``ended`` (unix times) and ``duration_seconds`` (wandb's ``_runtime`` counts the process
-  that wrote the offline run, which for a replay is the sync, and cannot be set).
+  ``budget/consumed``, ``n_params/...``, ``status``, and the run's ``started`` / ``ended``
+  (unix times) and ``duration_seconds`` as every mirror records them
+  (:func:`harness.tracking.base.run_times`; wandb's ``_runtime`` counts the process that wrote
+  the offline run, which for a replay is the sync, and cannot be set).
 - ``<run_dir>/wandb/harness_sync.json`` records which metrics.jsonl content the offline run
   holds, so ``harness sync --to wandb`` does not replay a run twice.
 """
@@ -35,10 +41,11 @@ from typing import Any, Optional
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")  # no crash reports to sentry
 os.environ.setdefault("WANDB_DISABLE_CODE", "true")
 
-from harness.rundir.budget import row_consumed, unit_of  # noqa: E402
+from harness.rundir.budget import COUNTER_UNIT, row_consumed, unit_of  # noqa: E402
 from harness.rundir.ids import parse_run_id  # noqa: E402
 from harness.rundir.read import is_number, summary_metrics  # noqa: E402
-from harness.tracking.base import Tracker, artifact_dir, artifact_files, cfg_get, config_dict  # noqa: E402
+from harness.tracking.base import (Tracker, artifact_dir, artifact_files, cfg_get, config_dict,  # noqa: E402
+                                   percent_metrics, run_times)
 
 MARKER = "harness_sync.json"
 
@@ -79,6 +86,7 @@ def row_history(row: dict, step: Any, unit: str) -> dict[str, float]:
         if k == "time" or not is_number(v):
             continue
         out[f"budget/{unit_of(k)}" if unit_of(k) else k] = float(v)
+    out.update(percent_metrics(row))
     if step is None:
         step = row_consumed(row, unit)
     if is_number(step):
@@ -111,6 +119,7 @@ class WandbTracker(Tracker):
         self.span: tuple = (None, None)  # a replay's (start, end) unix times, set by `harness sync`
         self.run = None
         self.previous: list[Path] = []  # offline runs of the same id from before a resume
+        self._row_times: tuple = (None, None)  # first and last row times logged live
 
     @property
     def offline_dir(self) -> Optional[Path]:
@@ -134,9 +143,14 @@ class WandbTracker(Tracker):
                                                 None if self.seed is None else f"seed{self.seed}") if t],
                               mode=self.mode, resume="allow", reinit="create_new", settings=settings)
         self.run.define_metric("budget/consumed")
+        for unit in sorted(set(COUNTER_UNIT.values())):  # x-axes to pick, not panels of their own
+            self.run.define_metric(f"budget/{unit}", step_metric="budget/consumed", hidden=True)
         self.run.define_metric("*", step_metric="budget/consumed")
 
     def log(self, row: dict, step: float) -> None:
+        if is_number(row.get("time")):
+            t = float(row["time"])
+            self._row_times = (t if self._row_times[0] is None else self._row_times[0], t)
         data = row_history(row, step, self.unit)
         if data:
             self.run.log(data)
@@ -171,10 +185,11 @@ class WandbTracker(Tracker):
         summary = summary or {}
         s = summary_metrics(summary, self.unit, self.task)
         s["status"] = str(status)
-        start, end = self.span
+        start, end = self.span if self.span != (None, None) else \
+            run_times({**summary, "status": str(status)}, *self._row_times)
         s.update({k: v for k, v in (("started", start), ("ended", end)) if v is not None})
         if start is not None and end is not None:
-            s["duration_seconds"] = end - start  # wandb's own _runtime counts the replay, not the run
+            s["duration_seconds"] = round(end - start, 6)  # wandb's own _runtime counts the replay, not the run
         if summary.get("error"):
             s["error"] = str(summary["error"])
         self.run.summary.update(s)

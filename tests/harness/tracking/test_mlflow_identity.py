@@ -15,6 +15,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*noload.*:DeprecationWarning")
 
 from _fake_results import make_run, make_sweep  # noqa: E402
 from harness.rundir.layout import read_json, read_jsonl  # noqa: E402
+from harness.rundir.read import load_run  # noqa: E402
+from harness.tracking.base import TrackerSet  # noqa: E402
+from harness.tracking.mlflow_tracker import MlflowTracker  # noqa: E402
 from harness.tracking.sync import run_span  # noqa: E402
 from harness.tracking.sync import sync  # noqa: E402
 
@@ -79,26 +82,84 @@ def test_same_run_from_two_folders_and_after_restart_never_merges(tmp_path, stor
     assert len({r.data.tags["harness.attempt"] for r in runs}) == 2
 
 
-def test_replay_keeps_the_runs_own_start_and_end_times(tmp_path, store):
-    (tmp_path / "store").mkdir()
-    d = make_run(tmp_path / "r", "times", "ppo", 1, 0)
-    rows = read_jsonl(d / "metrics.jsonl")
-    s = read_json(d / "summary.json")
-    s["started"], s["ended"] = rows[0]["time"] - 12.5, rows[-1]["time"] + 3.25  # what the trainer records
-    (d / "summary.json").write_text(json.dumps(s))
-    sync(d, "mlflow", uri=store, echo=_quiet)
-    c = _client(store)
-    run = _runs(c, "times", d.name)[0]
-    assert run.info.start_time == int(round(s["started"] * 1000))
-    assert run.info.end_time == int(round(s["ended"] * 1000))
-    assert run.info.end_time - run.info.start_time > 5_000  # not the second the sync took
-    # the run-level values are logged once, at the final step, stamped with the run's end
-    fin = c.get_metric_history(run.info.run_id, "final/arith/acc")
-    assert [(m.step, m.timestamp) for m in fin] == [(1024, int(round(s["ended"] * 1000)))]
-    # without `ended` (older runs): started + wall_seconds, else the last row
-    assert run_span({"status": "finished", "started": 100.0, "wall_seconds": 5.0}, [{"time": 101.0}]) == (100.0, 105.0)
+def _ms(t: float) -> int:
+    return int(round(t * 1000))
+
+
+def test_one_duration_per_run_live_or_replayed_and_the_parent_spans_the_sweep(tmp_path, monkeypatch):
+    """Issue 26: a run's MLflow start is its first metrics row and, finished in one attempt, its
+    duration is summary.json's wall_seconds, whether mirrored live or replayed by `harness sync`;
+    a failed run ends at its ``ended``; the sweep's parent run starts with its earliest run and
+    ends with its latest."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    spec = [("grpo", 0, 8, "finished"), ("ppo", 1, 0, "finished"), ("ppo", 2, 0, "failed")]
+    sweep = make_sweep(tmp_path / "results", "times", spec=spec)
+    want = {}
+    for d in sorted(sweep.iterdir()):
+        rows, s = read_jsonl(d / "metrics.jsonl"), read_json(d / "summary.json")
+        s["started"], s["ended"] = rows[0]["time"] - 12.5, rows[-1]["time"] + 3.25  # what the trainer records
+        if s["status"] == "failed":
+            del s["wall_seconds"]  # the trainer records no wall-clock for a run that raised
+            want[d.name] = (_ms(rows[0]["time"]), _ms(s["ended"]))
+        else:  # setup (12.5 s) before the first row is not in the run's wall-clock
+            want[d.name] = (_ms(rows[0]["time"]), _ms(rows[0]["time"] + s["wall_seconds"]))
+        (d / "summary.json").write_text(json.dumps(s))
+    replayed = f"sqlite:///{tmp_path / 'replayed.db'}"
+    sync(sweep, "mlflow", uri=replayed, echo=_quiet)
+    c = _client(replayed)
+    got = {r.data.tags["harness.run_id"]: (r.info.start_time, r.info.end_time) for r in _runs(c, "times")
+           if "harness.run_id" in r.data.tags}
+    assert got == want
+    for name, (t0, t1) in got.items():
+        s = read_json(sweep / name / "summary.json")
+        if "wall_seconds" in s:
+            assert t1 - t0 == pytest.approx(1000 * s["wall_seconds"], abs=1)  # MLflow's duration = wall_seconds
+        fin = c.get_metric_history(_runs(c, "times", name)[0].info.run_id, "budget/consumed")
+        assert [m.timestamp for m in fin] == [t1]  # run-level values are stamped with the run's end
+    (parent,) = [r for r in _runs(c, "times") if r.data.tags.get("harness.sweep_parent") == "times"]
+    span = (min(t for t, _ in want.values()), max(t for _, t in want.values()))
+    assert (parent.info.start_time, parent.info.end_time) == span
+    # a parent left ending at the time of an old sync gets the sweep's end back from the next sync;
+    # one deleted in the UI is made anew, with its runs moved under it
+    c.set_terminated(parent.info.run_id, "FINISHED", end_time=span[1] + 86_400_000)
+    sync(sweep, "mlflow", uri=replayed, echo=_quiet)
+    assert c.get_run(parent.info.run_id).info.end_time == span[1]
+    c.delete_run(parent.info.run_id)
+    sync(sweep, "mlflow", uri=replayed, echo=_quiet)
+    (again,) = [r for r in _runs(c, "times") if r.data.tags.get("harness.sweep_parent") == "times"]
+    assert again.info.run_id != parent.info.run_id and (again.info.start_time, again.info.end_time) == span
+    assert {r.data.tags["mlflow.parentRunId"] for r in _runs(c, "times") if "harness.run_id" in r.data.tags} == \
+        {again.info.run_id}
+
+    # the same run mirrored live (the trainer's calls) records the same start and end
+    live_uri = f"sqlite:///{tmp_path / 'live.db'}"
+    d = sorted(sweep.iterdir())[0]
+    r = load_run(d)
+    tracker = MlflowTracker(r.config, d, r.run_id, "times", uri=live_uri)
+    ts = TrackerSet([tracker])
+    ts.start({}, {})
+    for row in r.rows:
+        ts.log(row, row["samples"])
+    ts.finish(r.summary, "finished")
+    assert ts.trackers == [tracker]
+    live = _client(live_uri).get_run(tracker.mlflow_run_id).info
+    assert (live.start_time, live.end_time) == want[d.name]
+    # the parent made by that live run already spans the whole sweep folder from its files
+    (lp,) = [x for x in _runs(_client(live_uri), "times") if x.data.tags.get("harness.sweep_parent") == "times"]
+    assert (lp.info.start_time, lp.info.end_time) == (parent.info.start_time, parent.info.end_time)
+
+
+def test_run_span_cases():
+    # one attempt: first row + wall_seconds; the summary's own start (before the warm-up) is not the run's
+    assert run_span({"status": "finished", "started": 100.0, "wall_seconds": 5.0}, [{"time": 101.0}]) == (101.0, 106.0)
+    # a resumed run spans its attempts: from its first row to the latest attempt's end
+    assert run_span({"status": "finished", "started": 200.0, "ended": 230.0, "wall_seconds": 20.0,
+                     "resumed_from_step": 4}, [{"time": 101.0}, {"time": 225.0}]) == (101.0, 230.0)
+    assert run_span({"status": "failed", "started": 100.0, "ended": 120.0}, [{"time": 101.0}, {"time": 110.0}]) \
+        == (101.0, 120.0)
     assert run_span({"status": "failed"}, [{"time": 7.0}, {"time": 9.0}]) == (7.0, 9.0)
-    assert run_span({"status": "running", "started": 3.0}, [{"time": 4.0}]) == (3.0, None)
+    assert run_span({"status": "failed", "started": 3.0, "ended": 5.0}, []) == (3.0, 5.0)  # failed before a row
+    assert run_span({"status": "running", "started": 3.0}, [{"time": 4.0}]) == (4.0, None)
 
 
 def test_sweep_parent_run_experiment_kind_and_step_note(tmp_path, monkeypatch):

@@ -311,9 +311,9 @@ def test_ui_beyond_loopback_warns_what_it_exposes(host, tmp_path, monkeypatch, c
         def wait(self):
             return 1
 
-    monkeypatch.setattr(cli_tracking, "start_ui", lambda root, port, h, log=None: started.append(h) or Exited())
-    monkeypatch.setattr(cli_tracking, "wait_healthy", lambda url, proc: False)
-    monkeypatch.setattr(cli_tracking, "stop_group", lambda proc: None)
+    monkeypatch.setattr(tracking_sync, "start_ui", lambda root, port, h, log=None: started.append(h) or Exited())
+    monkeypatch.setattr(tracking_sync, "wait_healthy", lambda url, proc: False)
+    monkeypatch.setattr(tracking_sync, "stop_group", lambda proc: None)
     monkeypatch.setattr(cli_tracking, "port_problem", lambda host, port: None)  # these hosts are not this machine
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "mlflow.db").touch()  # a store: without one, `harness ui` starts nothing
@@ -338,3 +338,28 @@ def test_ui_warning_names_mlflow_settings_that_remove_its_checks(tmp_path):
     assert "MLFLOW_SERVER_DISABLE_SECURITY_MIDDLEWARE" in off and "off" in off
     anyhost = exposure_warning("0.0.0.0", 5000, tmp_path, env={"MLFLOW_SERVER_ALLOWED_HOSTS": "*"})
     assert "every Host header is accepted" in anyhost
+
+
+def test_ui_port_taken_after_the_check_is_one_line(tmp_path, monkeypatch, capsys):
+    """Issue 26: a port that was free when checked but taken when the server binds it is the
+    same one line (exit 2) as a busy port, not the server's traceback."""
+    pytest.importorskip("mlflow")
+
+    class Exited:
+        pid, returncode = 0, 1
+
+        def poll(self):
+            return 1
+
+    def start(root, port, host, log=None):
+        log.write(b"Traceback (most recent call last):\n  ...\nOSError: [Errno 98] Address already in use\n")
+        return Exited()
+
+    monkeypatch.setattr(tracking_sync, "start_ui", start)
+    monkeypatch.setattr(tracking_sync, "wait_healthy", lambda url, proc: False)
+    monkeypatch.setattr(tracking_sync, "stop_group", lambda proc: None)
+    monkeypatch.setattr(cli_tracking, "port_problem", lambda host, port: None)  # free when checked
+    (tmp_path / "mlflow.db").touch()
+    assert main(["ui", str(tmp_path), "--port", "5998"]) == 2
+    err = capsys.readouterr().err
+    assert err == "harness ui: port 5998 on 127.0.0.1 cannot be used (in use): pick another with --port\n"

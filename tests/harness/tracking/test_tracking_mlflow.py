@@ -204,6 +204,7 @@ def test_reopening_a_run_id_resumes_the_same_mlflow_run(sweep_root, monkeypatch)
 @pytest.fixture(scope="module")
 def ui_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("served")
+    client(sqlite_uri(root)).search_experiments()  # an empty store: `harness ui` refuses a folder without one
     port = free_port()
     log = open(root / "ui.log", "w+")
     env = dict(os.environ, PYTHONPATH=str(REPO))

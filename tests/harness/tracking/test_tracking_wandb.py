@@ -89,6 +89,16 @@ def test_live_offline_run_read_back_with_leet_inspect(tmp_path):
                 assert h[k] == pytest.approx(v), k
     evals = [(h["budget/consumed"], h["eval/arith/acc"]) for h in hist if "eval/arith/acc" in h]
     assert evals == [(row["samples"], row["eval/arith/acc"]) for row in r.rows if "eval/arith/acc" in row]
+    # issue 26: accuracy in percent for the panels (its section sorts first); the counters are
+    # x-axes to pick (hidden from the automatic panels), not charts of their own
+    pct = [(h["budget/consumed"], h["accuracy_pct/arith"]) for h in hist if "accuracy_pct/arith" in h]
+    assert pct == [(row["samples"], pytest.approx(100 * row["eval/arith/acc"])) for row in r.rows
+                   if "eval/arith/acc" in row]
+    defined = {x["metric"].get("name"): x["metric"] for x in recs if x["type"] == "metric"}
+    for unit in ("steps", "samples", "tokens", "seconds"):
+        assert defined[f"budget/{unit}"]["options"].get("hidden") is True
+        assert defined[f"budget/{unit}"]["step_metric"] == "budget/consumed"
+    assert not defined["budget/consumed"]["options"].get("hidden")
     files = {f["path"] for x in recs if x["type"] == "files" for f in x["files"]["files"]}
     assert {"harness/config.yaml", "harness/summary.json", "harness/eval/arith_8.jsonl"} <= files
     assert any(x["type"] == "exit" and x["exit"].get("exit_code", 0) == 0 for x in recs)
@@ -101,6 +111,8 @@ def test_live_offline_run_read_back_with_leet_inspect(tmp_path):
     assert summ["summary"]["final/arith/maj@8"] == s["final_eval"]["eval/arith/maj@8"]
     assert summ["summary"]["peak/rss_mb"] == s["peak"]["rss_mb"]
     assert summ["summary"]["wall_seconds"] == s["wall_seconds"]
+    assert summ["summary"]["duration_seconds"] == s["wall_seconds"]  # one duration, live or replayed
+    assert summ["summary"]["started"] == r.rows[0]["time"]
     assert summ["config"]["seed"] == 1
 
 
@@ -190,5 +202,6 @@ def test_replay_carries_the_runs_own_times(tmp_path):
     hist = [r["history"]["item"] for r in inspect_records(run_path) if r.get("type") == "history"]
     assert [h["_timestamp"] for h in hist] == [r["time"] for r in rows]
     summ = inspect_summary(run_path)["summary"]
-    assert summ["started"] == s["started"] and summ["ended"] == s["ended"]
-    assert summ["duration_seconds"] == pytest.approx(s["ended"] - s["started"])
+    # the same span as MLflow's (harness.tracking.base.run_times): from the first row, wall_seconds long
+    assert summ["started"] == rows[0]["time"] and summ["ended"] == pytest.approx(rows[0]["time"] + s["wall_seconds"])
+    assert summ["duration_seconds"] == s["wall_seconds"]
