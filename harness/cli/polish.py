@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import importlib.util
 import logging
 import os
 import re
@@ -288,6 +289,18 @@ class LazyModule:
 
     def __repr__(self) -> str:
         return f"<lazy module {self._name}{' (loaded)' if self._module is not None else ''}>"
+
+
+def not_installed(*packages: str) -> Optional[str]:
+    """The first of ``packages`` that is not installed, or None; found without importing it
+    (MLflow takes seconds to import, and a wrong folder or flag should be answered at once)."""
+    for package in packages:
+        try:
+            if importlib.util.find_spec(package) is None:
+                return package
+        except (ImportError, ValueError):
+            return package
+    return None
 
 
 def lazy(name: str) -> LazyModule:

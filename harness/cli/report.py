@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import sys
 from pathlib import Path
 
 from harness.cli.checks import check_output_dir, check_runs_folder
-from harness.cli.polish import lazy
+from harness.cli.polish import lazy, not_installed
 
 # loaded when the command runs (numpy, pandas, matplotlib), so `--help` answers at once
 build = lazy("harness.report.build")
@@ -24,11 +22,11 @@ DESCRIPTION = ("The paper-style comparison of one sweep: report.md, report.html 
 
 def cmd_report(args) -> int:
     check_runs_folder(args.sweep_dir, "sweep_dir")
-    for extra in ("matplotlib", "pandas"):  # found, not imported: a wrong folder is answered at once
-        if importlib.util.find_spec(extra) is None:
-            print(f"harness report: {extra} is not installed (it is a dependency of the harness: pip install -e . "
-                  f"again)", file=sys.stderr)
-            return 2
+    missing = not_installed("matplotlib", "pandas")
+    if missing:
+        print(f"harness report: {missing} is not installed (it is a dependency of the harness: pip install -e . "
+              f"again)", file=sys.stderr)
+        return 2
     if getattr(args, "study", False):
         return _cmd_study(args)
     out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "report"

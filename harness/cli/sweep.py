@@ -1,11 +1,10 @@
 """`harness sweep FILE.yaml`: print the plan of a sweep, then launch its unfinished runs."""
 from __future__ import annotations
 
-import importlib
 import sys
 
 from harness.cli.checks import check_output_dir
-from harness.cli.polish import lazy, split_list
+from harness.cli.polish import lazy, not_installed, split_list
 from harness.sweep.plan import format_plan, load_sweep
 from harness.sweep.spec import LAUNCHER_TYPES, SweepError
 
@@ -44,11 +43,9 @@ def cmd_sweep(args) -> int:
 
 def _write_report(sw) -> int:
     """Every run finished: the sweep's report (as `harness report <sweep_dir>`, with report.columns)."""
-    try:
-        for extra in ("matplotlib", "pandas"):
-            importlib.import_module(extra)
-    except ImportError as e:
-        print(f"\nno report written: {e.name} is not installed (it is a dependency of the harness: pip install -e . again)")
+    missing = not_installed("matplotlib", "pandas")
+    if missing:
+        print(f"\nno report written: {missing} is not installed (it is a dependency of the harness: pip install -e . again)")
         return 0
     try:
         res = report_build.build_report(sw.sweep_dir, columns=sw.report_columns)

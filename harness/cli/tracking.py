@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib
-import importlib.util
 import json
 import signal
 import socket
@@ -13,12 +11,13 @@ import urllib.request
 from pathlib import Path
 
 from harness.cli.checks import check_runs_folder
+from harness.cli.polish import lazy, not_installed
+from harness.rundir.read import find_run_dirs
 
-# Loaded inside the commands (importlib), so `--help` and refused arguments answer at once:
-# harness.tracking.sync (trackers, replay, server control), harness.tracking.mlflow_view (the
-# link's view), harness.rundir.read.
-SYNC = "harness.tracking.sync"
-VIEW = "harness.tracking.mlflow_view"
+# loaded when a command runs (trackers, replay, server control; the link's view), so `--help`
+# and refused arguments answer at once
+tracking_sync = lazy("harness.tracking.sync")
+mlflow_view = lazy("harness.tracking.mlflow_view")
 
 _INSTALL = "is not installed (pip install 'grpo-harness[track]')"
 
@@ -38,26 +37,17 @@ that is not a JSON object) is not synced; the command names it with the reason a
 others go on."""
 
 
-def _missing(package: str) -> bool:
-    """True if the optional tracker package is not installed (found without importing it: MLflow
-    takes seconds to import, and a wrong folder or flag should be answered at once)."""
-    try:
-        return importlib.util.find_spec(package) is None
-    except (ImportError, ValueError):
-        return True
-
-
 def cmd_sync(args) -> int:
     check_runs_folder(args.results_dir, "results_dir")  # refuses: missing, or not a directory
     if args.uri and args.to != "mlflow":
         print("harness sync: --uri applies to --to mlflow only", file=sys.stderr)
         return 2
-    if args.to in ("mlflow", "wandb") and _missing(args.to):
+    if args.to in ("mlflow", "wandb") and not_installed(args.to):
         print(f"harness sync: {args.to} {_INSTALL}", file=sys.stderr)
         return 2
     skipped: list[dict] = []
-    results = importlib.import_module(SYNC).sync(args.results_dir, args.to, uri=args.uri, project=args.project,
-                                                 mode=args.mode, skipped=skipped)
+    results = tracking_sync.sync(args.results_dir, args.to, uri=args.uri, project=args.project, mode=args.mode,
+                                 skipped=skipped)
     failed = skipped + [r for r in results if "error" in r]
     total = len(results) + len(skipped)
     print(f"synced {total - len(failed)}/{total} runs to {args.to}")
@@ -72,7 +62,7 @@ def _say_nothing_to_show(results_dir: str, root: Path) -> None:
     """No MLflow store yet: say so in one line, where runs are expected and what to run (no
     server is started: it would create an empty database there)."""
     folder = Path(results_dir).expanduser()
-    runs = importlib.import_module("harness.rundir.read").find_run_dirs(folder)
+    runs = find_run_dirs(folder)
     hint = (f"{len(runs)} run directories are there: `harness sync {folder} --to mlflow` copies them in"
             if runs else "runs appear there after training with --set tracking.mlflow=true, "
                          f"or after `harness sync {folder} --to mlflow`")
@@ -84,7 +74,6 @@ def experiment_links(url: str) -> list[tuple[str, str]]:
     """(experiment name, link) for each sweep's experiment: its runs in MLflow's model-training
     chart view, grouped by algorithm, accuracy charts first (the view saved by
     :func:`harness.tracking.mlflow_view.publish_view`; without one, the plain chart view)."""
-    view = importlib.import_module(VIEW)
     req = urllib.request.Request(f"{url}/api/2.0/mlflow/experiments/search", method="POST",
                                  data=json.dumps({"max_results": 1000}).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -95,12 +84,12 @@ def experiment_links(url: str) -> list[tuple[str, str]]:
         if e.get("name") == "Default":
             continue
         try:
-            key = view.publish_view(url, e["experiment_id"])
+            key = mlflow_view.publish_view(url, e["experiment_id"])
         except Exception as err:  # the link still opens the experiment, without the saved view
             print(f"harness ui: the view of {e['name']} could not be saved ({type(err).__name__}: {err})",
                   file=sys.stderr, flush=True)
             key = None
-        out.append((e["name"], view.view_link(url, e["experiment_id"], key)))
+        out.append((e["name"], mlflow_view.view_link(url, e["experiment_id"], key)))
     return out
 
 
@@ -144,10 +133,9 @@ def cmd_ui(args) -> int:
     if problem:
         print(f"harness ui: {problem}", file=sys.stderr)
         return 2
-    if _missing("mlflow"):
+    if not_installed("mlflow"):
         print(f"harness ui: mlflow {_INSTALL}", file=sys.stderr)
         return 2
-    tracking_sync = importlib.import_module(SYNC)
     root = tracking_sync.ui_store(args.results_dir)
     if not (root / "mlflow.db").exists():
         _say_nothing_to_show(args.results_dir, root)

@@ -35,7 +35,7 @@ QUICKSTART = PACKAGE / "configs" / "quickstart.yaml"  # the quickstart's base co
 _SET_HELP = "override a config field, e.g. --set train.lr=1e-4 --set algorithm=ppo (repeatable)"
 
 
-def _fmt(key: str, v) -> str:
+def _fmt(v) -> str:
     """An evaluation value for people: accuracies and pass@k / maj@k in percent."""
     return percent(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
 
@@ -45,7 +45,7 @@ def print_run(summary: dict, file=sys.stdout) -> None:
     print(f"\nrun {summary['run_id']} ({summary['status']})", file=file)
     for k in sorted(set(ini) | set(fin)):
         if k.endswith("/acc") or "@" in k:
-            print(f"  {k:32s} start {_fmt(k, ini.get(k, '-')):>7}  ->  end {_fmt(k, fin.get(k, '-')):>7}", file=file)
+            print(f"  {k:32s} start {_fmt(ini.get(k, '-')):>7}  ->  end {_fmt(fin.get(k, '-')):>7}", file=file)
     c = summary.get("budget", {}).get("consumed", {})
     if c:
         print("  budget consumed: " + ", ".join(count(v, k) for k, v in c.items()), file=file)
