@@ -319,8 +319,12 @@ def clean_answer(ans: Optional[str]) -> str:
 
 def normalize_answer(ans: Optional[str]) -> str:
     """:func:`clean_answer` without any whitespace: the string compared by the fast path."""
-    s = clean_answer(ans)
-    s = re.sub(r"\s+", "", s)
+    return _squeeze(clean_answer(ans))
+
+
+def _squeeze(cleaned: str) -> str:
+    """The normalisation of an already cleaned answer (see `normalize_answer`)."""
+    s = re.sub(r"\s+", "", cleaned)
     s = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", s)  # \frac12
     s = re.sub(r"\\sqrt(\d+)", r"\\sqrt{\1}", s)  # \sqrt2
     return s
@@ -331,10 +335,10 @@ def parse_number(ans: Optional[str]) -> Optional[Fraction]:
     optionally negative), else a repeating decimal (``0.\\overline{3}``, ``0.(3)``, ``0.333...``)
     or an English number phrase ("twelve", "two and a half": `evals.numbers`); None for anything
     else."""
-    s = normalize_answer(ans) if ans is not None else ""
+    cleaned = clean_answer(ans)  # cleaned once: the normalised form and the word reader both start from it
+    s = _squeeze(cleaned)
     if not s or len(s) > 200:
         return None
-    cleaned = clean_answer(ans)
     for text in (ans, cleaned):  # before the plain rules: normalising drops the dots of "0.333..."
         v = repeating_decimal(text)
         if v is not None:
