@@ -8,10 +8,11 @@ from pathlib import Path
 from harness.cli.checks import check_output_dir, check_runs_folder
 from harness.cli.polish import lazy, not_installed
 
-# loaded when the command runs (numpy, pandas, matplotlib), so `--help` answers at once
+# loaded when the command runs (numpy, pandas, matplotlib; the trackers), so `--help` answers at once
 build = lazy("harness.report.build")
 study = lazy("harness.report.study")
 tables = lazy("harness.report.tables")
+report_upload = lazy("harness.tracking.report_upload")
 
 DESCRIPTION = ("The paper-style comparison of one sweep: report.md, report.html (plots embedded), table.csv "
                "(one row per algorithm and the starting checkpoint: mean over seeds with a 95% Student-t "
@@ -39,6 +40,11 @@ def cmd_report(args) -> int:
         print(f"excluded (not finished): {', '.join(res['excluded'])}")
     for line in res.get("unusable", []):
         print(f"harness report: warning: run {line}", file=sys.stderr)
+    # the trackers the runs mirrored to (their configs' tracking.mlflow / tracking.wandb) get the
+    # report too, as at the end of `harness sweep`; a tracker that fails is a warning, not a failure
+    reached = report_upload.attach_report(Path(args.sweep_dir), res["out_dir"])
+    if reached:
+        print(report_upload.reached_line(reached, Path(args.sweep_dir).resolve().name))
     return 0
 
 

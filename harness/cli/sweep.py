@@ -57,10 +57,7 @@ def _write_report(sw) -> int:
           f"and {len(res['plots'])} plots in {res['out_dir'] / 'plots'})")
     reached = report_upload.upload_report(sw.runs, sw.name, res["out_dir"])
     if reached:
-        print(f"report logged to {' and '.join(reached)} (MLflow: artifacts of the sweep's parent run "
-              f"'{sw.name}'; wandb: run '{sw.name}-report')" if len(reached) > 1 else
-              f"report logged to {reached[0]}: " + (f"artifacts of the sweep's parent run '{sw.name}'"
-                                                    if reached[0] == "mlflow" else f"run '{sw.name}-report'"))
+        print(report_upload.reached_line(reached, sw.name))
     return 0
 
 

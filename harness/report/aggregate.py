@@ -121,8 +121,8 @@ def _metric_columns(tasks: list[str], ks: dict[str, int], runs: list[RunData]) -
     if any((r.peak.get("cuda_mb") or 0) > 0 for r in runs):
         cols.append("peak_cuda_mb")
     cols += ["wall_seconds", "train_seconds"]
-    if any(is_number(r.summary.get("warmup_seconds")) for r in runs):
-        cols.append("warmup_seconds")  # recorded apart from wall_seconds (shared warm-up build, lock waits)
+    if any(warmup_cost(r.summary) is not None for r in runs):
+        cols.append("warmup_seconds")  # the shared warm-up's build time, apart from wall_seconds
     cols.append("budget_consumed")
     return cols
 
@@ -133,9 +133,20 @@ def _run_values(r: RunData) -> dict[str, Optional[float]]:
     v.update({"peak_rss_mb": p["rss_mb"], "peak_rss_above_base_mb": p["rss_above_base_mb"],
               "peak_cuda_mb": p["cuda_mb"], "wall_seconds": r.wall_seconds,
               "train_seconds": r.train_seconds, "budget_consumed": r.budget_consumed,
-              "warmup_seconds": float(r.summary["warmup_seconds"]) if is_number(r.summary.get("warmup_seconds"))
-              else None})
+              "warmup_seconds": warmup_cost(r.summary)})
     return v
+
+
+def warmup_cost(summary: dict) -> Optional[float]:
+    """Seconds the run's starting warm-up checkpoint took to build, wherever it was built: by this
+    run, by another run of the sweep, or by `harness quickstart` before the runs (its cache entry
+    records its build time, ``summary["start"]["seconds"]``). Older summaries without it: the
+    time the run itself spent on the warm-up (``warmup_seconds``: lock wait and build). None
+    when the run started from no warm-up (a pretrained or untrained model)."""
+    start = summary.get("start") if isinstance(summary.get("start"), dict) else {}
+    if "cached" in start and is_number(start.get("seconds")):
+        return float(start["seconds"])
+    return float(summary["warmup_seconds"]) if is_number(summary.get("warmup_seconds")) else None
 
 
 def build_table(runs: list[RunData]):

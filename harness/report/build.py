@@ -90,7 +90,9 @@ def _notes(runs: list[RunData], done: list[RunData], unit: str, ks: dict, exclud
              "memory: peak resident set size (RSS) of the run, and the same minus the process baseline the trainer "
              "records (RSS above base); "
              "wall-clock includes evaluation, train time does not; neither includes building or waiting for "
-             "the shared warm-up, shown apart as warm-up (s) where runs record it.",
+             "the shared warm-up: warm-up (s) is the time its checkpoint took to build once, wherever it was "
+             "built (a run of the sweep, or `harness quickstart` before the runs), shared by the runs that "
+             "start from it.",
              budget_line + "."]
     if excluded:
         notes.append(f"excluded from aggregates (not finished): {', '.join(excluded)}.")

@@ -14,8 +14,9 @@ from typing import Optional
 
 import numpy as np
 
+from harness.report.aggregate import warmup_cost
 from harness.report.format import number, table
-from harness.rundir.read import RunData, split_metric
+from harness.rundir.read import RunData, k_of, split_metric
 
 STAT_NOTE = ("mean ± 95% CI over seeds (two-sided Student-t, n-1 dof: t·s/√n); a single seed "
              "shows the value alone; failed/unfinished runs are excluded")
@@ -158,7 +159,7 @@ def runs_frame(runs: list[RunData], tasks: list[str]):
             rec[f"{t}/acc"] = r.final_eval.get(f"{t}/acc")
         rec.update({"peak_rss_mb": r.peak["rss_mb"], "peak_rss_above_base_mb": r.peak["rss_above_base_mb"],
                     "peak_cuda_mb": r.peak["cuda_mb"], "wall_seconds": r.wall_seconds,
-                    "warmup_seconds": r.summary.get("warmup_seconds"),
+                    "warmup_seconds": warmup_cost(r.summary),
                     "budget_unit": r.budget_unit, "budget_consumed": r.budget_consumed,
                     "error": r.error or ""})
         recs.append(rec)
@@ -190,11 +191,20 @@ def runs_html(runs_df, header: list[str], rows: list[list], table_id: str) -> st
                  row_attrs=["" if inc else " class='failed'" for inc in runs_df["included"]])
 
 
+def csv_column(metric: str) -> str:
+    """A metric's name in the CSV files: accuracies stay fractions there (0-1, as in
+    ``metrics.jsonl`` and ``summary.json``) and say so, ``arith/acc`` -> ``arith/acc_frac``
+    (also ``maj@K``, ``pass@K``); the Markdown and HTML tables print them in percent."""
+    _, name = split_metric(metric)
+    return f"{metric}_frac" if "/" in metric and (name == "acc" or k_of(name)) else metric
+
+
 def write_csvs(df, runs_df, out: Path) -> tuple[Path, Path]:
-    """``table.csv`` (aggregate table, columns ``<metric>_<stat>``) and ``runs.csv`` in ``out``."""
+    """``table.csv`` (aggregate table, columns ``<metric>_<stat>``, accuracies as
+    ``<task>/acc_frac_mean`` etc.: :func:`csv_column`) and ``runs.csv`` in ``out``."""
     flat = df.copy()
-    flat.columns = [f"{m}_{s}" for m, s in df.columns]
+    flat.columns = [f"{csv_column(m)}_{s}" for m, s in df.columns]
     csv_path, runs_csv = out / "table.csv", out / "runs.csv"
     flat.to_csv(csv_path)
-    runs_df.to_csv(runs_csv, index=False)
+    runs_df.rename(columns=csv_column).to_csv(runs_csv, index=False)
     return csv_path, runs_csv

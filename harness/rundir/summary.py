@@ -12,8 +12,9 @@ are absent, a launcher's placeholder fills them with empty values):
 - ``config``      the resolved config as a nested dict
 - ``started``     unix time the (latest) attempt started (trainer only); ``ended`` when it
   finished or failed (trainer only)
-- ``phase``       while running, what the attempt does before its first metrics row
-  (``initial evaluation``), for the sweep's live table; removed at the end
+- ``phase``       while running, what the attempt does besides training steps (``initial
+  evaluation``, ``evaluation``, ``final evaluation``), for the sweep's live table; removed
+  when training resumes and at the end
 - ``distributed`` ``{"mode", "world_size"}`` under several processes (trainer only)
 - ``budget``      ``{"unit", "amount", "consumed": {samples, tokens, steps, seconds}}``
   (``consumed`` keyed by unit, :func:`harness.rundir.budget.consumed_by_unit`)
@@ -136,10 +137,14 @@ def record_exception(run_dir: str | Path, summary: dict, exc: BaseException, tra
     return summary["status"]
 
 
-def set_phase(run_dir: str | Path, summary: dict, phase: str) -> None:
-    """Record what a running attempt is busy with before its first metrics row (``phase``,
-    e.g. ``initial evaluation``; the sweep's live table shows it). Best effort."""
-    summary["phase"] = phase
+def set_phase(run_dir: str | Path, summary: dict, phase: Optional[str]) -> None:
+    """Record what a running attempt is busy with outside its training steps (``phase``:
+    ``initial evaluation``, ``evaluation``, ``final evaluation``; the sweep's live table shows
+    it), or that it is back to training (None). Best effort."""
+    if phase:
+        summary["phase"] = phase
+    else:
+        summary.pop("phase", None)
     _best_effort(f"phase {phase}", Path(run_dir), write_summary, run_dir, summary)
 
 

@@ -4,7 +4,8 @@ Read from each run's ``metrics.jsonl`` (tailed incrementally), ``summary.json`` 
 files. What a running run waits on before its first metrics row: ``building warm-up`` (it
 holds the warm-up lock and the checkpoint is not written yet), ``waiting for warm-up lock``
 (another process builds it), ``initial evaluation`` (summary ``phase``, written by the
-trainer) or ``loading``. ETA of a run: its remaining budget at the rate between its first
+trainer) or ``loading``; later ``evaluation`` and ``final evaluation`` (the bar is full while
+the last one runs). ETA of a run: its remaining budget at the rate between its first
 and last metrics rows of this launch; ETA of the sweep: the remaining work of running and
 pending runs (at the finished or projected run duration) over the parallel runs seen.
 
@@ -134,12 +135,16 @@ class RunProgress:
 
 
     def waiting_on(self) -> str:
-        """What a running run without metrics rows waits on ('' once it has rows)."""
-        if self.state != "running" or self.rows_seen:
+        """What a running run is busy with besides training steps: its summary's ``phase`` (an
+        evaluation, the final one included), else, before its first metrics row, the warm-up
+        or loading ('' while it trains)."""
+        if self.state != "running":
             return ""
         s = read_json(self.run_dir / SUMMARY)
         if isinstance(s, dict) and s.get("status") == "running" and s.get("phase"):
             return str(s["phase"])
+        if self.rows_seen:
+            return ""
         wdir = self._warmup_dir()
         if wdir is not None and not (wdir / "warmup.json").exists():
             holder = read_holder(wdir.with_name(wdir.name + ".lock"))

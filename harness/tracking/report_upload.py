@@ -65,6 +65,17 @@ def attach_report(results_dir: Path, report_dir: Path) -> list[str]:
     return upload_report(runs, runs[0].sweep, Path(report_dir))
 
 
+def reached_line(reached: list[str], sweep: str) -> str:
+    """Where the report went, for people (`harness report` and `harness sweep`): ``report logged
+    to mlflow: artifacts of the sweep's parent run 'quickstart'``."""
+    where = {"mlflow": f"artifacts of the sweep's parent run '{sweep}'", "wandb": f"run '{sweep}-report'"}
+    if len(reached) == 1:
+        return f"report logged to {reached[0]}: {where.get(reached[0], reached[0])}"
+    label = {"mlflow": "MLflow", "wandb": "wandb"}
+    return (f"report logged to {' and '.join(reached)} ("
+            + "; ".join(f"{label.get(t, t)}: {where.get(t, t)}" for t in reached) + ")")
+
+
 def sweep_runs(results_dir: Path) -> list:
     """The readable runs under ``results_dir`` (:func:`harness.rundir.read.load_run`), those
     directly in it first (the sweep folder itself), then by path."""

@@ -336,6 +336,8 @@ def _train(run: _Run, resume: bool, progress: bool) -> dict:
         run.summary["setup_seconds"]["initial_eval"] = time.monotonic() - t0
         run.summary["initial_eval"] = ev
         run.log(ev)
+        if run.writer is not None:
+            set_phase(run.out, run.summary, None)
     last_eval, step_times = _train_to_budget(run, progress)
     _finalize(run, last_eval, step_times)
     return run.summary
@@ -442,7 +444,14 @@ def _train_to_budget(run: _Run, progress: bool) -> tuple[dict, list]:
         crossed = thresholds_passed(thresholds, run.passed, consumed(counters, unit))
         if crossed > run.passed or budget_reached(cfg.budget, counters):
             run.passed = max(crossed, run.passed)
+            # say what the bar (full at the end) and the sweep's live table wait on meanwhile
+            phase = "final evaluation" if budget_reached(cfg.budget, counters) else "evaluation"
+            bar.set_postfix_str(f"{phase}...", refresh=True)
+            if run.writer is not None:
+                set_phase(run.out, run.summary, phase)
             last_eval = _evaluate_and_checkpoint(run, thresholds[max(run.passed, 1) - 1])
+            if run.writer is not None and phase == "evaluation":
+                set_phase(run.out, run.summary, None)
             saved_at = counters["seconds"]
         elif _time_checkpoint_due(cfg, counters["seconds"] - saved_at):
             _save_resume_point(run)

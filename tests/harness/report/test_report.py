@@ -18,7 +18,7 @@ from _fake_results import make_run, make_sweep
 from harness.report.build import build_report
 from harness.report.format import number, table
 from harness.report.stats import mean_ci, t_quantile
-from harness.report.tables import format_cell, format_table
+from harness.report.tables import csv_column, format_cell, format_table
 
 # two-sided 95% Student-t quantiles t_{0.975, df} (from tables), for the independent check
 T975 = {1: 12.706204736174707, 2: 4.302652729749464, 3: 3.182446305284263, 4: 2.7764451051977987}
@@ -123,7 +123,11 @@ def test_output_files(sweep, report):
     csv = pd.read_csv(report["csv"], index_col=0)
     assert list(csv.index) == list(df.index)
     for (m, s) in df.columns:
-        np.testing.assert_allclose(csv[f"{m}_{s}"].to_numpy(float), df[(m, s)].to_numpy(float), rtol=1e-12)
+        np.testing.assert_allclose(csv[f"{csv_column(m)}_{s}"].to_numpy(float), df[(m, s)].to_numpy(float),
+                                   rtol=1e-12)
+    # accuracies are fractions in the CSV files and named so; other columns keep their names
+    assert {"arith/acc_frac_mean", "arith/maj@8_frac_ci95", "wall_seconds_mean"} <= set(csv.columns)
+    assert "arith/acc_mean" not in csv.columns and 0 < csv.at["grpo", "arith/acc_frac_mean"] < 1
     runs = pd.read_csv(report["runs_csv"])
     assert len(runs) == 7
     failed = runs[runs.status == "failed"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from _fake_results import make_run
-from harness.report.aggregate import group_runs, load_sweep, paired_differences
+from harness.report.aggregate import group_runs, load_sweep, paired_differences, warmup_cost
 from harness.report.build import build_report
 from harness.report.stats import mean_ci, paired_diff_ci
 from harness.report.tables import format_cell, formatted_table
@@ -116,3 +116,20 @@ def test_wall_clock_comes_from_wall_seconds_without_the_warmup(tmp_path):
 
 def test_no_warmup_column_when_runs_do_not_record_it(report):
     assert "warmup_seconds" not in set(report["table"].columns.get_level_values(0))
+
+
+def test_warmup_built_before_the_runs_shows_its_build_time(tmp_path):
+    """`harness quickstart` builds the warm-up before the sweep: every run then finds it cached and
+    spends ~0 s on it, but the cache entry records its 41.5 s build, which is what the column shows
+    (the same for each run that starts from it); a run from no warm-up has none."""
+    for seed, spent in ((0, 0.0), (1, 0.01)):
+        d = make_run(tmp_path, "qs", "grpo", seed, 0)
+        s = json.loads((d / "summary.json").read_text())
+        s["warmup_seconds"] = spent
+        s["start"] = {"source": "results/_cache/warmup/tiny-abc", "cached": True, "seconds": 41.5, "steps": 600}
+        (d / "summary.json").write_text(json.dumps(s))
+    res = build_report(tmp_path / "qs")
+    assert res["table"].at["grpo", ("warmup_seconds", "mean")] == pytest.approx(41.5)
+    assert list(res["runs"]["warmup_seconds"]) == [41.5, 41.5]
+    assert warmup_cost({"start": {"source": "HuggingFaceTB/SmolLM2"}}) is None
+    assert warmup_cost({"start": {"source": "x"}, "warmup_seconds": 2.0}) == 2.0  # an older summary

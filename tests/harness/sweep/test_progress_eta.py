@@ -69,5 +69,9 @@ def test_waiting_on_warmup_lock_build_and_initial_evaluation(tmp_path):
     assert rp.waiting_on() == "initial evaluation"
     assert "running: initial evaluation" in prog.text()
     _rows(run / "metrics.jsonl", [{"samples": 0, "time": time.time(), "eval/arith/acc": 0.5}])
+    (run / "summary.json").write_text(json.dumps({"status": "running"}))  # the trainer drops the phase
     rp.poll()
     assert rp.waiting_on() == "" and prog.rows()[0][1] == "running"
+    # at the end of the budget (bar full): the final evaluation, shown although rows exist
+    (run / "summary.json").write_text(json.dumps({"status": "running", "phase": "final evaluation"}))
+    assert rp.waiting_on() == "final evaluation" and prog.rows()[0][1] == "running: final evaluation"

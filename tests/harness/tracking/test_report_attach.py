@@ -83,3 +83,22 @@ def test_attach_report_without_trackers_reaches_none(tmp_path):
     sweep = tmp_path / "results" / "quiet"
     assert attach_report(sweep, _report(sweep)) == []
     assert not (sweep / "wandb").exists() and not (tmp_path / "results" / "mlflow.db").exists()
+
+
+def test_harness_report_attaches_what_it_writes(tmp_path, monkeypatch, capsys):
+    """`harness report` itself: the report it builds lands in the parent run's artifacts, and it says so."""
+    from harness.cli.main import main
+    from mlflow.tracking import MlflowClient
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    for algo, n in (("grpo", 8), ("ppo", 4)):
+        for seed in (0, 1):
+            make_run(tmp_path / "results", "cli", algo, seed, n, overrides={"tracking": {"mlflow": True,
+                                                                                      "mlflow_uri": uri}})
+    sweep = tmp_path / "results" / "cli"
+    assert main(["report", str(sweep)]) == 0
+    assert "report logged to mlflow: artifacts of the sweep's parent run 'cli'" in capsys.readouterr().out
+    c = MlflowClient(tracking_uri=uri)
+    (parent,) = c.search_runs([c.get_experiment_by_name("cli").experiment_id], "tags.`harness.sweep_parent` = 'cli'")
+    names = {a.path for a in c.list_artifacts(parent.info.run_id, "report")}
+    assert {"report/report.html", "report/report.md", "report/table.csv"} <= names

@@ -87,3 +87,21 @@ def test_wall_clock_excludes_a_warmup_lock_wait(tmp_path, monkeypatch):
     assert s["setup_seconds"]["warmup_wait"] >= 2.0
     assert s["warmup_seconds"] >= 2.0 + s["setup_seconds"]["warmup_build"] - 1e-9
     assert 0 < s["wall_seconds"] <= total - 2.0
+
+
+def test_each_evaluation_is_a_phase_the_live_table_reads(tmp_path, monkeypatch):
+    """The summary names the evaluation under way (the sweep's live table shows it; the bar is full
+    during the last one) and drops it when training resumes: initial, intermediate, final."""
+    from harness.train import loop as loop_mod
+    seen = []
+    real = loop_mod.evaluate
+
+    def spy(model, tok, task, cfg, step, out_dir, final, perf, ood=None):
+        seen.append((step, json.loads((out_dir / "summary.json").read_text()).get("phase")))
+        return real(model, tok, task, cfg, step, out_dir, final, perf, ood=ood)
+
+    monkeypatch.setattr(loop_mod, "evaluate", spy)
+    s = train(_cfg(tmp_path, "algorithm=grpo", "budget.amount=4", "budget.eval_points=2",
+                   "warmup.cache_dir=" + str(tmp_path / "nocache")), progress=False)
+    assert seen == [(0, "initial evaluation"), (2, "evaluation"), (4, "final evaluation")]
+    assert "phase" not in s and "phase" not in json.loads((tmp_path / "out").rglob("summary.json").__next__().read_text())
