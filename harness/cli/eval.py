@@ -24,6 +24,7 @@ from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
 from harness.report.format import number, percent, table
 from evals.arith import held_out_shortfall
+from evals.protocols import DEFAULT_PROTOCOL, PROTOCOLS, check_protocol
 from harness.config.base import ConfigError, brief, to_dict
 from harness.config.schema import (MAX_NEW_TOKENS, MAX_PER_STEP, MAX_SEED, Config, TaskConfig, config_from_dict,
                                    load_config)
@@ -66,8 +67,14 @@ def register(subparsers) -> None:
     p.add_argument("--no-greedy", action="store_true", help="skip the greedy completion")
     p.add_argument("--temperature", type=float, default=1.0, help="temperature of the n samples")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass of the n samples")
+    p.add_argument("--protocol", default=DEFAULT_PROTOCOL, choices=list(PROTOCOLS),
+                   help="how prompts are built and completions cut and graded: chat (the task's own prompt and "
+                        "grader), lighteval-5shot (GSM8K as SmolLM2's model card: 5 worked examples, first "
+                        "'#### N' exact match), lighteval-5shot-plain (the same, never the chat template); "
+                        "docs/eval_protocols.md")
     p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="completion length limit (default: the run's evaluation limit, else 512)")
+                   help="completion length limit (default: the protocol's, 256 for lighteval-5shot; else the "
+                        "run's evaluation limit, else 512)")
     p.add_argument("--batch-size", type=int, default=None,
                    help=f"sequences decoded at once (default: {RUN_EVAL_BATCH} as a run's evaluation, else 64)")
     p.add_argument("--seed", type=int, default=0,
@@ -224,10 +231,11 @@ def run(args) -> int:
     mode = numerics.process_mode()  # GRPO_HARNESS_NUMERICS, default portable
     numerics.enter(mode, numerics.resolve_threads(args.threads, mode))
     check_device(args.device, "--device")
-    if args.out is not None:
-        check_output_dir(args.out, "--output-dir")
     cfg, run_source, model_path = resolve_run(args.model, args.config)
     spec = task_spec(args, cfg)
+    protocol = check_protocol(args.protocol, spec.name, spec.few_shot)  # before the model is loaded
+    if args.out is not None:  # after every check that needs no folder: a refused command leaves none
+        check_output_dir(args.out, "--output-dir")
     if spec.name == "arith":
         have = held_out_shortfall(spec, spec.eval_size)
         if have is not None:
@@ -242,30 +250,36 @@ def run(args) -> int:
     problems = task.eval_problems()
     if cfg is not None and args.limit > 0:
         problems = problems[:args.limit]
-    max_new = args.max_new_tokens or ((cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens) if cfg else 512)
+    max_new = (args.max_new_tokens or protocol.max_new_tokens
+               or ((cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens) if cfg else 512))
     batch_size = args.batch_size or (RUN_EVAL_BATCH if cfg is not None else 64)
     dtype = args.dtype or (cfg.model.dtype if cfg is not None else "float32")
     model_name = Path(args.gguf_file or model_path.rstrip("/")).stem
     if run_source is not None and model_name == "final_model":
         model_name = Path(model_path).parent.name
-    out = Path(args.out) if args.out else Path("results") / "eval" / f"{spec.name}-{model_name}"
+    # one folder per task, model and protocol: a lighteval-5shot run never overwrites a chat one
+    suffix = "" if args.protocol == DEFAULT_PROTOCOL else f"-{args.protocol}"
+    out = Path(args.out) if args.out else Path("results") / "eval" / f"{spec.name}-{model_name}{suffix}"
     model, tok = models.load_policy(model_path, gguf_file=args.gguf_file, dtype=dtype)
     model.to(models.resolve_device(args.device))
     t0 = time.time()
     metrics = evaluation.evaluate(model, tok, task, problems, greedy=not args.no_greedy, n=args.n,
                        temperature=args.temperature, top_p=args.top_p, max_new_tokens=max_new,
                        seed=args.seed, batch_size=batch_size, out_path=out / f"{spec.name}.jsonl",
-                       progress=not args.no_progress)
-    meta = {"model": model_path, "gguf_file": args.gguf_file, "task": spec.name, "data": spec.data_path,
-            "run_config": run_source, "task_spec": to_dict(spec), "limit": args.limit, "few_shot": spec.few_shot,
-            "n": args.n, "greedy": not args.no_greedy, "temperature": args.temperature, "top_p": args.top_p,
-            "max_new_tokens": max_new, "seed": args.seed, "batch_size": batch_size, "dtype": dtype, "time": t0}
+                       progress=not args.no_progress, protocol=args.protocol)
+    meta = {"protocol": args.protocol, "model": model_path, "gguf_file": args.gguf_file, "task": spec.name,
+            "data": spec.data_path, "run_config": run_source, "task_spec": to_dict(spec), "limit": args.limit,
+            "few_shot": spec.few_shot, "n": args.n, "greedy": not args.no_greedy, "temperature": args.temperature,
+            "top_p": args.top_p, "max_new_tokens": max_new, "seed": args.seed, "batch_size": batch_size,
+            "dtype": dtype, "time": t0}
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance.collect(mode, results_root=out.parent,
                               numerics_state=numerics.state(mode, str(models.resolve_device(args.device))))
     (out / f"{spec.name}_metrics.json").write_text(json.dumps({"metrics": metrics, "settings": meta,
                                                                "provenance": prov}, indent=1))
-    print(f"{spec.name}: {model_name}" + (f" (task from the run config {run_source})" if run_source else ""))
+    from_run = run_source and cfg is not None and cfg.task.name == spec.name  # not when --task named another
+    print(f"{spec.name}: {model_name}" + (f" (task from the run config {run_source})" if from_run else "")
+          + (f", protocol {args.protocol}" if args.protocol != DEFAULT_PROTOCOL else ""))
     print(format_table(metrics, spec.name))
     print(f"wrote {out / (spec.name + '_metrics.json')} and {out / (spec.name + '.jsonl')}")
     return 0

@@ -87,3 +87,32 @@ def test_the_runs_config_yaml_writes_the_effective_algorithm(tiny_run):
     assert (algo["advantage"], algo["kl_placement"], algo["kl_coef"]) == ("grpo", "loss", 0.04)
     assert rdir.name == run_dir(load_config(None, TINY + [f"output_dir={rdir.parent.parent}",
                                                           f"warmup.cache_dir={rdir.parent.parent / 'wc'}"])).name
+
+
+def test_protocol_is_checked_before_the_model_loads(tiny_run, tmp_path, capsys, monkeypatch):
+    """--protocol lighteval-5shot on an arith run: one line naming the problem, nothing loaded or written."""
+    from harness.engine import models
+    _, rdir, _ = tiny_run
+    monkeypatch.setattr(models, "load_policy", lambda *a, **k: pytest.fail("the model was loaded"))
+    out = tmp_path / "ev"
+    assert main(["eval", "--model", str(rdir), "--protocol", "lighteval-5shot", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "protocol lighteval-5shot is defined for gsm8k only, not arith" in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_lighteval_protocol_end_to_end_on_gsm8k(tiny_run, tmp_path, capsys):
+    """The lighteval protocol through the CLI: 5-shot prompts, its 256-token default (as lighteval),
+    the protocol in the settings, the printed line and the default folder name."""
+    _, rdir, _ = tiny_run
+    out = tmp_path / "ev"
+    assert main(["eval", "--model", str(rdir / "final_model"), "--task", "gsm8k", "--limit", "2",
+                 "--protocol", "lighteval-5shot-plain", "--no-greedy", "--n", "1", "--max-new-tokens", "3",
+                 "--output-dir", str(out), "--no-progress"]) == 0
+    got = json.loads((out / "gsm8k_metrics.json").read_text())
+    assert got["settings"]["protocol"] == "lighteval-5shot-plain" and got["settings"]["max_new_tokens"] == 3
+    rec = read_jsonl(out / "gsm8k.jsonl")
+    assert len(rec) == 2 and all(s["num_tokens"] <= 3 for r in rec for s in r["samples"])
+    printed = capsys.readouterr().out
+    assert "gsm8k: final_model" not in printed and "protocol lighteval-5shot-plain" in printed
+    assert "task from the run config" not in printed  # --task named another task than the run's
