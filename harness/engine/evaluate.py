@@ -35,11 +35,15 @@ from harness.engine.sampling import sample
 
 
 def _run_sampler(sampler, model, tokenizer, prompts, *, n, greedy, temperature, top_p, max_new_tokens, seed,
-                 batch_size, bar_desc, progress):
-    """Chunks of prompts through the sampler; returns [(completion, finished, ntok)] per prompt."""
+                 batch_size, bar_desc, progress, stop=()):
+    """Chunks of prompts through the sampler; returns [(completion, finished, ntok)] per prompt.
+    ``stop``: the protocol's stop strings, for a sampler that can end completions there (the
+    completions are cut at them afterwards either way, so the graded text is the same)."""
     per_chunk = max(1, batch_size // max(n, 1))
     accepts = set(inspect.signature(sampler).parameters)
     extra = {"offsets": False} if "offsets" in accepts else {}
+    if stop and "stop" in accepts:
+        extra["stop"] = tuple(stop)
     chunks = list(range(0, len(prompts), per_chunk))
     it = chunks
     if progress:
@@ -90,7 +94,8 @@ def evaluate(model, tokenizer, task, problems: Optional[Sequence] = None, *, gre
     problems = list(task.eval_problems() if problems is None else problems)
     prompts = view.prompts(problems)
     name = task.name
-    kw = dict(max_new_tokens=max_new_tokens, top_p=top_p, batch_size=max(1, int(batch_size)), progress=progress)
+    kw = dict(max_new_tokens=max_new_tokens, top_p=top_p, batch_size=max(1, int(batch_size)), progress=progress,
+              stop=view.stop)
     greedy_out = None
     if greedy and problems:
         greedy_out = _run_sampler(sampler, model, tokenizer, prompts, n=1, greedy=True, temperature=1.0,

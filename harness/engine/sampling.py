@@ -20,7 +20,7 @@ learner computes its own with the same temperature.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
@@ -104,9 +104,28 @@ def char_to_token_index(offsets: list[int], char_end: int) -> int:
     return max(len(offsets) - 1, 0)
 
 
+class _StopStrings:
+    """Which rows' completions now contain one of ``stop`` (strings), checked after every token
+    on the decoded tail of each row still decoded (the last ``window`` tokens: the longest stop
+    string in characters, plus slack, since a token decodes to at least one character)."""
+
+    def __init__(self, tokenizer, stop: Sequence[str]):
+        self.tok, self.stop = tokenizer, tuple(s for s in stop if s)
+        self.window = max((len(s) for s in self.stop), default=0) + 4
+
+    def hits(self, tokens: torch.Tensor, idx: torch.Tensor, t: int) -> torch.Tensor:
+        """The rows of ``idx`` (indices into ``tokens``) whose tokens up to column ``t`` hold a stop string."""
+        if not self.stop or idx.numel() == 0:
+            return idx[:0]
+        tails = tokens[idx, max(0, t + 1 - self.window):t + 1].tolist()
+        texts = self.tok.batch_decode(tails, skip_special_tokens=True)
+        return idx[[any(s in text for s in self.stop) for text in texts]]
+
+
 @torch.no_grad()
 def _sample_chunk(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
-                  top_p: float, greedy: bool, generator: Optional[torch.Generator], device):
+                  top_p: float, greedy: bool, generator: Optional[torch.Generator], device,
+                  stop: Sequence[str] = ()):
     from transformers import DynamicCache
 
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=True)
@@ -135,6 +154,8 @@ def _sample_chunk(model, tokenizer, prompts: list[str], n: int, max_new_tokens: 
     tokens = torch.full((B, max_new_tokens), pad, dtype=torch.long, device=device)
     lps = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
     alive = torch.ones(B, dtype=torch.bool, device=device)
+    stops = _StopStrings(tokenizer, stop) if stop else None
+    stopped_at = torch.zeros(B, dtype=torch.long, device=device)  # tokens kept by a row that hit a stop string
     attn = p_mask
     next_pos = pos[:, -1:] + 1
     steps = 0
@@ -169,6 +190,12 @@ def _sample_chunk(model, tokenizer, prompts: list[str], n: int, max_new_tokens: 
         else:
             tokens[rows, t], lps[rows, t] = tok, lp
             alive[rows] = live
+        if stops is not None:  # a row whose text now holds a stop string ends here, like at EOS
+            hit = stops.hits(tokens, alive.nonzero().squeeze(1), t)
+            if hit.numel():
+                alive[hit] = False
+                stopped_at[hit] = t + 1
+                live = alive if rows is None else alive[rows]
         steps = t + 1
         n_live = int(live.sum())
         if n_live == 0 or t == max_new_tokens - 1:
@@ -194,6 +221,10 @@ def _sample_chunk(model, tokenizer, prompts: list[str], n: int, max_new_tokens: 
     after_eos = (is_eos.long().cumsum(1) - is_eos.long()) > 0
     c_mask = (~after_eos).long()
     finished = is_eos.any(1)
+    if stops is not None:  # a row ended by a stop string: its tokens up to the one completing it
+        ended = stopped_at > 0
+        c_mask = c_mask * ((torch.arange(steps, device=device)[None, :] < stopped_at[:, None]) | ~ended[:, None]).long()
+        finished = finished | ended
     return p_ids, p_mask, tokens, c_mask, lps * c_mask, finished
 
 
@@ -239,8 +270,12 @@ def _pad_id(tokenizer) -> int:
 @torch.no_grad()
 def sample_hf(model, tokenizer, prompts: list[str], n: int = 1, max_new_tokens: int = 32, temperature: float = 1.0,
               top_p: float = 1.0, greedy: bool = False, seed: int = 0, batch_size: Optional[int] = None,
-              offsets: bool = True) -> Rollouts:
-    """Backend ``hf``: the in-process KV-cached decoding loop of this module (see its docstring)."""
+              offsets: bool = True, stop: Sequence[str] = ()) -> Rollouts:
+    """Backend ``hf``: the in-process KV-cached decoding loop of this module (see its docstring).
+    ``stop``: strings that end a completion as EOS does (checked after each token; the completion
+    keeps the stop string and is ``finished``): evaluation protocols that cut at a stop sequence
+    (``evals.protocols``) stop decoding there instead of running to ``max_new_tokens``. A row's
+    tokens do not depend on when the other rows stop."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     was_training = model.training
@@ -253,7 +288,7 @@ def sample_hf(model, tokenizer, prompts: list[str], n: int = 1, max_new_tokens: 
     try:
         for s in range(0, len(prompts), per_chunk):
             parts.append(_sample_chunk(model, tokenizer, prompts[s:s + per_chunk], n, max_new_tokens, temperature,
-                                       top_p, greedy, gen, device))
+                                       top_p, greedy, gen, device, stop))
     finally:
         model.train(was_training)
     pad = _pad_id(tokenizer)
@@ -347,11 +382,14 @@ def get_sampler(backend: str = "hf"):
 @torch.no_grad()
 def sample(model, tokenizer, prompts: list[str], n: int = 1, max_new_tokens: int = 32, temperature: float = 1.0,
            top_p: float = 1.0, greedy: bool = False, seed: int = 0, batch_size: Optional[int] = None,
-           offsets: bool = True, backend: str = "hf") -> Rollouts:
+           offsets: bool = True, backend: str = "hf", stop: Sequence[str] = ()) -> Rollouts:
     """Sample ``n`` completions for every prompt (prompt-major order: index i*n + j) with the
     sampler ``backend`` (:data:`BACKENDS`; default the reference ``hf``).
 
-    ``batch_size`` bounds the number of sequences decoded at once (default: all; ``hf`` only)."""
+    ``batch_size`` bounds the number of sequences decoded at once (default: all; ``hf`` only).
+    ``stop``: strings that end a completion early (``hf`` only; the other backends decode to EOS
+    or ``max_new_tokens``, and callers cut at the stop strings either way)."""
+    extra = {"stop": tuple(stop)} if stop and backend == "hf" else {}
     return get_sampler(backend)(model, tokenizer, prompts, n=n, max_new_tokens=max_new_tokens,
                                 temperature=temperature, top_p=top_p, greedy=greedy, seed=seed,
-                                batch_size=batch_size, offsets=offsets)
+                                batch_size=batch_size, offsets=offsets, **extra)

@@ -114,3 +114,33 @@ def test_sampled_pad_token_before_eos_stays_in_the_mask():
     assert ro.completion_ids[0].tolist() == script
     assert ro.completion_mask[0].tolist() == [1, 1, 1, 1]
     assert ro.finished == [True] and ro.completions == ["7#"]
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_stop_strings_end_rows_early_without_changing_what_is_graded(greedy):
+    """sample(stop=...): a row whose text reaches a stop string ends there (finished, its mask up to
+    the token completing it), and every row's text up to its first stop string is the text decoding
+    to max_new_tokens gives (evaluation protocols cut there either way); rows without it are unchanged."""
+    torch.manual_seed(0)
+    tok = build_char_tokenizer()
+    m = build_tiny_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tok)
+    prompts = ["Q:1+2", "Q:3*4-5", "Q:7"]
+    kw = dict(n=2, max_new_tokens=40, greedy=greedy, temperature=1.0, seed=3)
+    full = sample(m, tok, prompts, **kw)
+    # a stop string from the middle of one row's completion, so at least that row stops early
+    text0 = next(c for c in full.completions if len(c) >= 12)
+    stop = text0[6:8]
+    short = sample(m, tok, prompts, stop=[stop], **kw)
+    lengths, full_lengths = short.completion_mask.sum(1).tolist(), full.completion_mask.sum(1).tolist()
+    hit_any = False
+    for i, (a, b) in enumerate(zip(full.completions, short.completions)):
+        at = a.find(stop)
+        if at < 0:  # never reaches the stop string: exactly as without it
+            assert b == a and short.finished[i] == full.finished[i] and lengths[i] == full_lengths[i]
+            continue
+        hit_any = True
+        assert b.find(stop) == at and b.endswith(stop) and a.startswith(b)  # ends with the token completing it
+        assert short.finished[i] and lengths[i] == len(b) < full_lengths[i]  # one token per character here
+        assert torch.equal(short.logprobs[i, :lengths[i]], full.logprobs[i, :lengths[i]])
+        assert not short.logprobs[i, lengths[i]:].any()
+    assert hit_any
