@@ -58,7 +58,7 @@ from algorithms.filters import FILTERS
 from algorithms.losses import AggContext
 from algorithms.objective import clip_stats, kl_reward_token_rewards, policy_objective, reference_kl, value_objective
 from algorithms.presets import ResolvedAlgorithm
-from harness.engine import fastlm
+from harness.engine import fastlm, logprobs
 
 
 class ValueModel(nn.Module):
@@ -151,15 +151,20 @@ def token_logprobs(model, b: Batch, temperature: float = 1.0) -> torch.Tensor:
     """log pi(target_t | prefix) for completion tokens only, [B, T].
 
     Llama-architecture models take ``harness.engine.fastlm``'s forward, which runs each distinct
-    prompt of the batch once (a GRPO batch holds every prompt G times); others the model's
-    own forward with ``logits_to_keep``."""
+    prompt of the batch once (a GRPO batch holds every prompt G times), and then
+    :func:`harness.engine.logprobs.token_logprobs_from_hidden`: while the micro-batch's float32
+    logits (B x T x vocab x 4 bytes) fit in ``logprobs.FULL_LOGITS_MAX_BYTES`` (64 MiB) they are
+    formed at once as always (so the quickstart's tiny model, vocabulary 100, keeps exactly its
+    numbers); above it (SmolLM2's 49,152-token vocabulary) they exist only a chunk of rows at a
+    time, in forward and in backward. Others take the model's own forward with ``logits_to_keep``
+    (which forms the full logits itself)."""
     if fastlm.supported(model):  # up to the longest completion only (zeros after it)
-        logits = nn.functional.linear(fastlm.rows_hidden(model, b.input_ids, b.attention_mask, b.T),
-                                      model.lm_head.weight).float()
-    else:
-        out = model(input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids,
-                    logits_to_keep=b.T + 1, use_cache=False)
-        logits = out.logits[:, :-1].float()
+        h = fastlm.rows_hidden(model, b.input_ids, b.attention_mask, b.T)
+        lp = logprobs.token_logprobs_from_hidden(h, model.lm_head.weight, b.targets[:, :h.shape[1]], temperature)
+        return _pad_columns(lp, b.T)
+    out = model(input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids,
+                logits_to_keep=b.T + 1, use_cache=False)
+    logits = out.logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature
     lse = torch.logsumexp(logits, -1)
