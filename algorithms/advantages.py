@@ -142,6 +142,25 @@ def grpo_process(inp: AdvantageInput) -> torch.Tensor:
     return adv.to(inp.mask.device) * inp.mask.float()
 
 
+def group_token_sums(adv: torch.Tensor, mask: torch.Tensor, n: int) -> torch.Tensor:
+    """[B // n] the sum of the token advantages of each group (``adv * mask`` over its ``n``
+    consecutive rows and their tokens). Zero for a zero-sum estimator; §4.1.3's need not be."""
+    return group_view((adv * mask.to(adv.dtype)).sum(1), n).sum(1)
+
+
+@ADVANTAGES.register("grpo_ps_zerosum")
+def grpo_process_zerosum(inp: AdvantageInput) -> torch.Tensor:
+    """ABLATION, not the paper's estimator: ``grpo_ps`` (§4.1.3) less, in each group, the mean
+    token advantage over the group's tokens, so each group's token advantages sum to zero
+    (as outcome GRPO's do for outputs of equal length). Use it with ``algorithm=grpo_ps
+    algorithm.advantage=grpo_ps_zerosum``."""
+    adv = grpo_process(inp)
+    mask = inp.mask.float().to(adv.device)
+    tokens = group_view(mask.sum(1), inp.n).sum(1).clamp_min(1.0)
+    shift = (group_token_sums(adv, mask, inp.n) / tokens).repeat_interleave(inp.n)
+    return (adv - shift[:, None]) * mask
+
+
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float):
     """Generalised advantage estimation over a masked token sequence.
 

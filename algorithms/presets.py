@@ -48,7 +48,7 @@ ALGORITHMS: dict[str, dict] = {
 
 REWARDS = ("outcome", "process")
 # estimators whose baseline comes from the other samples of the same prompt
-GROUP_ESTIMATORS = ("grpo", "grpo_ps", "dr_grpo", "rloo")
+GROUP_ESTIMATORS = ("grpo", "grpo_ps", "grpo_ps_zerosum", "dr_grpo", "rloo")
 COMPONENTS = ("advantage", "policy_loss", "aggregation", "reward", "filter", "kl_coef", "kl_estimator",
               "kl_placement", "whiten_advantages")
 

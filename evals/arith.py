@@ -16,13 +16,37 @@ steps). A bare ``#6`` scores 0.
 
 Process rewards: one per step, in order, with the character offset where the step ends.
 A step ``a op b=c`` scores 1 when ``a op b`` is an admissible reduction of the current
-expression (it respects precedence and left-to-right order) and ``c`` is its value. The
-expression state follows the completion's own steps: a consistent step with a wrong
-value is applied with that wrong value (the error is carried forward, so later steps are
-judged on whether they are right given what was written before); a step that matches no
-admissible reduction scores 0 and changes nothing. The final ``#N`` is one more step: 1
-when it is the last piece, the completion is finished and N is right (malformed earlier
-steps already score 0 themselves).
+expression (it respects precedence and left-to-right order, and ``a``, ``b`` are the current
+adjacent pair) and ``c`` is its value. The expression state follows the completion's own
+steps: a consistent step with a wrong value is applied with that wrong value (the error is
+carried forward, so later steps are judged on whether they are right given what was written
+before); a step that matches no admissible reduction (a malformed piece, a precedence
+violation, or operands that are not the current adjacent pair, e.g. ``2*12=24`` for
+``2*3*4-1``, which folds two operations into one step) scores 0 and changes nothing.
+Each piece before the final answer is one step; the final ``#N`` is one more.
+
+Skipped work is scored, never credited (an expression with K operations needs K steps):
+
+- The final ``#N`` scores 1 only when the outcome reward is 1 (well formed, finished, N right:
+  so never where the outcome reward is 0; a bare ``#6`` scores 0) *and* the completion's
+  own steps reduced every operation (the state is a single number). A right answer reached
+  over a skipped or unmatched reduction earns no process credit.
+- Fewer pieces before the final-answer slot than K: each missing step is scored as one
+  more step of reward 0, placed at the end of the final-answer slot, just before the final
+  answer's own score (a skipped reduction is a wrong step, so the group statistics of
+  §4.1.3 count it). A completion is thus scored over at least K + 1 steps; truncated ones
+  too (their last piece is the final-answer slot, scoring 0).
+
+Examples for ``3+4*2-5`` (K = 3; reward, with where each step ends)::
+
+    4*2=8;3+8=11;11-5=6;#6   [1, 1, 1, 1]  (ends 6, 13, 20, 22)
+    4*2=8;#6                 [1, 0, 0, 0]  (ends 6, 8, 8, 8: two missing steps, final 0)
+    #6                       [0, 0, 0, 0]  (all at 2)
+    4*2=8;3+8=11;11-         [1, 1, 0, 0]  truncated (ends 6, 13, 16, 16)
+
+and ``2*3*4-1`` (K = 3) as ``2*12=24;24-1=23;#23``: [0, 0, 0, 0] (neither step is a
+reduction of the state, one step missing, final 0), though its outcome reward is 1.
+:meth:`ArithTask.short_output` flags a finished completion with fewer steps than K.
 
 The train/held-out split is a hash of the expression text (10% held out), so it is the
 same whatever the generator's seed or difficulty knobs.
@@ -301,6 +325,21 @@ class ArithTask(Task):
         ans = self.extract_answer(completion)
         return ans is not None and int(ans) == int(problem.answer)
 
+    def short_output(self, completion: str, problem: Problem, finished: bool = True) -> Optional[bool]:
+        """A finished completion with fewer steps (pieces ``a<op>b=c`` before its first ``#N``, or
+        before its end where it has none) than the expression has operations: it skipped work
+        (a bare ``#6``, ``4*2=8;#6`` for ``3+4*2-5``). A truncated one is not short (it ran out of
+        tokens; ``rollout/truncated_frac`` counts it)."""
+        if not finished or not isinstance(completion, str):
+            return False
+        steps = 0
+        for piece in completion.split(";"):
+            text = piece.strip()
+            if _FINAL_RE.match(text):
+                break
+            steps += bool(_STEP_RE.match(text))
+        return steps < len(parse_expr(problem.question)[1])
+
     def step_rewards(self, completion: str, problem: Problem, finished: bool = True) -> list[StepReward]:
         try:
             return self._step_rewards(completion, problem, finished)
@@ -309,6 +348,7 @@ class ArithTask(Task):
 
     def _step_rewards(self, completion: str, problem: Problem, finished: bool) -> list[StepReward]:
         nums, ops = parse_expr(problem.question)
+        n_ops = len(ops)
         out: list[StepReward] = []
         pos = 0
         pieces = completion.split(";")
@@ -316,9 +356,10 @@ class ArithTask(Task):
             end = pos + len(piece) + (1 if j < len(pieces) - 1 else 0)  # the ';' closes the step
             text = piece.strip()
             if j == len(pieces) - 1 or _FINAL_RE.match(text):
-                final = _FINAL_RE.match(text)
-                ok = (final is not None and finished and j == len(pieces) - 1
-                      and int(final.group(1)) == int(problem.answer))
+                # the final-answer slot, after j pieces: each of the len(problem's ops) - j steps
+                # not written is a 0 step; the answer scores only with a full reduction (see module doc)
+                out.extend(StepReward(0.0, end) for _ in range(n_ops - j))
+                ok = not ops and j == len(pieces) - 1 and self.is_correct(completion, problem, finished)
                 out.append(StepReward(1.0 if ok else 0.0, end))
                 if j < len(pieces) - 1:  # text after the final answer: malformed, rest is wrong
                     out.append(StepReward(0.0, len(completion)))

@@ -4,11 +4,14 @@ GRPO with process supervision needs, for each completion, a list of step rewards
 character offset where each step ends (:class:`evals.tasks.StepReward`). Where they come
 from is pluggable:
 
-- :class:`RuleBasedPRM` — the task's own checker (``arith`` checks every step exactly).
+- :class:`RuleBasedPRM` — the task's own checker (``arith`` checks every step exactly, scores
+  each skipped reduction as a 0 step and credits the final answer only where the outcome reward
+  is 1 and every operation was reduced: see :mod:`evals.arith`).
 - :class:`CausalLMPRM` — a neural PRM in the style of Math-Shepherd (Wang et al., 2023):
   a causal LM reads the question and the steps, each followed by a step tag, and the
   step's score is P(good) / (P(good) + P(bad)) at the tag. It is loaded from a local
-  directory (or GGUF file); nothing is downloaded.
+  directory (or GGUF file); nothing is downloaded. It scores only the steps written: no
+  step count is known to it, so skipped work is whatever the model makes of it.
 
 ``harness.engine.models.load_prm(spec, task)`` builds one from ``algorithm.prm`` (null = rule-based).
 """

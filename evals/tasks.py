@@ -114,6 +114,11 @@ class Task:
         """Process rewards, one per step. Default: the outcome reward as a single step."""
         return [StepReward(self.reward(completion, problem, finished), len(completion))]
 
+    def short_output(self, completion: str, problem: Problem, finished: bool = True) -> Optional[bool]:
+        """Did a completion write fewer reasoning steps than the problem needs (skipped work)?
+        None where the task does not know how many steps a problem needs (default)."""
+        return None
+
 
 _REGISTRY: dict[str, Callable[..., Task]] = {}
 

@@ -53,7 +53,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, masked_whiten, outcome_token_rewards
+from algorithms.advantages import (ADVANTAGES, AdvantageInput, gae, group_token_sums, masked_whiten,
+                                   outcome_token_rewards)
 from algorithms.filters import FILTERS
 from algorithms.losses import AggContext
 from algorithms.objective import clip_stats, kl_reward_token_rewards, policy_objective, reference_kl, value_objective
@@ -309,6 +310,7 @@ class Learner:
             m.update({"train/loss": 0.0, "train/skipped": 1.0})
             return self._combine(m, raw) if self.distributed else m
         self._advantage_metrics(k, m, raw)
+        self._group_advantage_metrics(adv, b.mask, keep, rollouts.n, m, raw)
         policy_frozen = step < acfg.critic_warmup_steps
         for g in self.opt.param_groups:
             g["lr"] = self.cfg.train.lr * self._lr_scale(step)
@@ -472,6 +474,21 @@ class Learner:
             raw["adv_sum"], raw["adv_abs_sum"] = k.adv[nz].sum().item(), k.adv[nz].abs().sum().item()
         raw["tokens"] = float(k.kept_tokens)
 
+    @staticmethod
+    def _group_advantage_metrics(adv: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor, n: int, m: dict,
+                                 raw: dict) -> None:
+        """The sum of the token advantages of each group (the ``n`` samples of a prompt; kept rows,
+        as the update uses them), over the groups with a kept row: its mean
+        (``train/adv_group_sum_mean``; 0 for a zero-sum estimator) and mean absolute value
+        (``train/adv_group_sum_abs_mean``), and their local sums."""
+        keep = keep.to(adv.device)
+        sums = group_token_sums(adv, mask * keep[:, None].to(mask.dtype), n)[keep.view(-1, n).any(1)]
+        if sums.numel():
+            m["train/adv_group_sum_mean"] = sums.mean().item()
+            m["train/adv_group_sum_abs_mean"] = sums.abs().mean().item()
+        raw["adv_group_sum"], raw["adv_group_abs_sum"] = sums.sum().item(), sums.abs().sum().item()
+        raw["adv_groups"] = float(sums.numel())
+
     def _epochs(self, k: "_Kept", step: int, policy_frozen: bool, fused_value_loss: Optional[float],
                 m: dict) -> dict:
         """``inner_epochs`` passes over the kept rows: a policy step per mini-batch (not while the
@@ -615,8 +632,12 @@ class Learner:
         out["train/kept_fraction"] = tot("kept") / max(tot("rows"), 1.0)
         if any("train/kl_reward_penalty" in x for x in ms):
             out["train/kl_reward_penalty"] = tot("kl_pen_sum") / max(tot("rows"), 1.0)
-        for k in ("train/adv_mean", "train/adv_abs_mean", "train/value_mean", "train/clip_frac", "train/ratio_max"):
+        for k in ("train/adv_mean", "train/adv_abs_mean", "train/value_mean", "train/clip_frac", "train/ratio_max",
+                  "train/adv_group_sum_mean", "train/adv_group_sum_abs_mean"):
             out.pop(k, None)
+        if tot("adv_groups") > 0:
+            out["train/adv_group_sum_mean"] = tot("adv_group_sum") / tot("adv_groups")
+            out["train/adv_group_sum_abs_mean"] = tot("adv_group_abs_sum") / tot("adv_groups")
         tokens = tot("tokens")
         if tokens > 0:
             out["train/adv_mean"] = tot("adv_sum") / tokens

@@ -91,6 +91,20 @@ def stage_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step * 7919 + 17) % (2**31 - 1)
 
 
+def ref_reset_due(step: int, every: int) -> bool:
+    """Is the reference reset to the current policy after stage ``step`` (0-based)? Every
+    ``every`` stages (``algorithm.ref_reset_every``): after stages every-1, 2*every-1, ...; 0 = never.
+    So k stages reset it k // every times."""
+    return every > 0 and (step + 1) % every == 0
+
+
+def short_outputs(task, problems_rep, rollouts) -> list:
+    """Per sequence, did it write fewer steps than its problem needs (``Task.short_output``)?
+    Empty where the task does not know (it answers None)."""
+    flags = [task.short_output(c, p, f) for c, p, f in zip(rollouts.completions, problems_rep, rollouts.finished)]
+    return [] if any(x is None for x in flags) else [bool(x) for x in flags]
+
+
 def score(task, problems_rep, rollouts, prm=None):
     """Outcome rewards [B]; with a process reward model, also each sequence's
     (step reward, token index where the step ends) list."""
@@ -496,6 +510,8 @@ class _StageStats:
     dt: float  # stage seconds (the slowest rank's)
     gen_seconds: float
     step_rewards: list  # flat process rewards (with a PRM)
+    short: list = field(default_factory=list)  # per sequence: fewer steps than needed (tasks that know)
+    logprob_sum: float = 0.0  # sampled tokens' log-probs under the sampling distribution, summed
 
 
 def _stage_prompts(run: _Run, k: int):
@@ -534,11 +550,11 @@ def _stage(run: _Run, k: int) -> tuple[dict, _StageStats]:
     learner.progress = consumed(run.counters, cfg.budget.unit) / cfg.budget.amount
     tm = learner.step(ro, rewards, step_rewards, k, valid=valid)
     _check_finite(run, tm, k)
-    if cfg.algorithm.ref_reset_every and (k + 1) % cfg.algorithm.ref_reset_every == 0:
+    if ref_reset_due(k, cfg.algorithm.ref_reset_every):
         learner.reset_reference()
     dt = time.perf_counter() - t_stage
     secs = perf.pop_seconds()
-    stats = _stage_stats(run, ro, rewards, step_rewards, valid, dt, secs)
+    stats = _stage_stats(run, ro, rewards, step_rewards, valid, dt, secs, short_outputs(task, reps, ro))
     return _stage_row(tm, stats, secs, G, run.prm is not None), stats
 
 
@@ -564,26 +580,30 @@ def _check_finite(run: _Run, tm: dict, k: int) -> None:
                                  f"(train.lr={run.cfg.train.lr}); try a lower train.lr or check the rewards")
 
 
-def _stage_stats(run: _Run, ro, rewards, step_rewards, valid, dt: float, secs: dict) -> _StageStats:
+def _stage_stats(run: _Run, ro, rewards, step_rewards, valid, dt: float, secs: dict,
+                 short: list = ()) -> _StageStats:
     """This stage's rollout statistics; under several processes gathered from every rank."""
     need_steps = run.prm is not None
     if not run.dist.is_distributed:
         return _StageStats(rewards, ro.lengths.float(), ro.finished, ro.num_sequences, ro.num_tokens, dt,
                            secs.get("generate", 1e-9),
-                           [r for s in step_rewards for r, _ in s] if need_steps else [])
+                           [r for s in step_rewards for r, _ in s] if need_steps else [], list(short),
+                           float((ro.logprobs * ro.completion_mask).sum().item()))
     nv = int(valid.sum().item())
     parts = run.dist.gather_objects({
         "rewards": rewards[:nv].tolist(), "lens": ro.lengths.float()[:nv].tolist(),
         "finished": list(ro.finished[:nv]), "tokens": int(ro.completion_mask[:nv].sum().item()), "dt": dt,
         "gen": secs.get("generate", 0.0),
-        "step_rewards": [r for s in step_rewards[:nv] for r, _ in s] if need_steps else []})
+        "step_rewards": [r for s in step_rewards[:nv] for r, _ in s] if need_steps else [],
+        "short": list(short)[:nv], "logprob_sum": float((ro.logprobs * ro.completion_mask)[:nv].sum().item())})
     finished = [x for p in parts for x in p["finished"]]
     return _StageStats(rewards=torch.tensor([x for p in parts for x in p["rewards"]], dtype=torch.float32),
                        lens=torch.tensor([x for p in parts for x in p["lens"]], dtype=torch.float32),
                        finished=finished, n_seqs=len(finished), n_tokens=sum(p["tokens"] for p in parts),
                        dt=max(p["dt"] for p in parts),  # the same on every rank: budgets in seconds agree
                        gen_seconds=max(p["gen"] for p in parts),
-                       step_rewards=[x for p in parts for x in p["step_rewards"]])
+                       step_rewards=[x for p in parts for x in p["step_rewards"]],
+                       short=[x for p in parts for x in p["short"]], logprob_sum=sum(p["logprob_sum"] for p in parts))
 
 
 def _stage_row(tm: dict, stats: _StageStats, secs: dict, G: int, need_steps: bool) -> dict:
@@ -600,6 +620,11 @@ def _stage_row(tm: dict, stats: _StageStats, secs: dict, G: int, need_steps: boo
     row.update({f"perf/{k2}_seconds": v for k2, v in secs.items()})
     if need_steps:
         row["rollout/step_reward_mean"] = float(np.mean(stats.step_rewards)) if stats.step_rewards else 0.0
+    if stats.short:  # tasks that know how many steps a problem needs (arith)
+        row["rollout/short_frac"] = float(np.mean(stats.short))
+    # an estimate, not the exact entropy: mean -log pi(token) over the sampled tokens (EOS included)
+    # under the sampling distribution (logits / T, before any top-p cut)
+    row["rollout/entropy_est"] = -stats.logprob_sum / max(stats.n_tokens, 1)
     return row
 
 

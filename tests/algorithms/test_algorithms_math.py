@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, masked_whiten
+from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, group_token_sums, masked_whiten
 from algorithms.filters import FILTERS
 from algorithms.losses import (AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, AggContext, clipped_value_loss,
                                kl_k1, kl_k2, kl_k3, ppo_clip)
@@ -64,6 +64,25 @@ def test_process_supervision_two_outputs():
     # all step rewards [1,0,1,1,1]: mean 0.8, population std 0.4 -> 1 -> 0.5, 0 -> -2
     assert a[0].tolist() == pytest.approx([-1.5, -1.5, -1.5, -2, -2, -2, 0])
     assert a[1].tolist() == pytest.approx([1.5, 1.5, 1.0, 1.0, 0.5, 0.5, 0.5])
+
+
+def test_process_supervision_group_sums_and_the_zero_sum_ablation():
+    # the two outputs above (group 0), and a group 1 whose steps all score 1 (no signal: zero advantage)
+    mask = torch.tensor([[1] * 6 + [0], [1] * 7, [1] * 3 + [0] * 4, [1] * 2 + [0] * 5], dtype=torch.float32)
+    steps = [[(1.0, 2), (0.0, 5)], [(1.0, 1), (1.0, 3), (1.0, 6)], [(1.0, 2)], [(1.0, 0), (1.0, 1)]]
+    inp = AdvantageInput(rewards=torch.zeros(4), mask=mask, n=2, step_rewards=steps, std_eps=0.0)
+    ps = ADVANTAGES.get("grpo_ps")(inp)
+    # §4.1.3 (the default) does not sum to zero: 3*(-1.5) + 3*(-2) = -10.5, 2*1.5 + 2*1 + 3*0.5 = 6.5
+    assert group_token_sums(ps, mask, 2).tolist() == pytest.approx([-4.0, 0.0])
+    zs = ADVANTAGES.get("grpo_ps_zerosum")(inp)
+    # the ablation subtracts the group's mean token advantage, -4 / 13, on every real token
+    c = 4 / 13
+    assert zs[0].tolist() == pytest.approx([-1.5 + c] * 3 + [-2 + c] * 3 + [0])
+    assert zs[1].tolist() == pytest.approx([1.5 + c, 1.5 + c, 1 + c, 1 + c, 0.5 + c, 0.5 + c, 0.5 + c])
+    assert torch.equal(zs[2:], torch.zeros(2, 7))
+    assert group_token_sums(zs, mask, 2).tolist() == pytest.approx([0.0, 0.0], abs=1e-6)
+    # only the padding-free tokens count: padding stays 0
+    assert torch.equal(zs * (1 - mask), torch.zeros(4, 7))
 
 
 def test_gae_four_tokens():

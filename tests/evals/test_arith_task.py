@@ -4,7 +4,7 @@ import random
 import pytest
 
 from evals.arith import ArithTask, admissible, evaluate, is_heldout, solution_text
-from evals.tasks import Problem, TaskSpec as TaskConfig
+from evals.tasks import Problem, Task, TaskSpec as TaskConfig
 
 
 @pytest.fixture
@@ -72,7 +72,8 @@ def test_step_rewards_reject_precedence_violations_and_junk(task):
     p2 = prob(task, "10-3+2")
     assert [s.reward for s in task.step_rewards("3+2=5;10-5=5;#5", p2)] == [0, 0, 0]
     assert [s.reward for s in task.step_rewards("10-3=7;7+2=9;#9", p2)] == [1, 1, 1]
-    assert [s.reward for s in task.step_rewards("4*2=8;#11", p, finished=False)] == [1, 0]
+    # truncated after one of two steps: the missing step scores 0, the final-answer slot 0
+    assert [s.reward for s in task.step_rewards("4*2=8;#11", p, finished=False)] == [1, 0, 0]
     assert task.step_rewards("", p)[0].reward == 0.0
     assert all(s.reward == 0 for s in task.step_rewards(";;;", p))
 
@@ -110,8 +111,9 @@ def test_outcome_reward_requires_every_step_well_formed(task):
     # an expression with no operation needs no step
     seven = Problem(id="7", question="7", answer="7", solution="#7", meta={})
     assert task.reward("#7", seven) == 1.0 and task.reward("#8", seven) == 0.0
-    # process rewards are unchanged: "#6" alone is one (final) step, scored 1
-    assert [s.reward for s in task.step_rewards("#6", p)] == [1.0]
+    # no process credit where the outcome reward is 0: "#6" alone is three missing steps and a final 0
+    assert [s.reward for s in task.step_rewards("#6", p)] == [0.0, 0.0, 0.0, 0.0]
+    assert [s.reward for s in task.step_rewards("#7", seven)] == [1.0]  # nothing to reduce: the answer is it
 
 
 def test_validation_split_disjoint_from_train_and_test(task):
@@ -126,3 +128,91 @@ def test_validation_split_disjoint_from_train_and_test(task):
     assert [p.id for p in t2.validation_problems()] == [p.id for p in val]
     assert [p.id for p in t2.eval_problems()] == [p.id for p in test]
     assert [p.id for p in val[:3]] == ["7*1+1+2", "1+4-4+2", "5+6+6"]
+
+
+def rewards_and_ends(task, completion, problem, finished=True):
+    return [(s.reward, s.end) for s in task.step_rewards(completion, problem, finished)]
+
+
+def test_step_rewards_full_derivation(task):
+    p = prob(task, "3+4*2-5")  # 3 operations: 3 steps and the answer
+    assert rewards_and_ends(task, "4*2=8;3+8=11;11-5=6;#6", p) == [(1, 6), (1, 13), (1, 20), (1, 22)]
+    # the other admissible order is as good (4*2 first is forced; then 3+8 and 11-5)
+    q = prob(task, "2*3+4*5")  # both products are admissible first
+    assert [r for r, _ in rewards_and_ends(task, "4*5=20;2*3=6;6+20=26;#26", q)] == [1, 1, 1, 1]
+    assert task.reward("4*5=20;2*3=6;6+20=26;#26", q) == 1.0
+
+
+def test_step_rewards_skipped_reductions_earn_nothing_for_the_missing_work(task):
+    p = prob(task, "3+4*2-5")  # = 6, K = 3
+    # one step, then the (right) answer: two missing steps of 0 at the answer's end, the answer 0
+    # (the outcome reward accepts this form: one step suffices; the process reward does not credit it)
+    assert task.reward("4*2=8;#6", p) == 1.0
+    assert rewards_and_ends(task, "4*2=8;#6", p) == [(1, 6), (0, 8), (0, 8), (0, 8)]
+    # two steps, the second folding two operations (3+8-5 is not a step): one missing, no reduction
+    assert rewards_and_ends(task, "4*2=8;3+8-5=6;#6", p) == [(1, 6), (0, 14), (0, 16), (0, 16)]
+    # a step whose operands are not the current adjacent pair: 2*12 folds 3*4 in (12 was never written)
+    q = prob(task, "2*3*4-1")  # = 23
+    assert task.reward("2*12=24;24-1=23;#23", q) == 1.0
+    assert rewards_and_ends(task, "2*12=24;24-1=23;#23", q) == [(0, 8), (0, 16), (0, 19), (0, 19)]
+    # as many steps as operations, one of them not a reduction: the answer still scores 0 (3*4 never reduced)
+    assert [r for r, _ in rewards_and_ends(task, "2*3=6;2*12=24;6*4=24;24-1=23;#23", q)] == [1, 0, 1, 1, 1]
+    assert [r for r, _ in rewards_and_ends(task, "2*3=6;6*4=24;24-1=23;#23", q)] == [1, 1, 1, 1]
+
+
+def test_bare_final_answer_earns_no_process_credit(task):
+    p = prob(task, "3+4*2-5")
+    assert task.reward("#6", p) == 0.0
+    assert rewards_and_ends(task, "#6", p) == [(0, 2)] * 4
+    assert rewards_and_ends(task, "#7", p) == [(0, 2)] * 4
+    # never credit what the outcome reward rejects: a full reduction with a malformed piece or trailing junk
+    assert task.reward("4*2=8;hello;3+8=11;11-5=6;#6", p) == 0.0
+    assert [r for r, _ in rewards_and_ends(task, "4*2=8;hello;3+8=11;11-5=6;#6", p)] == [1, 0, 1, 1, 0]
+    assert rewards_and_ends(task, "4*2=8;3+8=11;11-5=6;#6;x", p) == [(1, 6), (1, 13), (1, 20), (0, 23), (0, 24)]
+
+
+def test_step_rewards_of_truncated_outputs(task):
+    p = prob(task, "3+4*2-5")
+    # cut inside the third step: the cut piece is the final-answer slot (0), one step missing (0)
+    assert rewards_and_ends(task, "4*2=8;3+8=11;11-", p, finished=False) == [(1, 6), (1, 13), (0, 16), (0, 16)]
+    # every step written, cut before EOS: the answer does not score
+    assert rewards_and_ends(task, "4*2=8;3+8=11;11-5=6;#6", p, finished=False) == [(1, 6), (1, 13), (1, 20), (0, 22)]
+    assert rewards_and_ends(task, "", p, finished=False) == [(0, 0)] * 4
+
+
+def test_process_reward_never_credits_a_rejected_outcome(task):
+    """On many random completions: a ``#N`` piece scores 1 only where the outcome reward is 1 and the
+    completion is not short, and every completion is scored over at least K + 1 steps."""
+    rng = random.Random(0)
+    pieces = ["4*2=8", "3+8=11", "11-5=6", "3+4=7", "7*2=14", "#6", "#14", "#9", "x", ""]
+    p = prob(task, "3+4*2-5")
+    credited = 0
+    for _ in range(3000):
+        if rng.random() < 0.5:  # the worked solution with pieces dropped or replaced
+            parts = [x for x in ["4*2=8", "3+8=11", "11-5=6", "#6"] if rng.random() < 0.8]
+            parts = [rng.choice(pieces) if rng.random() < 0.1 else x for x in parts] or ["#6"]
+        else:
+            parts = [rng.choice(pieces) for _ in range(rng.randint(1, 5))]
+        c = ";".join(parts)
+        finished = rng.random() < 0.8
+        sr = task.step_rewards(c, p, finished)
+        assert len(sr) >= 4, c
+        ends, pos = {}, 0
+        for j, piece in enumerate(c.split(";")):
+            pos += len(piece) + (j < c.count(";"))
+            ends[pos] = piece
+        for s in sr:
+            if s.reward == 1.0 and ends.get(s.end, "").startswith("#"):
+                credited += 1
+                assert task.reward(c, p, finished) == 1.0 and not task.short_output(c, p, finished), c
+    assert credited > 0  # the full derivation does come up
+
+
+def test_short_output(task):
+    p = prob(task, "3+4*2-5")
+    assert not task.short_output("4*2=8;3+8=11;11-5=6;#6", p)
+    assert not task.short_output("4*2=8;3+8=12;12-5=7;#7", p)  # wrong values, but every step written
+    for c in ["#6", "4*2=8;#6", "4*2=8;3+8-5=6;#6", "4*2=8;3+8=11", "", "4*2=8;#6;3+8=11;11-5=6"]:
+        assert task.short_output(c, p), c
+    assert not task.short_output("4*2=8", p, finished=False)  # truncated: not a choice to skip
+    assert Task().short_output("#6", p) is None  # a task that does not know (the default)

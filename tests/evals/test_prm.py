@@ -28,6 +28,18 @@ def test_rule_based_prm_is_the_task_checker():
         RuleBasedPRM(Task())
 
 
+def test_rule_based_prm_scores_skipped_work_and_bare_answers():
+    """The PRM the trainer uses (algorithm.prm null) passes on the checker's scoring of skipped work."""
+    task = ArithTask()
+    prm = make_prm(None, task)
+    p = task.make_problem("3+4*2-5")  # K = 3
+    scored = lambda c, f=True: [(s.reward, s.end) for s in prm.step_rewards(c, p, f)]
+    assert scored("4*2=8;3+8=11;11-5=6;#6") == [(1, 6), (1, 13), (1, 20), (1, 22)]
+    assert scored("#6") == [(0, 2)] * 4                                  # outcome 0: no credit at all
+    assert scored("4*2=8;#6") == [(1, 6), (0, 8), (0, 8), (0, 8)]        # two reductions skipped
+    assert scored("4*2=8;3+8=11;11-", False) == [(1, 6), (1, 13), (0, 16), (0, 16)]  # truncated
+
+
 class TagModel(torch.nn.Module):
     """Stub PRM: at the step-tag token, logit(good) - logit(bad) = 2 for the k-th tag when
     k is even and -1 when odd; elsewhere the opposite sign, so reading a wrong position shows."""
