@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import ctypes
 import json
 import random
 import sys
@@ -39,6 +40,7 @@ from bench._common import (FlopCount, fmt, fmt_spread, loadavg, median, print_fl
                            sgemm_roof, x_floor)
 from evals.catalog import get_task  # noqa: E402
 from harness.config.schema import load_config  # noqa: E402
+from harness.engine import logprobs  # noqa: E402
 from harness.engine.learner import Learner  # noqa: E402
 from harness.engine.models import load_policy  # noqa: E402
 from harness.engine.perf import PerfTracker  # noqa: E402
@@ -58,14 +60,34 @@ def parse(argv=None):
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-count", action="store_true", help="skip the extra FLOP-counted step (no x floor)")
+    p.add_argument("--micro-batch", type=int, default=None,
+                   help="train.micro_batch_size (default: every sequence of the step at once, G x prompts)")
+    p.add_argument("--logprobs", choices=("auto", "plain"), default="auto",
+                   help="plain: the learner forms the whole micro-batch's logits at once (the computation "
+                        "before chunked log-probs), to compare peak memory; auto: chunked above "
+                        "harness.engine.logprobs.FULL_LOGITS_MAX_BYTES")
+    p.add_argument("--malloc-trim", action="store_true",
+                   help="call glibc's malloc_trim(0) before and after each learner step (diagnostic: how much "
+                        "of the RSS is freed heap that glibc keeps; the trainer does not do this)")
     p.add_argument("--json", default=None, help="write the raw figures here")
     return p.parse_args(argv)
 
 
+def _malloc_trim() -> None:
+    """Hand glibc's freed heap back to the OS (``--malloc-trim``; a no-op where there is no glibc)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+
+
 def run_backend(backend: str, a) -> dict:
     cfg = load_config(CONFIG, [f"sampling.samples_per_prompt={a.group}", f"train.prompts_per_step={a.prompts}",
-                               f"sampling.max_new_tokens={a.max_new_tokens}", f"train.micro_batch_size={a.group * a.prompts}",
+                               f"sampling.max_new_tokens={a.max_new_tokens}",
+                               f"train.micro_batch_size={a.micro_batch or a.group * a.prompts}",
                                f"sampling.backend={backend}"])
+    if a.logprobs == "plain":
+        logprobs.FULL_LOGITS_MAX_BYTES = 1 << 62  # never chunked
     algo = resolve(cfg.algorithm)
     perf = PerfTracker(torch.device("cpu"))
     with perf.phase("load"):
@@ -91,7 +113,11 @@ def run_backend(backend: str, a) -> dict:
         with perf.phase("score"):
             rewards, step_rewards = score(task, [p for p in problems for _ in range(a.group)], ro)
         torch.manual_seed(stage_seed(cfg.seed, k))
+        if a.malloc_trim:
+            _malloc_trim()
         learner.step(ro, rewards, step_rewards, k)
+        if a.malloc_trim:
+            _malloc_trim()
         dt = time.perf_counter() - t0
         if counted:
             total = flops.stop()
@@ -122,7 +148,9 @@ def run_backend(backend: str, a) -> dict:
             "phase_seconds": {p: median([s["phases"].get(p, 0.0) for s in timed]) for p in phases},
             "tokens": median([s["tokens"] for s in timed]),
             "gen_tokens_per_s": median([s["tokens"] / s["phases"]["generate"] for s in timed]),
-            "peak_rss_mb": perf.summary().get("perf/peak_rss_mb")}
+            "peak_rss_mb": perf.summary().get("perf/peak_rss_mb"),
+            "peak_rss_phase_mb": dict(perf.peak_rss),
+            "step_peak_rss_mb": max(v for p, v in perf.peak_rss.items() if p != "load")}
 
 
 def _fill_uncounted_generate(results: list, roof: float) -> None:
@@ -152,19 +180,26 @@ def main(argv=None) -> int:
     a.roof = sgemm_roof(a.threads)
     print_floor({a.threads: a.roof})
     print(f"SmolLM2-135M-Instruct GRPO step: G={a.group}, {a.prompts} prompts, <= {a.max_new_tokens} new tokens, "
+          f"micro-batch {a.micro_batch or a.group * a.prompts}, log-probs {a.logprobs}, "
           f"{a.threads} threads, {a.steps} timed steps (+{a.warmup} warm-up); load {loadavg()}")
     results = [run_backend(b.strip(), a) for b in a.backends.split(",") if b.strip()]
     _fill_uncounted_generate(results, a.roof)
     phases = sorted({p for r in results for p in r["phase_seconds"]})
     print_table(["backend", "s/step [min-max]", "x floor", *[f"{p} s" for p in phases], "generate x floor",
-                 "tokens/step", "gen tok/s", "GFLOP/step", "peak RSS MiB"],
+                 "tokens/step", "gen tok/s", "GFLOP/step", "step peak RSS MiB", "load peak RSS MiB"],
                 [[r["backend"], fmt_spread(r["step_seconds_all"], ".1f"), fmt(r["x_floor"], ".1f"),
                   *[fmt(r["phase_seconds"].get(p, 0.0), ".2f") for p in phases], fmt(r["generate_x_floor"], ".1f"),
                   fmt(r["tokens"], ".0f"), fmt(r["gen_tokens_per_s"], ".1f"),
-                  fmt(r["counted_step"].get("gflop_scaled"), ".0f"), fmt(r["peak_rss_mb"], ".0f")]
+                  fmt(r["counted_step"].get("gflop_scaled"), ".0f"), fmt(r["step_peak_rss_mb"], ".0f"),
+                  fmt(r["peak_rss_phase_mb"].get("load"), ".0f")]
                  for r in results])
+    for r in results:
+        print(f"{r['backend']} peak RSS MiB per phase (max over steps): "
+              + ", ".join(f"{p} {v:.0f}" for p, v in r["peak_rss_phase_mb"].items()))
     print("(s/step: median [min-max] over the timed steps; phases: medians; x floor: s/step over the time of the counted "
-          "step's GFLOP, scaled to the median tokens/step, at the sgemm roof; tokens/step, gen tok/s: medians)")
+          "step's GFLOP, scaled to the median tokens/step, at the sgemm roof; tokens/step, gen tok/s: medians; step peak "
+          "RSS: the process's high-water mark, reset at each phase, highest over the step's phases (generate, score, the "
+          "learner's) of every step, warm-up included; load peak RSS: loading the policy and copying the reference)")
     print(f"load average at the end: {loadavg()}")
     if a.json:
         Path(a.json).write_text(json.dumps({"sgemm_roof_gflops": a.roof, "threads": a.threads,
