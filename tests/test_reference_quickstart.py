@@ -22,7 +22,7 @@ def test_reference_report_names_its_provenance_and_no_machine_path():
 
 def test_reference_accuracies_are_the_ones_the_readme_quotes():
     rows = {r["row"]: r for r in csv.DictReader((REF / "table.csv").open())}
-    acc = {k: round(100 * float(rows[k]["arith/acc_mean"]), 1) for k in ("start", "grpo", "ppo", "rft")}
+    acc = {k: round(100 * float(rows[k]["arith/acc_frac_mean"]), 1) for k in ("start", "grpo", "ppo", "rft")}
     readme = (REPO / "README.md").read_text()
     for label, k in (("warm-up checkpoint", "start"), ("GRPO (lr 4e-4)", "grpo"), ("PPO (lr 3e-4)", "ppo"),
                      ("online RFT (lr 2e-4)", "rft")):
