@@ -166,11 +166,7 @@ def token_logprobs(model, b: Batch, temperature: float = 1.0) -> torch.Tensor:
     out = model(input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids,
                 logits_to_keep=b.T + 1, use_cache=False)
     logits = out.logits[:, :-1].float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    lse = torch.logsumexp(logits, -1)
-    lp = logits.gather(-1, b.targets[:, :logits.shape[1], None]).squeeze(-1) - lse
-    return _pad_columns(lp, b.T)
+    return _pad_columns(logprobs.logprobs_from_logits(logits, b.targets[:, :logits.shape[1]], temperature), b.T)
 
 
 def _pad_columns(x: torch.Tensor, width: int) -> torch.Tensor:

@@ -53,14 +53,18 @@ def uses_chunks(rows: int, vocab: int) -> bool:
     return rows * vocab * 4 > FULL_LOGITS_MAX_BYTES
 
 
-def full_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                  temperature: float = 1.0) -> torch.Tensor:
-    """The plain computation: every row's logits at once (float32), [..., vocab] -> [...]."""
-    logits = F.linear(hidden, weight).float()
+def logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``log softmax(logits / T)`` at ``targets``: [..., vocab] -> [...] (the logits as given, e.g. float32)."""
     if temperature != 1.0:
         logits = logits / temperature
     lse = torch.logsumexp(logits, -1)
     return logits.gather(-1, targets[..., None]).squeeze(-1) - lse
+
+
+def full_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                  temperature: float = 1.0) -> torch.Tensor:
+    """The plain computation: every row's logits at once (float32), [..., vocab] -> [...]."""
+    return logprobs_from_logits(F.linear(hidden, weight).float(), targets, temperature)
 
 
 def _acc_dtype(weight: torch.Tensor) -> torch.dtype:

@@ -456,10 +456,11 @@ def _train_to_budget(run: _Run, progress: bool) -> tuple[dict, list]:
         bar.update(min(consumed(counters, unit), amount) - bar.n)
         bar.set_postfix(reward=f"{row['rollout/reward_mean']:.2f}", acc=last_eval.get(f"eval/{run.task.name}/acc", ""))
         crossed = thresholds_passed(thresholds, run.passed, consumed(counters, unit))
-        if crossed > run.passed or budget_reached(cfg.budget, counters):
+        done = budget_reached(cfg.budget, counters)
+        if crossed > run.passed or done:
             run.passed = max(crossed, run.passed)
             # say what the bar (full at the end) and the sweep's live table wait on meanwhile
-            phase = "final evaluation" if budget_reached(cfg.budget, counters) else "evaluation"
+            phase = "final evaluation" if done else "evaluation"
             bar.set_postfix_str(f"{phase}...", refresh=True)
             if run.writer is not None:
                 set_phase(run.out, run.summary, phase)
