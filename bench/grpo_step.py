@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import os
 import sys
@@ -57,15 +58,20 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-# run as `python bench/x.py`, sys.path[0] is bench/, where algorithms.py would shadow the package
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from _common import (FlopCount, NoStopTokenizer, finish, fmt, fmt_spread, loadavg, median,  # first: numerics
+                     parse_threads, print_floor, print_table, run_rounds, sgemm_roof, spread, vm_hwm_mb, x_floor)
+import torch
+import transformers  # noqa: F401  (in both workers' baselines)
+from transformers import AutoTokenizer, LlamaForCausalLM, TrainerCallback  # noqa: F401
 
-from bench._common import (FlopCount, NoStopTokenizer, finish, fmt, fmt_spread, loadavg, median,  # noqa: E402
-                           parse_threads, print_floor, print_table, run_rounds, sgemm_roof, spread,
-                           step_problems, vm_hwm_mb, x_floor)
+from algorithms.presets import resolve
+from evals.catalog import get_task
+from harness.config.schema import ModelConfig, TaskConfig, load_config
+from harness.engine.learner import Learner
+from harness.engine.models import build_char_tokenizer, build_tiny_model, load_policy, num_params, save_policy
+from harness.engine.perf import PerfTracker, rss_mb
+from harness.train.loop import score
+from harness.train.stage import build_models, run_stage, stage_problems
 
 TARGET_RATIO = 0.6  # issue 12: ours <= 0.6x TRL's s/step at equal tokens on the 0.87M model
 TRL_SETTINGS = {"static": {"cache_implementation": "static"},
@@ -121,23 +127,6 @@ def _overrides(a) -> list[str]:
 
 
 def worker_ours(a) -> dict:
-    import copy
-
-    import torch
-
-    from algorithms.presets import resolve
-    from evals.catalog import get_task
-    from harness.config.schema import load_config
-    from harness.engine.learner import Learner
-    from harness.engine.models import load_policy, num_params
-    from harness.engine.perf import PerfTracker
-    from harness.engine.sampling import sample
-    from bench._common import outcome_rewards
-    from harness.train.loop import stage_seed
-
-    import transformers  # noqa: F401  (imported before the baseline, as in the TRL worker)
-    from transformers import LlamaForCausalLM  # noqa: F401
-
     torch.set_num_threads(a.threads)
     perf = PerfTracker(torch.device("cpu"))  # baseline RSS: right after the imports
     cfg = load_config(None, _overrides(a))
@@ -146,8 +135,8 @@ def worker_ours(a) -> dict:
     torch.manual_seed(cfg.seed)
     with perf.phase("load"):
         policy, tok = load_policy(a.model_dir)
-        reference = copy.deepcopy(policy).eval().requires_grad_(False) if algo.uses_reference else None
-    learner = Learner(policy, algo, cfg, torch.device("cpu"), perf, reference=reference)
+        models = build_models(policy, algo, torch.device("cpu"))
+    learner = Learner(policy, algo, cfg, torch.device("cpu"), perf, reference=models.reference, critic=models.critic)
     stok = NoStopTokenizer(tok) if a.length == "forced" else tok  # forced: no row stops at EOS
     perf.pop_seconds()
     steps = []
@@ -155,22 +144,15 @@ def worker_ours(a) -> dict:
     for k in range(a.warmup + a.steps + 1):  # the last step is counted (FLOPs), not timed
         if k == a.warmup + a.steps:
             flops.start()
-        problems = step_problems(task, a.seed, k, a.prompts)
+        problems = stage_problems(task, a.seed, k, a.prompts)
         t0 = time.perf_counter()
-        with perf.phase("generate"):
-            ro = sample(policy, stok, [task.format_prompt(p) for p in problems], n=a.group,
-                        max_new_tokens=a.max_new_tokens, temperature=a.temperature,
-                        seed=stage_seed(cfg.seed, k), offsets=False)
-        reps = [p for p in problems for _ in range(a.group)]
-        with perf.phase("score"):
-            rewards, step_rewards = outcome_rewards(task, reps, ro), []
-        torch.manual_seed(stage_seed(cfg.seed, k))
-        learner.step(ro, rewards, step_rewards, k)
+        st = run_stage(learner, cfg, task, tok, k, problems, score, perf=perf, sampler_tok=stok)
         dt = time.perf_counter() - t0
         secs = perf.pop_seconds()
+        ro = st.rollouts
         steps.append({"seconds": dt, "phases": secs, "tokens": ro.num_tokens,
                       "decode_steps": int(ro.completion_ids.shape[1]), "sequences": ro.num_sequences,
-                      "reward_mean": rewards.mean().item()})
+                      "reward_mean": st.rewards.mean().item()})
     flops.stop()
     s = perf.summary()
     return {"contender": "ours", "steps": steps[a.warmup:-1], "warmup_steps": steps[:a.warmup],
@@ -245,7 +227,6 @@ def _trl_timers(trainer, T: dict, marks: dict, shapes: list) -> None:
 
 def _trl_step_timer(a, T: dict, marks: dict, steps: list, gen_tokens: list, flops, B: int):
     """A TrainerCallback: one entry in ``steps`` per optimizer step; FLOPs counted in the extra last step."""
-    from transformers import TrainerCallback
     n_steps = a.warmup + a.steps
     state = {"t": None}
 
@@ -278,26 +259,17 @@ def _trl_step_timer(a, T: dict, marks: dict, steps: list, gen_tokens: list, flop
 
 
 def worker_trl(a) -> dict:
-    import inspect
-
-    import torch
-
     torch.set_num_threads(a.threads)
-    import datasets  # noqa: F401
-    import trl
-    from transformers import AutoTokenizer
+    import datasets  # noqa: F401  (optional: the eval and test extras)
+    import trl  # optional: the bench extra
     from trl import GRPOConfig, GRPOTrainer
-
-    from evals.catalog import get_task
-    from harness.config.schema import TaskConfig
-    from harness.engine.perf import rss_mb
 
     datasets.disable_progress_bars()
     baseline = rss_mb()
     task = get_task(TaskConfig())
     n_steps = a.warmup + a.steps
     # one more step than timed: the last one is counted (FLOPs), not timed
-    problems = [p for k in range(n_steps + 1) for p in step_problems(task, a.seed, k, a.prompts)]
+    problems = [p for k in range(n_steps + 1) for p in stage_problems(task, a.seed, k, a.prompts)]
     ds = datasets.Dataset.from_dict({"prompt": [task.format_prompt(p) for p in problems],
                                      "pid": list(range(len(problems)))})
     tok = AutoTokenizer.from_pretrained(a.model_dir, local_files_only=True)
@@ -455,11 +427,6 @@ def main(argv=None) -> int:
         res["loadavg_end"] = loadavg()
         Path(a.worker_out).write_text(json.dumps(res))
         return 0
-
-    import torch
-
-    from harness.config.schema import ModelConfig, load_config
-    from harness.engine.models import build_char_tokenizer, build_tiny_model, num_params, save_policy
 
     la0 = loadavg()
     threads_list = parse_threads(a.threads)

@@ -22,8 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, loadavg, numerics  # noqa: E402
+from _common import ROOT, loadavg, numerics
 
 CONFIG = ROOT / "harness" / "configs" / "quickstart.yaml"
 

@@ -32,24 +32,17 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-# run as `python bench/x.py`, sys.path[0] is bench/, where algorithms.py would shadow the package
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from _common import (NUMERICS, ROOT, NoStopTokenizer, finish, fmt, fmt_spread, loadavg, median,  # first: numerics
+                     numerics_line, print_table, run_rounds, spread)
+import torch
+import transformers
 
-from bench._common import (NUMERICS, NoStopTokenizer, finish, fmt, fmt_spread, loadavg, median,  # noqa: E402
-                           numerics_line, print_table, run_rounds, spread)
-import torch  # noqa: E402
-import transformers  # noqa: E402
-
-from evals.catalog import get_task  # noqa: E402
-from harness.config.base import ConfigError  # noqa: E402
-from harness.config.schema import ModelConfig, load_config  # noqa: E402
-from harness.engine import vllm_sampler  # noqa: E402
-from harness.engine.models import (build_char_tokenizer, build_tiny_model, load_policy, num_params,  # noqa: E402
-                                   save_policy)
-from harness.engine.sampling import BACKENDS, sample  # noqa: E402
+from evals.catalog import get_task
+from harness.config.base import ConfigError
+from harness.config.schema import ModelConfig, load_config
+from harness.engine import vllm_sampler
+from harness.engine.models import build_char_tokenizer, build_tiny_model, load_policy, num_params, save_policy
+from harness.engine.sampling import BACKENDS, sample
 
 QUICKSTART = ROOT / "harness" / "configs" / "quickstart.yaml"
 SHAPES = {

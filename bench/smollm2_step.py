@@ -22,30 +22,25 @@ printed: on a shared machine the figures move with it.
 from __future__ import annotations
 
 import argparse
-import copy
 import ctypes
 import json
-import random
 import sys
 import time
 from pathlib import Path
 
+from _common import (ROOT, FlopCount, fmt, fmt_spread, loadavg, median, print_floor, print_table,  # first: numerics
+                     sgemm_roof, x_floor)
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from algorithms.presets import resolve  # noqa: E402
-from bench._common import (FlopCount, fmt, fmt_spread, loadavg, median, print_floor, print_table,  # noqa: E402
-                           sgemm_roof, x_floor)
-from evals.catalog import get_task  # noqa: E402
-from harness.config.schema import load_config  # noqa: E402
-from harness.engine import logprobs  # noqa: E402
-from harness.engine.learner import Learner  # noqa: E402
-from harness.engine.models import load_policy  # noqa: E402
-from harness.engine.perf import PerfTracker  # noqa: E402
-from harness.engine.sampling import sample  # noqa: E402
-from harness.train.loop import score, stage_seed  # noqa: E402
+from algorithms.presets import resolve
+from evals.catalog import get_task
+from harness.config.schema import load_config
+from harness.engine import logprobs
+from harness.engine.learner import Learner
+from harness.engine.models import load_policy
+from harness.engine.perf import PerfTracker
+from harness.train.loop import score
+from harness.train.stage import build_models, run_stage, stage_problems
 
 CONFIG = ROOT / "harness" / "configs" / "gsm8k_smollm2.yaml"
 
@@ -68,7 +63,8 @@ def parse(argv=None):
                         "harness.engine.logprobs.FULL_LOGITS_MAX_BYTES")
     p.add_argument("--malloc-trim", action="store_true",
                    help="call glibc's malloc_trim(0) before and after each learner step (diagnostic: how much "
-                        "of the RSS is freed heap that glibc keeps; the trainer does not do this)")
+                        "of the RSS is freed heap that glibc keeps; the trainer does not do this; the call before "
+                        "ends the score phase and its seconds count there)")
     p.add_argument("--json", default=None, help="write the raw figures here")
     return p.parse_args(argv)
 
@@ -92,30 +88,33 @@ def run_backend(backend: str, a) -> dict:
     perf = PerfTracker(torch.device("cpu"))
     with perf.phase("load"):
         policy, tok = load_policy(cfg.model.name_or_path, cfg.model.gguf_file, cfg.model.dtype)
-        reference = copy.deepcopy(policy).eval().requires_grad_(False) if algo.uses_reference else None
+        models = build_models(policy, algo, torch.device("cpu"))
     task = get_task(cfg.task).bind_tokenizer(tok)
-    learner = Learner(policy, algo, cfg, torch.device("cpu"), perf, reference=reference)
+    learner = Learner(policy, algo, cfg, torch.device("cpu"), perf, reference=models.reference,
+                      critic=models.critic)
     perf.pop_seconds()
     steps = []
     flops = FlopCount()
     n_count = 0 if a.no_count else 1
+    gen_flops = None
+
+    def scorer(task_, reps, ro, prm):
+        """The trainer's scorer; first the FLOPs counted so far (generation's, on the counted step);
+        last, with --malloc-trim, glibc's freed heap handed back before the learner step."""
+        nonlocal gen_flops
+        gen_flops = flops.so_far() if flops.mode is not None else None
+        out = score(task_, reps, ro, prm)
+        if a.malloc_trim:
+            _malloc_trim()
+        return out
     for k in range(a.warmup + a.steps + n_count):
         counted = k >= a.warmup + a.steps
         if counted:
             flops.start()
-        problems = task.sample_train(random.Random(stage_seed(cfg.seed, k)), a.prompts)
+        problems = stage_problems(task, cfg.seed, k, a.prompts)
         t0 = time.perf_counter()
-        with perf.phase("generate"):
-            ro = sample(policy, tok, [task.format_prompt(p) for p in problems], n=a.group,
-                        max_new_tokens=a.max_new_tokens, temperature=cfg.sampling.temperature,
-                        seed=stage_seed(cfg.seed, k), offsets=False, backend=backend)
-        gen_flops = flops.so_far() if counted else None
-        with perf.phase("score"):
-            rewards, step_rewards = score(task, [p for p in problems for _ in range(a.group)], ro)
-        torch.manual_seed(stage_seed(cfg.seed, k))
-        if a.malloc_trim:
-            _malloc_trim()
-        learner.step(ro, rewards, step_rewards, k)
+        st = run_stage(learner, cfg, task, tok, k, problems, scorer, perf=perf)
+        ro, rewards = st.rollouts, st.rewards
         if a.malloc_trim:
             _malloc_trim()
         dt = time.perf_counter() - t0

@@ -276,7 +276,7 @@ class LazyModule:
     The command modules of harness/cli/ hold their parsers and handlers together, but a handler's
     libraries (torch, transformers, pandas, MLflow) are loaded only when the handler runs, so
     `harness --help`, `harness <command> --help` and argument errors answer at once
-    (bench/cli_startup.py measures it). bench/import_graph.py counts ``lazy("m")`` as an edge."""
+    (bench/cli_startup.py measures it). tests/support/import_graph.py counts ``lazy("m")`` as an edge."""
 
     def __init__(self, name: str):
         self._name = name

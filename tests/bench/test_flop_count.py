@@ -1,12 +1,7 @@
 """The benchmarks' FLOP counter counts CPU SDPA (torch 2.13 has no formula for it and counts 0)."""
-import sys
-
 import torch
 
-from support_paths import REPO
-
-sys.path.insert(0, str(REPO))  # bench/ as a namespace package: bench/algorithms.py must not shadow algorithms
-from bench._common import FlopCount  # noqa: E402
+from _common import FlopCount  # bench/ is on pytest's pythonpath (pyproject.toml)
 
 
 def test_one_cpu_sdpa_forward_and_backward_equal_the_hand_count():

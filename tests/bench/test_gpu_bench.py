@@ -9,10 +9,8 @@ import sys
 import pytest
 import torch
 
+import gpu  # bench/gpu.py: bench/ is on pytest's pythonpath (pyproject.toml)
 from support_paths import REPO
-
-sys.path.insert(0, str(REPO))
-import bench.gpu as gpu  # noqa: E402
 
 GRPO_PHASES = {"generate", "score", "reference", "old_logprobs", "policy_forward", "backward", "optimizer"}
 PPO_PHASES = GRPO_PHASES | {"critic_forward", "critic_backward", "critic_optimizer"}

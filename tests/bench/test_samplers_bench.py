@@ -1,16 +1,11 @@
 """bench/samplers.py: its worker's measurement (forced length: every row exactly the asked tokens, on
 every backend), the summary's arithmetic on hand-made timings, and its refusals of bad input (one
 line, exit 2, before any work)."""
-import sys
-
 import pytest
 
 from harness.config.schema import ModelConfig
 from harness.engine.models import build_char_tokenizer, build_tiny_model
-from support_paths import REPO
-
-sys.path.insert(0, str(REPO))
-import bench.samplers as samplers  # noqa: E402
+import samplers  # bench/samplers.py: bench/ is on pytest's pythonpath (pyproject.toml)
 
 
 class _Task:

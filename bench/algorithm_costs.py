@@ -5,10 +5,10 @@ Method
 * Every algorithm runs in its own fresh worker process (``--worker NAME``) pinned to
   ``--threads`` torch threads, and uses the real pieces of the trainer: the config from
   ``harness.config.schema.load_config(None, ["algorithm=NAME", ...])``, the components from
-  ``algorithms.presets.resolve``, ``harness.engine.sampling.sample`` for rollouts and
-  ``harness.engine.learner.Learner`` for the update. As in ``harness.train.loop``, the reference model
-  (a frozen copy of the policy) exists only when ``algo.uses_reference`` and the critic
-  (``harness.engine.learner.ValueModel(policy)``, same size as the policy) only when ``algo.critic``.
+  ``algorithms.presets.resolve``, the trainer's models (``harness.train.stage.build_models``: the
+  reference, a frozen copy of the policy, only when ``algo.uses_reference``; the critic, same size as
+  the policy, only when ``algo.critic``) and the trainer's stage (``harness.train.stage.run_stage``:
+  sample, score, ``harness.engine.learner.Learner.step``).
 * The benchmark model is larger than the default tiny model (default: hidden 384, 10 layers,
   6 heads, SwiGLU 1152, about 19M parameters; change it with ``--model KEY=VALUE``) so that
   the model's share of memory dominates; on the 0.87M default model the libraries alone
@@ -25,9 +25,9 @@ Method
   task's reward instead.
 * Equal rollout lengths (``--length forced``, the default): every row decodes exactly
   ``--max-new-tokens`` tokens for every algorithm (the sampler gets a tokenizer whose EOS id is
-  no token's id, :class:`bench._common.NoStopTokenizer`); ``--length eos`` stops rows at EOS as
+  no token's id, ``bench/_common.py``'s ``NoStopTokenizer``); ``--length eos`` stops rows at EOS as
   the trainer does. Tokens per step are printed per algorithm.
-* Allocator: the workers run with ``bench._common.MALLOC_ENV`` (``MALLOC_TRIM_THRESHOLD_=0``,
+* Allocator: the workers run with ``MALLOC_ENV`` of ``bench/_common.py`` (``MALLOC_TRIM_THRESHOLD_=0``,
   ``MALLOC_MMAP_THRESHOLD_=65536``) so that RSS follows live memory rather than blocks glibc
   keeps after ``free``; ``--malloc default`` leaves glibc's defaults. The values are printed.
 * Timing: ``--warmup`` untimed steps, then ``--steps`` timed steps, then one extra step counted
@@ -36,7 +36,7 @@ Method
   (default 1,2) is a separate set of rounds; the compute floor is the counted FLOPs at the
   sgemm roof measured at that thread count ("x floor"). The load average is printed.
 
-Run:  python bench/algorithms.py [--prompts 8 --group 8 --steps 3 --json out.json]
+Run:  python bench/algorithm_costs.py [--prompts 8 --group 8 --steps 3 --json out.json]
 """
 from __future__ import annotations
 
@@ -48,15 +48,20 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-# run as `python bench/x.py`, sys.path[0] is bench/, where algorithms.py would shadow the package
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from _common import (MALLOC_ENV, FlopCount, NoStopTokenizer, finish, fmt, fmt_spread, loadavg,  # first: numerics
+                     median, parse_threads, print_floor, print_table, run_rounds, sgemm_roof, x_floor)
+import torch
+import transformers  # noqa: F401  (a worker's library share goes into its baseline)
+from transformers import LlamaForCausalLM  # noqa: F401
 
-from bench._common import (MALLOC_ENV, FlopCount, NoStopTokenizer, finish, fmt, fmt_spread, loadavg,  # noqa: E402
-                           median, parse_threads, print_floor, print_table, run_rounds, sgemm_roof,
-                           step_problems, x_floor)
+from algorithms.presets import resolve
+from evals.catalog import get_task
+from harness.config.schema import load_config
+from harness.engine.learner import Learner
+from harness.engine.models import build_char_tokenizer, build_tiny_model, num_params, param_bytes
+from harness.engine.perf import PerfTracker
+from harness.train.loop import score
+from harness.train.stage import build_models, run_stage, stage_problems
 
 ALGOS = ("grpo", "ppo", "rft")
 TARGET = 0.6  # GRPO's peak above baseline <= 0.6 x PPO's
@@ -75,7 +80,7 @@ def parse_args(argv=None):
                     help="forced (default): every rollout row has max_new_tokens tokens; eos: rows stop at EOS")
     ap.add_argument("--malloc", choices=("fixed", "default"), default="fixed",
                     help="fixed (default): workers run with MALLOC_TRIM_THRESHOLD_/MALLOC_MMAP_THRESHOLD_ set "
-                         "(bench._common.MALLOC_ENV); default: glibc's defaults")
+                         "(MALLOC_ENV of bench/_common.py); default: glibc's defaults")
     ap.add_argument("--prompts", type=int, default=8, help="prompts per step")
     ap.add_argument("--group", type=int, default=8, help="G: completions per prompt")
     ap.add_argument("--max-new-tokens", type=int, default=24)
@@ -113,7 +118,6 @@ def _mb(nbytes: int) -> float:
 
 
 def _tensor_bytes(obj) -> int:
-    import torch
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
     if isinstance(obj, dict):
@@ -124,22 +128,6 @@ def _tensor_bytes(obj) -> int:
 
 
 def worker(a) -> dict:
-    import copy
-
-    import torch
-    import transformers  # noqa: F401  (library share goes into the baseline)
-    from transformers import LlamaForCausalLM  # noqa: F401
-
-    from algorithms.presets import resolve
-    from evals.catalog import get_task
-    from harness.config.schema import load_config
-    from harness.engine.learner import Learner, ValueModel
-    from harness.engine.models import build_char_tokenizer, build_tiny_model, num_params, param_bytes
-    from harness.engine.perf import PerfTracker
-    from harness.engine.sampling import sample
-    from bench._common import outcome_rewards
-    from harness.train.loop import stage_seed
-
     torch.set_num_threads(a.threads)
     perf = PerfTracker(torch.device("cpu"))  # baseline: after imports, before any model
     cfg = load_config(None, overrides(a, a.worker))
@@ -149,12 +137,17 @@ def worker(a) -> dict:
     torch.manual_seed(cfg.seed)
     with perf.phase("load"):
         tok = build_char_tokenizer()
-        policy = build_tiny_model(cfg.model, tok, seed=cfg.seed)
-        reference = copy.deepcopy(policy).eval().requires_grad_(False) if algo.uses_reference else None
-        critic = ValueModel(policy) if algo.critic else None
+        models = build_models(build_tiny_model(cfg.model, tok, seed=cfg.seed), algo, torch.device("cpu"))
+    policy, reference, critic = models.policy, models.reference, models.critic
     learner = Learner(policy, algo, cfg, torch.device("cpu"), perf, reference=reference, critic=critic)
     perf.pop_seconds()
     n_pos = max(1, math.ceil(G / 4))
+
+    def scorer(task_, reps, ro, prm):
+        rewards, step_rewards = score(task_, reps, ro, prm)
+        if a.reward == "synthetic":
+            rewards = torch.tensor([1.0 if i % G < n_pos else 0.0 for i in range(len(reps))])
+        return rewards, step_rewards
     stok = NoStopTokenizer(tok) if a.length == "forced" else tok
     steps = []
     flops = FlopCount()
@@ -162,20 +155,11 @@ def worker(a) -> dict:
         if k == a.warmup + a.steps:
             s = perf.summary()  # memory of the timed steps, not of the counted one
             flops.start()
-        problems = step_problems(task, cfg.seed, k, cfg.train.prompts_per_step)
+        problems = stage_problems(task, cfg.seed, k, cfg.train.prompts_per_step)
         t0 = time.perf_counter()
-        with perf.phase("generate"):
-            ro = sample(policy, stok, [task.format_prompt(p) for p in problems], n=G,
-                        max_new_tokens=cfg.sampling.max_new_tokens, temperature=cfg.sampling.temperature,
-                        seed=stage_seed(cfg.seed, k), offsets=False)
-        reps = [p for p in problems for _ in range(G)]
-        with perf.phase("score"):
-            rewards, step_rewards = outcome_rewards(task, reps, ro), []
-            if a.reward == "synthetic":
-                rewards = torch.tensor([1.0 if i % G < n_pos else 0.0 for i in range(len(reps))])
-        torch.manual_seed(stage_seed(cfg.seed, k))
-        m = learner.step(ro, rewards, step_rewards, k)
+        st = run_stage(learner, cfg, task, tok, k, problems, scorer, perf=perf, sampler_tok=stok)
         dt = time.perf_counter() - t0
+        ro, m = st.rollouts, st.metrics
         steps.append({"seconds": dt, "phases": perf.pop_seconds(), "tokens": ro.num_tokens,
                       "sequences": ro.num_sequences, "kept_fraction": m.get("train/kept_fraction"),
                       "skipped": bool(m.get("train/skipped", 0.0))})
@@ -289,9 +273,6 @@ def main(argv=None) -> int:
         res["loadavg_end"] = loadavg()
         Path(a.worker_out).write_text(json.dumps(res))
         return 0
-
-    from harness.config.schema import load_config
-    from harness.engine.models import build_char_tokenizer, build_tiny_model, num_params
 
     la0 = loadavg()
     threads_list = parse_threads(a.threads)
