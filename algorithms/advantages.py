@@ -161,6 +161,50 @@ def grpo_process_zerosum(inp: AdvantageInput) -> torch.Tensor:
     return (adv - shift[:, None]) * mask
 
 
+def process_token_rewards(inp: AdvantageInput) -> torch.Tensor:
+    """[B, T] the step rewards of ``inp.step_rewards`` placed on the token where each step ends
+    (clamped to the sequence's last real token; steps ending on one token add up), zero elsewhere."""
+    B, T = inp.mask.shape
+    if len(inp.step_rewards) != B:
+        raise ValueError("process rewards are needed for every sequence (reward: process)")
+    lengths = inp.mask.sum(1).long().tolist()
+    rows, cols, vals = [], [], []
+    for i, steps in enumerate(inp.step_rewards):
+        last = max(lengths[i] - 1, 0)
+        for r, end in steps:
+            rows.append(i)
+            cols.append(min(int(end), last))
+            vals.append(float(r))
+    out = torch.zeros(B, T)
+    if rows:
+        out.index_put_((torch.tensor(rows), torch.tensor(cols)), torch.tensor(vals, dtype=torch.float32),
+                       accumulate=True)
+    return out.to(inp.mask.device) * inp.mask.float()
+
+
+@ADVANTAGES.register("prime")
+def prime(inp: AdvantageInput) -> torch.Tensor:
+    """PRIME (Cui et al. 2025, arXiv 2502.01456, eq. 5, gamma = 1): RLOO on the outcome reward plus,
+    on every token, the return of the leave-one-out-baselined process rewards::
+
+        A_t^i = sum_{s >= t} (p_s^i - b^i) + r_i - mean_{j != i} r_j,   b^i = mean_{j != i} pbar_j
+
+    where p^i are response i's process rewards on the tokens where they fall
+    (:func:`process_token_rewards`; the implicit PRM gives one per token) and pbar_j is response
+    j's mean process reward per token (their sum over its length). verl's recipe approximates the
+    baseline per token and whitens the result; this is the paper's equation, unwhitened
+    (``algorithm.whiten_advantages=true`` adds the whitening)."""
+    if inp.n < 2:
+        raise ValueError("prime needs samples_per_prompt >= 2 (a leave-one-out baseline)")
+    mask = inp.mask.float()
+    p = process_token_rewards(inp)
+    pbar = group_view(p.sum(1) / mask.sum(1).clamp_min(1.0), inp.n)
+    base = ((pbar.sum(1, keepdim=True) - pbar) / (inp.n - 1)).reshape(-1)
+    shifted = (p - base[:, None].to(p.device)) * mask
+    returns = shifted.flip(-1).cumsum(-1).flip(-1) * mask
+    return returns + rloo(inp)
+
+
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float):
     """Generalised advantage estimation over a masked token sequence.
 

@@ -24,14 +24,19 @@ ALGORITHMS: dict[str, dict] = {
     "grpo": dict(_GRPO),
     # GRPO with process supervision (§4.1.3): step rewards, cumulative normalised advantages
     "grpo_ps": dict(_GRPO, advantage="grpo_ps", reward="process"),
-    # Iterative GRPO (§4.1.4, reference reset): GRPO whose reference model is replaced by the current
-    # policy every algorithm.ref_reset_every steps (required > 0); the paper also retrains its reward
-    # model, which a rule-checked task does not need
+    # GRPO with reference resets ONLY (not the paper's iterative RL): GRPO whose reference model is
+    # replaced by the current policy every algorithm.ref_reset_every steps (required > 0). DeepSeekMath
+    # §4.2's iterative RL also retrains a learned reward model on the policy's relabelled samples each
+    # round: that is reward_model.type=orm|prm with reward_model.rounds > 1 (harness/rewards/run.py).
+    # The key stays grpo_iter so committed results keep their run ids.
     "grpo_iter": dict(_GRPO),
     # Dr. GRPO (Liu et al., 2025): no std division, constant normaliser
     "dr_grpo": dict(_GRPO, advantage="dr_grpo", aggregation="seq-mean-token-sum-norm"),
     # RLOO (Ahmadian et al., 2024): leave-one-out baseline
     "rloo": dict(_GRPO, advantage="rloo"),
+    # PRIME (Cui et al., 2025): RLOO on the outcome plus leave-one-out-baselined process returns; with
+    # reward_model.type=implicit the process rewards are the implicit PRM's per-token log-ratios
+    "prime": dict(_GRPO, advantage="prime", reward="process"),
     # GRPO with token-mean aggregation (DAPO-style)
     "grpo_token_mean": dict(_GRPO, aggregation="token-mean"),
     # PPO with a learned critic (§4.1.1): GAE, per-token k1 KL penalty in the reward, GAE advantages
@@ -48,7 +53,7 @@ ALGORITHMS: dict[str, dict] = {
 
 REWARDS = ("outcome", "process")
 # estimators whose baseline comes from the other samples of the same prompt
-GROUP_ESTIMATORS = ("grpo", "grpo_ps", "grpo_ps_zerosum", "dr_grpo", "rloo")
+GROUP_ESTIMATORS = ("grpo", "grpo_ps", "grpo_ps_zerosum", "dr_grpo", "rloo", "prime")
 COMPONENTS = ("advantage", "policy_loss", "aggregation", "reward", "filter", "kl_coef", "kl_estimator",
               "kl_placement", "whiten_advantages")
 

@@ -32,7 +32,7 @@ from typing import Optional
 
 import torch
 
-from evals.prm import CausalLMPRM, RuleBasedPRM
+from evals.prm import RM_SPEC_FILE, CausalLMPRM, RuleBasedPRM, read_spec, spec_kwargs
 from harness.engine.errors import ModelLoadError  # noqa: F401 (raised here; the CLI imports it without torch)
 
 SPECIAL = {"pad": "<pad>", "bos": "<bos>", "eos": "<eos>", "unk": "<unk>"}
@@ -329,8 +329,13 @@ def resolve_device(name: str) -> torch.device:
 
 def load_prm(spec: Optional[str], task, device: str = "cpu"):
     """The process reward model named by ``algorithm.prm``: the task's rule-based step checker
-    (None, '' or 'rule'), or a Math-Shepherd-style causal LM loaded from a local directory."""
+    (None, '' or 'rule'), or a Math-Shepherd-style causal LM loaded from a local directory (its
+    tags from the folder's ``reward_model.json`` when `harness rm train` wrote it)."""
     if spec in (None, "", "rule"):
         return RuleBasedPRM(task)
+    rm_spec = read_spec(spec) if Path(spec).is_dir() else None
+    if rm_spec is not None and rm_spec["kind"] != "prm":
+        raise ModelLoadError(f"algorithm.prm={spec}: an outcome reward model ({RM_SPEC_FILE} says kind "
+                             f"{rm_spec['kind']}); give it as reward_model.type=orm reward_model.init={spec}")
     model, tokenizer = load_policy(spec)
-    return CausalLMPRM(model, tokenizer, device=device)
+    return CausalLMPRM(model, tokenizer, device=device, **spec_kwargs(rm_spec))

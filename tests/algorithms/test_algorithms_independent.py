@@ -3,7 +3,8 @@
 For each algorithm of ``algorithms.presets.ALGORITHMS`` the gradient the learner hands its
 optimizer(s) is compared with a gradient computed here from the equations alone (DeepSeekMath,
 arXiv 2402.03300: PPO eq. 1-2 with GAE, GRPO eq. 3-4 with outcome §4.1.2 and process §4.1.3
-supervision, online RFT §5.2.1; Dr. GRPO, Liu et al. 2025; RLOO, Ahmadian et al. 2024): nothing of
+supervision, online RFT §5.2.1; Dr. GRPO, Liu et al. 2025; RLOO, Ahmadian et al. 2024; PRIME, Cui et
+al. 2025, eq. 5): nothing of
 the project's loss / advantage / objective code is imported. The models run through the plain
 ``transformers`` forward, one unpadded sequence at a time (the learner uses its own batched,
 padded forward), at the sampling temperature.
@@ -138,6 +139,27 @@ def process_advantages(comps):
     return out
 
 
+def prime_advantages(comps):
+    """PRIME eq. 5 (gamma 1): each step reward on the token where the step ends; per row, the return of
+    (process reward - the mean over the group's other rows of their process reward per token), plus
+    RLOO's outcome advantage."""
+    out = []
+    for g in range(0, len(comps), G):
+        toks, pbar = [], []
+        for i in range(g, g + G):
+            p = torch.zeros(len(comps[i]))
+            for r, end in STEPS[i]:
+                p[min(end, len(comps[i]) - 1)] += r
+            toks.append(p)
+            pbar.append(float(p.sum()) / len(comps[i]))
+        r = REWARDS[g:g + G]
+        for k in range(G):
+            shifted = toks[k] - (sum(pbar) - pbar[k]) / (G - 1)
+            returns = torch.flip(torch.cumsum(torch.flip(shifted, [0]), 0), [0])
+            out.append(returns + (r[k] - (sum(r) - r[k]) / (G - 1)))
+    return out
+
+
 def ppo_advantages(old, ref, v_old, beta):
     """Eq. 2's per-token reward, GAE (gamma 1), whitening; returns (whitened A, returns R)."""
     adv, ret = [], []
@@ -259,6 +281,8 @@ def test_learner_gradient_matches_the_paper(name, case):
         adv, ret = ppo_advantages(old, ref_lp, v_old, beta)
     elif algo.advantage == "grpo_ps":
         adv = process_advantages(comps)
+    elif algo.advantage == "prime":
+        adv = prime_advantages(comps)
     elif algo.advantage == "ones":
         adv = rft_indicator(dedup=algo.filter == "correct_dedup")
     else:
