@@ -25,8 +25,7 @@ from harness.config import yamlsafe
 from harness.config.base import (ConfigError, brief, check, check_choice, deep_merge, effective_dict, expand_shorthand,
                                  field_docs, from_dict, set_dotted, stable_hash)
 from harness.config.yamlsafe import DuplicateKeyError, YamlBadValue, YamlTooLarge
-from harness.rundir.budget import BUDGET_UNITS, stage_samples, threshold_warning  # noqa: F401  (BUDGET_UNITS: re-exported; owner: harness.rundir.budget)
-from harness.rundir.ids import run_id  # noqa: F401  (owner: harness.rundir.ids)
+from harness.rundir.budget import BUDGET_UNITS, stage_samples, threshold_warning
 from harness.rundir.layout import write_text_atomic
 from harness.engine.numerics import MODES as NUMERICS_MODES
 

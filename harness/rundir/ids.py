@@ -10,7 +10,7 @@ cache keys' :func:`harness.config.schema.config_hash` also uses, without that st
 
 :func:`parse_run_id` is the inverse used wherever only the id is at hand (a run directory
 without a summary, a tracker given a bare id). Imports nothing of the project but
-:mod:`harness.config.base`, so :mod:`harness.config.schema` can re-export :func:`run_id`.
+:mod:`harness.config.base`.
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -53,11 +53,12 @@ from harness.config.schema import config_from_dict
 from harness.engine import numerics
 from harness.engine.distributed import DEEPSPEED_DIR
 from harness.rundir.layout import ERROR_TXT, SUMMARY, make_run_dir, read_json
-from harness.rundir.summary import _base_summary, _consumed, mark_interrupted, record_failure, write_summary  # noqa: F401  (re-exported)
+from harness.rundir.summary import mark_interrupted, record_failure, write_summary
+from harness.sweep.spec import LaunchOptions
 
-__all__ = ["RunSpec", "LaunchOptions", "RunResult", "LocalLauncher", "RayLauncher", "run_worker",
+__all__ = ["RunSpec", "RunResult", "LocalLauncher", "RayLauncher", "run_worker",
            "callable_path", "resolve_callable", "gpu_count", "gpu_slots", "default_workers",
-           "record_failure", "mark_interrupted", "WORKER_LOG", "WORKER_PAYLOAD", "write_payload", "read_payload",
+           "WORKER_LOG", "WORKER_PAYLOAD", "write_payload", "read_payload",
            "ENV_ZERO_STAGE", "ENV_DEEPSPEED_CONFIG"]
 
 WORKER_LOG = "worker.log"
@@ -75,29 +76,6 @@ class RunSpec:
     config: dict
     """The resolved config as a plain dict (``to_dict(cfg)``)."""
     label: str = ""
-
-
-@dataclass
-class LaunchOptions:
-    """How runs are executed: the sweep file's ``launcher:`` section (validated by
-    :mod:`harness.sweep.spec`, CLI flags applied) plus the train entry point."""
-    type: str = "local"
-    """local (worker processes on this machine) | ray."""
-    workers: Optional[int] = None
-    """Runs in parallel (None: fit the CPUs/GPUs)."""
-    address: Optional[str] = None
-    """Ray: address of an existing cluster (host:port)."""
-    train: str = "harness.train.loop:train"
-    """``module:function`` each worker calls as ``fn(cfg, resume=True, progress=False)``."""
-    cpus: int = 1
-    """CPU cores per run (torch threads = cpus // procs per process)."""
-    gpus: Any = "auto"
-    """GPUs per run: 'auto' (1 if any GPU is visible, else 0), 0, a fraction, or a whole number."""
-    procs: int = 1
-    """Processes per run; > 1 starts the run under torchrun."""
-    zero_stage: Optional[int] = None
-    deepspeed_config: Optional[str] = None
-    env: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -215,8 +193,7 @@ def default_workers(n_runs: int, cpus_per_run: int, n_slots: Optional[int] = Non
 # --------------------------------------------------------------------------- run-dir records
 
 
-# ``_consumed``, ``_base_summary``, ``record_failure`` and ``mark_interrupted`` live in
-# harness.rundir.summary (the one summary.json writer); imported above and re-exported.
+# ``record_failure`` and ``mark_interrupted`` live in harness.rundir.summary (the one summary.json writer).
 
 
 def _prepare_run_dir(run_dir: Path) -> None:

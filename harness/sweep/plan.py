@@ -25,9 +25,8 @@ from harness.rundir.budget import eval_points, stage_samples
 from harness.rundir.ids import NOT_HASHED, run_id
 from harness.rundir.layout import SUMMARY, read_json, warn_once
 from harness.rundir.read import finished_problem
-from harness.sweep.launchers import LaunchOptions
-from harness.sweep.spec import (SweepError, algorithms_section, apply_overrides, base_config, budget_section,
-                                check_algorithm, check_key, check_top_level, fmt_value, grid_section,
+from harness.sweep.spec import (LaunchOptions, SweepError, algorithms_section, apply_overrides, base_config,
+                                budget_section, check_algorithm, check_key, check_top_level, fmt_value, grid_section,
                                 launcher_section, read_sweep_file, report_section, valid_algorithms)
 
 __all__ = ["PlannedRun", "Sweep", "load_sweep", "expand_sweep", "format_plan", "per_step", "cell_label"]

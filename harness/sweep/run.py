@@ -35,11 +35,10 @@ from harness.report.format import table
 from harness.rundir.budget import consumed_by_unit
 from harness.rundir.layout import METRICS, SUMMARY, read_json, read_metrics, write_json_atomic
 from harness.rundir.lock import FileLock, LockBusy
-from harness.sweep.launchers import (LaunchOptions, LocalLauncher, RayLauncher, RunResult, RunSpec,
-                                     callable_path)
+from harness.sweep.launchers import LocalLauncher, RayLauncher, RunResult, RunSpec, callable_path
 from harness.sweep.plan import PlannedRun, Sweep, cell_label
 from harness.sweep.progress import Progress
-from harness.sweep.spec import SweepError, fmt_value
+from harness.sweep.spec import LaunchOptions, SweepError, fmt_value
 
 __all__ = ["run_sweep", "format_results", "summary_value", "DEFAULT_TRAIN", "TRAIN_FN_ENV", "SWEEP_FILE"]
 

@@ -62,19 +62,19 @@ import dataclasses
 import json
 import os
 import typing
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from algorithms.presets import ALGORITHMS
 from harness.config.base import ConfigError, deep_merge, did_you_mean, flatten
-from harness.config.schema import (BUDGET_UNITS, NAME_RULE, Config, config_from_dict, is_safe_name, load_yaml,
-                                   read_yaml_file)
+from harness.config.schema import NAME_RULE, Config, config_from_dict, is_safe_name, load_yaml, read_yaml_file
 from harness.report.format import number
-from harness.sweep.launchers import LaunchOptions
+from harness.rundir.budget import BUDGET_UNITS
 
 __all__ = [
-    "SweepError", "TOP_LEVEL_KEYS", "LAUNCHER_KEYS", "BUDGET_KEYS", "LAUNCHER_TYPES", "valid_algorithms",
-    "check_algorithm", "check_key", "apply_overrides", "fmt_value", "read_sweep_file", "check_top_level",
+    "SweepError", "LaunchOptions", "TOP_LEVEL_KEYS", "LAUNCHER_KEYS", "BUDGET_KEYS", "LAUNCHER_TYPES",
+    "valid_algorithms", "check_algorithm", "check_key", "apply_overrides", "fmt_value", "read_sweep_file", "check_top_level",
     "base_config", "grid_section", "algorithms_section", "budget_section", "launcher_section", "report_section",
 ]
 
@@ -87,6 +87,29 @@ LAUNCHER_TYPES = ("local", "ray")
 
 class SweepError(ConfigError):
     """A sweep file is invalid; the message names the file, the key and the problem."""
+
+
+@dataclass
+class LaunchOptions:
+    """How runs are executed (:mod:`harness.sweep.launchers`): the sweep file's ``launcher:`` section
+    (validated by :func:`launcher_section`, CLI flags applied) plus the train entry point."""
+    type: str = "local"
+    """local (worker processes on this machine) | ray."""
+    workers: Optional[int] = None
+    """Runs in parallel (None: fit the CPUs/GPUs)."""
+    address: Optional[str] = None
+    """Ray: address of an existing cluster (host:port)."""
+    train: str = "harness.train.loop:train"
+    """``module:function`` each worker calls as ``fn(cfg, resume=True, progress=False)``."""
+    cpus: int = 1
+    """CPU cores per run (torch threads = cpus // procs per process)."""
+    gpus: Any = "auto"
+    """GPUs per run: 'auto' (1 if any GPU is visible, else 0), 0, a fraction, or a whole number."""
+    procs: int = 1
+    """Processes per run; > 1 starts the run under torchrun."""
+    zero_stage: Optional[int] = None
+    deepspeed_config: Optional[str] = None
+    env: dict = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- keys and values

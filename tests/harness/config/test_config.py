@@ -3,7 +3,8 @@ import importlib.util
 
 import pytest
 
-from harness.config.schema import Config, ConfigError, config_from_dict, load_config, run_id, save_config
+from harness.config.schema import Config, ConfigError, config_from_dict, load_config, save_config
+from harness.rundir.ids import run_id
 from harness.config.base import effective_dict, field_docs
 
 

@@ -1,6 +1,7 @@
 """A run folder that is a dangling symbolic link, or a file: one line (exit 2), not a traceback."""
 from harness.cli.main import main as cli_main
-from harness.config.schema import load_config, run_id
+from harness.config.schema import load_config
+from harness.rundir.ids import run_id
 from support_paths import REPO
 
 QS = str(REPO / "harness" / "configs" / "quickstart.yaml")

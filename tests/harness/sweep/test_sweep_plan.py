@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config.schema import run_id
+from harness.rundir.ids import run_id
 from harness.sweep.plan import expand_sweep, format_plan, load_sweep
 from harness.sweep.run import summary_value
 from harness.sweep.spec import SweepError
