@@ -311,14 +311,21 @@ def effective_flat(flat: dict) -> dict:
     return {**flat, **{f"algorithm.{k}": v for k, v in sec.items()}}
 
 
-def flatten(d: Any, prefix: str = "") -> dict:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (dotted keys, as ``--set`` and trackers use)."""
+def flatten(d: Any, prefix: str = "", sep: str = ".", keep_empty: bool = False) -> dict:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: dotted keys, as ``--set``, trackers and reports use
+    (``sep="/"``: metric names). An empty mapping inside is dropped, or with ``keep_empty`` kept as
+    the value of its key (a summary or config as written, which a reader shows as it is)."""
+    out: dict[str, Any] = {}
     if isinstance(d, dict):
-        out = {}
         for k, v in d.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: d}
+            key = f"{prefix}{sep}{k}" if prefix else str(k)
+            if isinstance(v, dict) and (v or not keep_empty):
+                out.update(flatten(v, key, sep, keep_empty))
+            else:
+                out[key] = v
+    elif prefix:
+        out[prefix] = d
+    return out
 
 
 @lru_cache(maxsize=None)

@@ -17,9 +17,9 @@ from typing import Optional
 
 import numpy as np
 
-from harness.config.base import effective_dict
+from harness.config.base import effective_dict, flatten
 from harness.report.stats import mean_ci, paired_diff_ci
-from harness.rundir.read import RunData, flatten, is_number, is_run_dir, k_of, load_run, split_metric
+from harness.rundir.read import RunData, is_number, is_run_dir, k_of, load_run, split_metric
 
 _IGNORED_CFG = ("seed", "name", "output_dir", "device", "tracking.", "train.threads", "warmup.cache_dir")
 PAIRED_SKIP = ("budget_consumed", "warmup_seconds")
@@ -37,10 +37,10 @@ def run_settings(r: RunData) -> dict:
         eff = effective_dict(r.config)
     except Exception:
         eff = r.config if isinstance(r.config, dict) else {}
-    return {k: v for k, v in flatten(eff).items() if not _ignored(k)}
+    return {k: v for k, v in flatten(eff, keep_empty=True).items() if not _ignored(k)}
 
 
-def load_sweep(sweep_dir: str | os.PathLike) -> list[RunData]:
+def load_sweep_runs(sweep_dir: str | os.PathLike) -> list[RunData]:
     """The runs directly under a sweep directory (``<output_dir>/<name>/``). A run whose files
     cannot be read, or whose ``finished`` is not borne out, is among them with that status
     (``unreadable`` / ``unverified``) and the reason as its error: never an exception."""
@@ -250,7 +250,7 @@ def select_by_validation(runs: list[RunData], over: str = "train.lr") -> list[di
         if len(accs) != 1:
             continue
         (key, acc), = accs.items()
-        value = flatten(r.config).get(over)
+        value = flatten(r.config, keep_empty=True).get(over)
         by_algo.setdefault(r.algorithm, {}).setdefault(value, []).append(float(acc))
         tasks[r.algorithm] = key.split("/")[1]
     out = []

@@ -34,15 +34,17 @@ import json
 import os
 from pathlib import Path
 
-from harness.report.aggregate import (build_table, differing_settings, group_runs, load_sweep, paired_differences,
-                                      per_seed_initial, seeds_note, select_by_validation, selection_notes)
+from harness.config.base import flatten
+from harness.report.aggregate import (build_table, differing_settings, group_runs, load_sweep_runs,
+                                      paired_differences, per_seed_initial, seeds_note, select_by_validation,
+                                      selection_notes)
 from harness.report.format import number, table
 from harness.report.plots import PLOT_TITLES, figures
 from harness.report.tables import (STAT_NOTE, formatted_table, paired_table, results_html, results_markdown,
                                    runs_display, runs_frame, runs_html, settings_table, write_csvs)
 from harness.rundir.layout import read_json
 from harness.rundir.provenance import describe as describe_provenance, portable_path
-from harness.rundir.read import UNREADABLE, UNVERIFIED, RunData, flatten
+from harness.rundir.read import UNREADABLE, UNVERIFIED, RunData
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1200px;color:#222}
@@ -117,7 +119,7 @@ def columns_table(runs: list[RunData], columns: list[str]):
         return None
     rows = []
     for r in runs:
-        flat = flatten(r.summary)
+        flat = flatten(r.summary, keep_empty=True)
         vals = [flat.get(c) for c in columns]
         rows.append([r.run_id, r.status] + ["—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
                                             for v in vals])
@@ -230,7 +232,7 @@ def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     cannot be read (or whose ``finished`` is not borne out) is listed with its reason in the
     runs table, the notes and ``unusable``; the other runs are reported as usual."""
     sweep_dir = Path(sweep_dir)
-    runs = load_sweep(sweep_dir)
+    runs = load_sweep_runs(sweep_dir)
     out = Path(out_dir) if out_dir is not None else sweep_dir / "report"
     (out / "plots").mkdir(parents=True, exist_ok=True)
 

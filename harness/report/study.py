@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from harness.report.aggregate import load_sweep, per_seed_initial
+from harness.report.aggregate import load_sweep_runs, per_seed_initial
 from harness.report.curvefit import study_curves
 from harness.report.study_plots import colors_for, plot_accuracy, plot_fits, plot_k
 from harness.report.format import table
@@ -65,7 +65,7 @@ def load_study(sweep_dir) -> Study:
     run without a seed, is excluded and listed); the in-domain task (the runs' configured
     task), the out-of-domain one (an evaluated task named ``*_ood``) and the largest K."""
     sweep_dir = Path(sweep_dir)
-    runs = load_sweep(sweep_dir)
+    runs = load_sweep_runs(sweep_dir)
     arms: dict[str, dict[int, RunData]] = {}
     excluded = []
     for r in runs:

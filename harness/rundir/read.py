@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from harness.config.base import flatten
 from harness.rundir.budget import BUDGET_UNITS, COUNTERS, EPS, counter_key, row_consumed
 from harness.rundir.ids import parse_run_id
 from harness.rundir.layout import (CONFIG, ERROR_TXT, METRICS, SUMMARY, RunFileError, load_json, nonregular,
@@ -117,21 +118,6 @@ def find_run_dirs(root: str | os.PathLike, skip_unreadable: bool = True,
                 keep.append(d)
         found = keep
     return sorted(found)
-
-
-def flatten(d: Any, prefix: str = "", sep: str = ".") -> dict[str, Any]:
-    """``{"train": {"lr": 1e-4}}`` -> ``{"train.lr": 1e-4}``."""
-    out: dict[str, Any] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            key = f"{prefix}{sep}{k}" if prefix else str(k)
-            if isinstance(v, dict) and v:
-                out.update(flatten(v, key, sep))
-            else:
-                out[key] = v
-    elif prefix:
-        out[prefix] = d
-    return out
 
 
 def is_number(v: Any) -> bool:

@@ -58,10 +58,11 @@ for _k, _v in {
 }.items():
     os.environ.setdefault(_k, _v)
 
+from harness.config.base import flatten  # noqa: E402
 from harness.rundir.budget import row_consumed, unit_of  # noqa: E402
 from harness.rundir.ids import parse_run_id  # noqa: E402
 from harness.rundir.lock import file_lock  # noqa: E402
-from harness.rundir.read import flatten, is_number  # noqa: E402
+from harness.rundir.read import is_number  # noqa: E402
 from harness.rundir.read import summary_metrics as results_summary_metrics  # noqa: E402
 from harness.tracking.base import (Tracker, artifact_dir, artifact_files, cfg_get, config_dict,  # noqa: E402
                                    dir_run_times, percent_metrics, run_times)
@@ -385,8 +386,8 @@ class MlflowTracker(Tracker):
     def _log_params_and_tags(self, run, params: dict, tags: dict) -> None:
         from mlflow.entities import Param, RunTag
 
-        flat = {k: v for k, v in flatten(config_dict(self.cfg)).items()}
-        flat.update(flatten(params or {}))
+        flat = {k: v for k, v in flatten(config_dict(self.cfg), keep_empty=True).items()}
+        flat.update(flatten(params or {}, keep_empty=True))
         existing = dict(run.data.params) if self.resumed else {}
         new_params = []
         for k, v in flat.items():

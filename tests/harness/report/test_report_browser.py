@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from _fake_results import make_sweep
-from harness.report.aggregate import build_table, group_runs, load_sweep, per_seed_initial
+from harness.report.aggregate import build_table, group_runs, load_sweep_runs, per_seed_initial
 from harness.report.build import build_report
 from harness.report.plots import COLORS, PLOT_TITLES, SMOOTH_STAGES, figures, moving_average
 
@@ -28,7 +28,7 @@ def sweep(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def figs(sweep):
-    runs = load_sweep(sweep)
+    runs = load_sweep_runs(sweep)
     df = build_table(runs)
     done = [r for r in runs if r.status == "finished"]
     groups = group_runs(done)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from _fake_results import make_run
-from harness.report.aggregate import group_runs, load_sweep, paired_differences, warmup_cost
+from harness.report.aggregate import group_runs, load_sweep_runs, paired_differences, warmup_cost
 from harness.report.build import build_report
 from harness.report.stats import mean_ci, paired_diff_ci
 from harness.report.tables import format_cell, formatted_table
@@ -79,7 +79,7 @@ def test_paired_differences_vs_first_algorithm(sweep, report):
     # rft has one seed in common with grpo: a difference, no interval
     assert "±" not in by_row["rft − grpo"]["arith acc (points)"]
     assert by_row["rft − grpo"]["arith acc (points)"].endswith("(n=1)")
-    base, diffs_ = paired_differences(group_runs([r for r in load_sweep(sweep)]), ["wall_seconds"])
+    base, diffs_ = paired_differences(group_runs([r for r in load_sweep_runs(sweep)]), ["wall_seconds"])
     assert base == "grpo" and diffs_["ppo"]["wall_seconds"]["seeds"] == [0, 1, 2]
 
 
