@@ -26,6 +26,7 @@ numerics.pin_process()  # before anything imports torch: portable unless GRPO_HA
 from evals.datasets import DatasetError  # noqa: E402 (after the numerics pins)
 from harness.cli import eval as eval_cmd
 from harness.cli import report as report_cmd
+from harness.cli import rm as rm_cmd
 from harness.cli import sweep as sweep_cmd
 from harness.cli import tracking as tracking_cmd
 from harness.cli.polish import (blame_override, empty_argument, finish_parser, hydra_hint, one_line, quiet_third_party,
@@ -42,6 +43,7 @@ GROUPS = (
     sweep_cmd,      # sweep
     report_cmd,     # report
     tracking_cmd,   # sync, ui
+    rm_cmd,         # rm train
 )
 COMMAND_MODULES = [m.__name__ for m in GROUPS]
 EXIT_NO_SPACE = 3

@@ -31,7 +31,8 @@ from harness.engine.numerics import MODES as NUMERICS_MODES
 
 __all__ = [
     "Config", "ModelConfig", "TaskConfig", "WarmupConfig", "SamplingConfig", "TrainConfig",
-    "AlgorithmConfig", "BudgetConfig", "EvalConfig", "OodEvalConfig", "TrackingConfig", "ConfigError",
+    "AlgorithmConfig", "BudgetConfig", "EvalConfig", "OodEvalConfig", "TrackingConfig", "RewardModelConfig",
+    "ConfigError",
     "load_config", "save_config", "config_hash", "config_from_dict", "field_docs", "algorithm_name", "ood_task_spec",
     "config_warnings", "dir_path_problem",
 ]
@@ -278,8 +279,9 @@ class TrainConfig:
 class AlgorithmConfig:
     name: str = "grpo"
     """Named algorithm; sets the defaults of every component below that is left null:
-    grpo, grpo_ps (process supervision), grpo_iter (reference reset), dr_grpo, rloo, grpo_token_mean, ppo,
-    rft, rft_dedup."""
+    grpo, grpo_ps (process supervision), grpo_iter (reference resets only; the paper's iterative RL with
+    reward-model retraining is reward_model.rounds), dr_grpo, rloo, prime (RLOO + process returns; PRIME
+    with reward_model.type=implicit), grpo_token_mean, ppo, rft, rft_dedup."""
     advantage: Optional[str] = None
     """Advantage estimator (registry in algorithms.advantages), e.g. grpo, grpo_ps, rloo, dr_grpo, gae."""
     policy_loss: Optional[str] = None
@@ -313,7 +315,8 @@ class AlgorithmConfig:
     """Process rewards (reward: process): null = the task's rule-based step checker; a local
     directory = a neural process reward model (Math-Shepherd style, see evals.prm)."""
     ref_reset_every: int = 0
-    """Iterative RL: reset the reference model to the current policy every N steps (0 = never)."""
+    """Reference resets: reset the reference model to the current policy every N steps (0 = never);
+    grpo_iter requires N >= 1. (Iterative RL with a retrained reward model: reward_model.rounds.)"""
     gae_gamma: float = 1.0
     """PPO: discount of GAE."""
     gae_lambda: float = 0.95
@@ -341,6 +344,65 @@ class AlgorithmConfig:
         check(self.value_clip > 0, "algorithm.value_clip", self.value_clip, "must be > 0")
         check(self.critic_warmup_steps >= 0, "algorithm.critic_warmup_steps", self.critic_warmup_steps, "must be >= 0")
         check(self.dr_grpo_norm >= 0, "algorithm.dr_grpo_norm", self.dr_grpo_norm, "must be >= 0")
+
+
+REWARD_MODEL_TYPES = ("orm", "prm", "implicit")
+
+
+@dataclass(frozen=True)
+class RewardModelConfig:
+    """A learned reward model in the loop (docs/reward_models.md). Left at its defaults the
+    section changes nothing and does not enter the run id (harness.rundir.ids)."""
+
+    type: Optional[str] = None
+    """null: rewards from the task's exact checker (and algorithm.prm), as always. orm: a learned
+    outcome reward model (P(good) at a tag after the completion) gives the outcome reward. prm: a
+    learned Math-Shepherd-style process reward model (P(good) at a tag after each step) gives the
+    step rewards (algorithms with reward: process). implicit: PRIME's implicit PRM (Cui et al. 2025),
+    a copy of the starting policy trained online on every batch's outcome labels, whose per-token
+    beta*log(pi_rm/pi_ref) are the process rewards (algorithm prime or grpo_ps). orm and prm are
+    trained on the policy's own samples labelled by the exact checker (the grader for outcomes)."""
+    init: Optional[str] = None
+    """orm/prm: a folder written by `harness rm train` to start from (its recorded cost in samples,
+    tokens and seconds is charged to this run's budget); null: one is trained before RL on
+    samples_per_round samples of the starting policy."""
+    rounds: int = 1
+    """orm/prm: rounds of iterative RL (DeepSeekMath §4.2). 1: the reward model stays fixed during RL.
+    R > 1: the budget is cut into R equal parts; at the end of each but the last the current policy
+    draws samples_per_round samples, the exact checker labels them, the reward model trains further
+    on them plus a replay of earlier examples, and the reference is reset to the policy."""
+    samples_per_round: int = 1024
+    """Completions drawn from the current policy to (re)train the reward model each round (a
+    multiple of sampling.samples_per_prompt). They count against the run's budget (samples,
+    tokens), as does the reward model's training time (seconds)."""
+    replay_fraction: float = 0.1
+    """Share of the earlier rounds' examples replayed when the reward model trains further
+    (drawn without replacement, the count rounded half up; DeepSeekMath: 10%)."""
+    epochs: int = 2
+    """orm/prm: passes over each round's training set."""
+    lr: float = 1e-4
+    """Learning rate of the reward model (AdamW, constant)."""
+    micro_batch_size: int = 64
+    """Sequences per reward-model forward / backward (one optimizer step per micro-batch for
+    orm/prm; one per batch of rollouts for implicit)."""
+    beta: float = 0.05
+    """implicit: beta of the implicit PRM (PRIME: 0.05): token process reward beta*log(pi_rm/pi_ref),
+    outcome logit beta times their sum."""
+
+    def validate(self):
+        if self.type is not None:
+            check_choice("reward_model.type", self.type, REWARD_MODEL_TYPES)
+        check(self.rounds >= 1, "reward_model.rounds", self.rounds, "must be >= 1 (1 = one round, no retraining)")
+        check(self.samples_per_round >= 1, "reward_model.samples_per_round", self.samples_per_round, "must be >= 1")
+        check(0.0 <= self.replay_fraction <= 1.0, "reward_model.replay_fraction", self.replay_fraction,
+              "must be in [0, 1]")
+        check(self.epochs >= 1, "reward_model.epochs", self.epochs, "must be >= 1")
+        check(self.lr > 0, "reward_model.lr", self.lr, "must be > 0")
+        check(self.micro_batch_size >= 1, "reward_model.micro_batch_size", self.micro_batch_size, "must be >= 1")
+        check(self.beta > 0, "reward_model.beta", self.beta, "must be > 0")
+        if self.init is not None:
+            why = dir_path_problem(self.init)
+            check(why is None, "reward_model.init", self.init, f"{why} (a folder written by `harness rm train`)")
 
 
 @dataclass(frozen=True)
@@ -468,6 +530,8 @@ class Config:
     """Held-out evaluation at budget checkpoints."""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     """Trackers mirrored from metrics.jsonl."""
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    """A learned reward model (orm, prm, PRIME's implicit PRM) and iterative RL; off by default."""
 
     def validate(self):
         check(is_safe_name(self.name), "name", self.name, NAME_RULE)
@@ -488,14 +552,15 @@ class Config:
         check(self.train.prompts_per_step * self.sampling.samples_per_prompt <= MAX_PER_STEP,
               "train.prompts_per_step", self.train.prompts_per_step,
               f"prompts_per_step x sampling.samples_per_prompt must be <= {MAX_PER_STEP} samples per stage")
-        if algo.reward == "process" and self.algorithm.prm in (None, "", "rule"):
+        if algo.reward == "process" and self.algorithm.prm in (None, "", "rule") and self.reward_model.type is None:
             check(has_step_checker(self.task.name), "algorithm.prm", self.algorithm.prm,
                   f"algorithm '{self.algorithm.name}' uses process rewards, and task '{self.task.name}' has no "
-                  f"step checker: set algorithm.prm to a process reward model directory, or use an "
-                  f"outcome-reward algorithm")
+                  f"step checker: set algorithm.prm to a process reward model directory, reward_model.type to "
+                  f"implicit (PRIME), or use an outcome-reward algorithm")
         check(self.algorithm.name != "grpo_iter" or self.algorithm.ref_reset_every > 0,
               "algorithm.ref_reset_every", self.algorithm.ref_reset_every,
               "iterative GRPO (grpo_iter) resets its reference every N steps: set N >= 1")
+        self._validate_reward_model(algo)
         ood = None
         if self.eval.ood.enabled:
             check(self.task.name == "arith", "eval.ood.enabled", True,
@@ -514,6 +579,42 @@ class Config:
             new = max(self.sampling.max_new_tokens, self.eval.max_new_tokens)
             check(self.model.max_length >= prompt + new, "model.max_length", self.model.max_length,
                   f"must hold the longest prompt ({prompt} tokens) + max_new_tokens ({new}) = {prompt + new}")
+
+    def _validate_reward_model(self, algo) -> None:
+        """The reward_model section fits the algorithm and the task (one ConfigError naming the field)."""
+        rm = self.reward_model
+        if rm.type is None:
+            check(rm.rounds == 1, "reward_model.rounds", rm.rounds,
+                  "iterative RL retrains a learned reward model: set reward_model.type to orm or prm (reference "
+                  "resets alone are algorithm grpo_iter with algorithm.ref_reset_every)")
+            check(rm.init is None, "reward_model.init", rm.init, "needs reward_model.type (orm or prm)")
+            return
+        wants = "outcome" if rm.type == "orm" else "process"
+        check(algo.reward == wants, "reward_model.type", rm.type,
+              f"gives {wants} rewards, and algorithm '{self.algorithm.name}' uses {algo.reward} rewards: use "
+              + ("an outcome-reward algorithm (grpo, rloo, dr_grpo, ppo, ...)" if wants == "outcome"
+                 else "a process-reward algorithm (grpo_ps, prime)"))
+        check(self.algorithm.prm in (None, "", "rule"), "algorithm.prm", self.algorithm.prm,
+              f"reward_model.type={rm.type} supplies the rewards: leave algorithm.prm null")
+        check(rm.type != "implicit" or (rm.rounds == 1 and rm.init is None), "reward_model.type", rm.type,
+              "the implicit PRM trains online on every batch: reward_model.rounds and reward_model.init are for "
+              "orm and prm")
+        check(rm.rounds == 1 or self.algorithm.ref_reset_every == 0, "algorithm.ref_reset_every",
+              self.algorithm.ref_reset_every, "iterative RL (reward_model.rounds > 1) resets the reference at the "
+              "end of each round: leave algorithm.ref_reset_every at 0")
+        G = self.sampling.samples_per_prompt
+        check(rm.samples_per_round % G == 0, "reward_model.samples_per_round", rm.samples_per_round,
+              f"must be a multiple of sampling.samples_per_prompt ({G}): whole groups of the policy's samples")
+        trainings = (rm.rounds - 1 + (rm.init is None)) if rm.type != "implicit" else 0
+        check(self.budget.unit != "samples" or rm.samples_per_round * trainings < self.budget.amount,
+              "reward_model.samples_per_round", rm.samples_per_round,
+              f"{trainings} reward-model training(s) of {rm.samples_per_round} samples would use the whole budget of "
+              f"{self.budget.amount:g} samples (they count against it): lower it or reward_model.rounds")
+        if rm.type == "prm" and not has_step_checker(self.task.name):
+            check(rm.init is not None and rm.rounds == 1, "reward_model.type", rm.type,
+                  f"task '{self.task.name}' has no exact step checker to label the policy's samples during the run: "
+                  f"train a PRM with `harness rm train --step-labels mc` and give it as reward_model.init with "
+                  f"reward_model.rounds=1, or use reward_model.type=implicit")
 
     def replace(self, **sections) -> "Config":
         return dataclasses.replace(self, **sections)

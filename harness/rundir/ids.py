@@ -1,7 +1,8 @@
 """Run ids, defined once: ``<algorithm>-s<seed>-<hash8>`` made from a resolved config, and parsed back.
 
 The hash covers every field that changes what a run computes; ``name``, ``output_dir`` and
-``tracking`` (and ``warmup.cache_dir``, ``train.checkpoint_minutes``) do not, so the same cell in two sweeps (or a re-launch with a tracker switched
+``tracking`` (and ``warmup.cache_dir``, ``train.checkpoint_minutes``, and a ``reward_model``
+section left at its defaults) do not, so the same cell in two sweeps (or a re-launch with a tracker switched
 on) is the same run. The algorithm's components are hashed with their preset values filled in
 (:func:`harness.config.base.effective_dict`), so a run's own ``config.yaml``, which writes them
 out, names the same run as the config it was made from. It is the first 8 hex digits of the SHA-256 of the remaining config as
@@ -24,6 +25,11 @@ __all__ = ["run_id", "format_run_id", "parse_run_id", "RunIdParts", "HASH_LENGTH
 HASH_LENGTH = 8
 NOT_HASHED = ("name", "output_dir", "tracking")
 """Config sections that do not enter the hash (they do not change what a run computes)."""
+
+DEFAULT_REWARD_MODEL = {"type": None, "init": None, "rounds": 1, "samples_per_round": 1024, "replay_fraction": 0.1,
+                        "epochs": 2, "lr": 0.0001, "micro_batch_size": 64, "beta": 0.05}
+"""The ``reward_model`` section at its defaults (``harness.config.schema.RewardModelConfig``; a test
+keeps the two equal): left out of the hash, so configs that predate the section keep their run ids."""
 
 _RUN_ID = re.compile(r"^(?P<algorithm>.+?)-s(?P<seed>-?\d+)-(?P<hash>[0-9a-f]+)$")
 
@@ -48,6 +54,8 @@ def run_id(cfg) -> str:
         d["warmup"].pop("cache_dir", None)  # where the warm-up is cached, not what it is
     if isinstance(d.get("train"), dict):
         d["train"].pop("checkpoint_minutes", None)  # how often it saves, not what it computes
+    if d.get("reward_model") == DEFAULT_REWARD_MODEL:
+        d.pop("reward_model")  # off (its defaults): the section came later, so runs without it keep their ids
     return format_run_id(cfg.algorithm.name, cfg.seed, stable_hash(d, HASH_LENGTH, integral_floats_as_ints=True))
 
 

@@ -30,6 +30,9 @@ are absent, a launcher's placeholder fills them with empty values):
   warm-up part. Durations are measured on the monotonic clock (a wall clock stepped back by
   NTP or by hand never makes one negative); ``started`` / ``ended`` are unix stamps only
 - ``final_model`` path of the saved policy when ``train.save_final_model``
+- ``reward_model`` with a learned reward model (``reward_model.type``): its type, rounds,
+  trainings, examples, per-round log and ``cost`` (the samples, tokens and seconds charged to the
+  budget; ``seconds_in_stages`` spent scoring inside stages), :mod:`harness.rewards.run`
 
 Writers: the trainer (:func:`new_summary` at start, :func:`record_end` then
 :func:`write_summary` at the end, :func:`record_exception` when it raises) and the sweep

@@ -77,6 +77,7 @@ from harness.train.evalpoints import EVAL_SEED_OFFSET, cached_initial_eval, eval
 from harness.train.checkpoint import checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint
 from harness.train.stage import build_models, run_stage, stage_problems, stage_seed
 from harness.train.warmup import WARMUP_SEED, ensure_warmup, starting_checkpoint
+from harness.rewards.run import for_run as reward_model_for_run
 
 log_ = logging.getLogger(__name__)
 
@@ -176,6 +177,7 @@ class _Run:
     ood: Any = None  # the out-of-domain task (eval.ood), or None
     start_info: dict = field(default_factory=dict)
     prm: Any = None
+    rm: Any = None  # a learned reward model (reward_model.type; harness.rewards.run), or None
     tok: Any = None
     learner: Optional[Learner] = None
     counters: dict = field(default_factory=new_counters)
@@ -346,6 +348,8 @@ def _train(run: _Run, resume: bool, progress: bool) -> dict:
         run.log(ev)
         if run.writer is not None:
             set_phase(run.out, run.summary, None)
+    if run.rm is not None and not run.rm.started:  # round 0: the reward model before RL (its cost is charged)
+        run.log(run.rm.start(run.learner.policy, run.counters))
     last_eval, step_times = _train_to_budget(run, progress)
     _finalize(run, last_eval, step_times)
     return run.summary
@@ -359,7 +363,9 @@ def _setup(run: _Run, progress: bool) -> None:
     algo = resolve(cfg.algorithm)
     run.task = get_task(cfg.task)
     run.ood = ood_task(cfg)
-    run.prm = load_prm(cfg.algorithm.prm, run.task, str(run.device)) if algo.reward == "process" else None
+    # the exact step rewards (or algorithm.prm); with a learned reward model they are its labels and statistics
+    run.prm = (load_prm(cfg.algorithm.prm, run.task, str(run.device)) if algo.reward == "process" and
+               (cfg.reward_model.type is None or run.task.has_process_rewards) else None)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     torch.manual_seed(cfg.seed)
@@ -370,6 +376,8 @@ def _setup(run: _Run, progress: bool) -> None:
     params = {k: (_numel(m) if m is not None else 0) for k, m in models}
     param_mb = {k: (_nbytes(m) / 2**20 if m is not None else 0.0) for k, m in models}
     run.learner = Learner(policy, algo, cfg, run.device, run.perf, reference=reference, critic=critic, dist=dist)
+    run.rm = reward_model_for_run(cfg, run.task, run.learner.policy, run.tok, run.device, run.perf,
+                                  dist.is_distributed)
     if cfg.train.reuse_warmup_optimizer and start_info.get("optimizer_state"):
         if dist.is_distributed:
             if dist.is_main:
@@ -418,6 +426,8 @@ def _restore(run: _Run, resume: bool) -> None:
     if run.writer is not None:
         run.writer.truncate_after(run.counters[STEP])
     run.summary["resumed_from_step"] = run.counters[STEP]
+    if run.rm is not None and state.get("reward_model") is not None:
+        run.rm.load_state_dict(state["reward_model"])
 
 
 def _train_to_budget(run: _Run, progress: bool) -> tuple[dict, list]:
@@ -442,6 +452,8 @@ def _train_to_budget(run: _Run, progress: bool) -> tuple[dict, list]:
         counters["samples"] += stats.n_seqs
         counters["tokens"] += stats.n_tokens
         counters["seconds"] += stats.dt
+        if run.rm is not None:  # iterative RL: the end of a round retrains the reward model (charged here)
+            row.update(run.rm.after_stage(run.learner, counters))
         run.log(row)
         bar.update(min(consumed(counters, unit), amount) - bar.n)
         bar.set_postfix(reward=f"{row['rollout/reward_mean']:.2f}", acc=last_eval.get(f"eval/{run.task.name}/acc", ""))
@@ -487,6 +499,8 @@ def _save_resume_point(run: _Run) -> None:
     """Every rank: the resume point after the current stage (counters, thresholds passed,
     initial evaluation, learner, RNG); resuming from it replays what an uninterrupted run does."""
     state = {"counters": dict(run.counters), "passed": run.passed, "initial_eval": run.summary["initial_eval"]}
+    if run.rm is not None:
+        state["reward_model"] = run.rm.state_dict()
     save_checkpoint(run.ckpt, run.dist, run.learner, run.cfg, state)
 
 
@@ -528,16 +542,18 @@ def _stage(run: _Run, k: int) -> tuple[dict, _StageStats]:
     cfg, task = run.cfg, run.task
     t_stage = time.perf_counter()
     problems, valid = _stage_prompts(run, k)
-    st = run_stage(run.learner, cfg, task, run.tok, k, problems, score, perf=run.perf, dist=run.dist, prm=run.prm,
+    scorer = score if run.rm is None else run.rm.scorer(score)  # a reward model: what the learner is given
+    st = run_stage(run.learner, cfg, task, run.tok, k, problems, scorer, perf=run.perf, dist=run.dist, prm=run.prm,
                    valid=valid, progress=consumed(run.counters, cfg.budget.unit) / cfg.budget.amount)
     _check_finite(run, st.metrics, k)
     if ref_reset_due(k, cfg.algorithm.ref_reset_every):
         run.learner.reset_reference()
     dt = time.perf_counter() - t_stage
     secs = run.perf.pop_seconds()
-    stats = _stage_stats(run, st.rollouts, st.rewards, st.step_rewards, valid, dt, secs,
+    rewards, steps, rm_row = (st.rewards, st.step_rewards, {}) if run.rm is None else run.rm.take_exact()
+    stats = _stage_stats(run, st.rollouts, rewards, steps, valid, dt, secs,
                          short_outputs(task, st.problems_rep, st.rollouts))
-    return _stage_row(st.metrics, stats, secs, cfg.sampling.samples_per_prompt, run.prm is not None), stats
+    return {**_stage_row(st.metrics, stats, secs, cfg.sampling.samples_per_prompt, run.prm is not None), **rm_row}, stats
 
 
 def _check_finite(run: _Run, tm: dict, k: int) -> None:
@@ -637,6 +653,8 @@ def _finalize(run: _Run, last_eval: dict, step_times: list) -> None:
     perf_summary["perf/step_seconds_mean"] = float(np.mean(step_times[1:] or step_times or [0.0]))
     run.log(perf_summary)
     record_end(run.summary, run.counters, last_eval, perf_summary, elapsed=time.monotonic() - run.t_start)
+    if run.rm is not None:  # its work apart from RL's (already in the budget counters)
+        run.summary["reward_model"] = run.rm.report()
     cfg = run.cfg  # overshoot bound: one stage (tokens: every sample at max_new_tokens)
     bound = {"tokens": stage_samples(cfg.train.prompts_per_step, cfg.sampling.samples_per_prompt)
              * cfg.sampling.max_new_tokens, "seconds": max(step_times, default=None)}.get(cfg.budget.unit)

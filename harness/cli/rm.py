@@ -1,0 +1,111 @@
+"""`harness rm train CONFIG`: train an outcome or process reward model on a policy's labelled samples and report its held-out accuracy and AUC."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from evals.catalog import has_step_checker
+from harness.cli.checks import check_device, check_output_dir
+from harness.cli.polish import lazy
+from harness.config.base import ConfigError
+from harness.config.schema import load_config
+
+# loaded when the command runs (torch, transformers): `--help` and argument errors answer at once
+fit = lazy("harness.rewards.fit")
+models = lazy("harness.engine.models")
+prm = lazy("evals.prm")
+report_format = lazy("harness.report.format")
+
+DESCRIPTION = ("Train a learned reward model from a policy's own samples labelled by the task's exact checker "
+               "(arith's step checker; the grader for outcomes; --step-labels mc: Math-Shepherd's Monte-Carlo "
+               "completion), then write the model folder, reward_model.json (kind, tags, cost in samples, tokens "
+               "and seconds), metrics.json (held-out and training accuracy and AUC against the exact labels) and "
+               "data.jsonl. A run uses it with --set reward_model.type=<kind> --set reward_model.init=<folder> "
+               "(or, a frozen PRM, algorithm.prm=<folder>). Settings from the config's reward_model section "
+               "(samples_per_round, epochs, lr, micro_batch_size) and sampling section. "
+               "docs/reward_models.md")
+
+
+def _kind(cfg, args) -> str:
+    kind = args.type or cfg.reward_model.type
+    if kind not in ("orm", "prm"):
+        raise ConfigError(f"--type {kind!r} is invalid: harness rm train trains an orm or a prm (give --type or "
+                          f"reward_model.type; the implicit PRM trains online inside a run)")
+    return kind
+
+
+def check_args(cfg, args, kind: str) -> None:
+    """Everything that can be checked before any work (one-line ConfigError, exit 2)."""
+    if kind == "prm" and args.step_labels == "exact" and not has_step_checker(cfg.task.name):
+        raise ConfigError(f"--step-labels exact is invalid for task '{cfg.task.name}': it has no exact step checker; "
+                          f"use --step-labels mc (Monte-Carlo completion) or --type orm")
+    if args.samples is not None and args.samples < 1:
+        raise ConfigError(f"--samples {args.samples} is invalid: must be >= 1")
+    if not 0.0 < args.heldout_frac < 1.0:
+        raise ConfigError(f"--heldout-frac {args.heldout_frac} is invalid: must be in (0, 1)")
+    if args.mc_rollouts < 1:
+        raise ConfigError(f"--mc-rollouts {args.mc_rollouts} is invalid: must be >= 1")
+    if args.policy:
+        if not Path(args.policy).is_dir():
+            raise ConfigError(f"--policy {args.policy!r} is invalid: not a model folder")
+        models.check_model_folder(args.policy)
+    init = args.init or cfg.reward_model.init
+    if init and not (Path(init) / prm.RM_SPEC_FILE).is_file():
+        raise ConfigError(f"--init {init!r} is invalid: no {prm.RM_SPEC_FILE} there (a folder written by "
+                          f"`harness rm train`)")
+    check_device(cfg.device)
+    if args.out:
+        check_output_dir(args.out, "--out")
+
+
+def cmd_rm_train(args) -> int:
+    sets = list(args.set) + ([f"output_dir={args.output_dir}"] if args.output_dir else [])
+    cfg = load_config(args.config, sets)
+    kind = _kind(cfg, args)
+    check_args(cfg, args, kind)
+    res = fit.train_reward_model(cfg, kind, policy_dir=args.policy, init=args.init or cfg.reward_model.init,
+                                 out=args.out, samples=args.samples,
+                                 heldout_frac=args.heldout_frac, step_labels=args.step_labels,
+                                 mc_rollouts=args.mc_rollouts, progress=not args.no_progress)
+    pct = report_format.percent
+    print(f"reward model ({kind}) written to {res['out']}")
+    print(f"  examples: {res['examples']['train']} train, {res['examples']['heldout']} held out; "
+          f"cost {res['cost']['samples']} samples, {res['cost']['tokens']} tokens, {res['cost']['seconds']:.1f} s")
+    for part, q in sorted(res["heldout"].items()):
+        auc = "-" if q["auc"] is None else f"{q['auc']:.3f}"
+        acc = "-" if q["acc"] is None else pct(q["acc"])
+        print(f"  held-out {part:8s} n={q['n']:<6d} positives={q['positives']:<6d} accuracy {acc:>7}  AUC {auc}")
+    if args.json:
+        print(json.dumps(res, indent=1, sort_keys=True), file=sys.stdout)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("rm", help="reward models: train one on a policy's labelled samples",
+                       description="Reward models (docs/reward_models.md).")
+    rsub = p.add_subparsers(dest="rm_command", metavar="COMMAND")
+    t = rsub.add_parser("train", help="train an outcome / process reward model and report its held-out accuracy",
+                        description=DESCRIPTION)
+    t.add_argument("config", help="run config YAML (model, task, sampling, reward_model settings)")
+    t.add_argument("--type", choices=("orm", "prm"), help="orm or prm (default: the config's reward_model.type)")
+    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field, e.g. --set reward_model.samples_per_round=2048 (repeatable)")
+    t.add_argument("--policy", metavar="DIR",
+                   help="the policy to sample from (a model folder, e.g. a run's final_model); default: the "
+                        "config's starting checkpoint (the tiny model's cached warm-up)")
+    t.add_argument("--init", metavar="DIR", help="continue training this reward-model folder (default: a copy of "
+                                                 "the policy)")
+    t.add_argument("--samples", type=int, help="completions to draw (default: reward_model.samples_per_round)")
+    t.add_argument("--heldout-frac", type=float, default=0.2,
+                   help="share of problems held out for the accuracy / AUC report (default 0.2)")
+    t.add_argument("--step-labels", choices=("exact", "mc"), default="exact",
+                   help="prm step labels: exact (the task's step checker) or mc (Monte-Carlo completion)")
+    t.add_argument("--mc-rollouts", type=int, default=4, help="continuations per step with --step-labels mc")
+    t.add_argument("--out", metavar="DIR",
+                   help="output folder (default: <output_dir>/reward_models/<kind>-s<seed>-<hash>)")
+    t.add_argument("--output-dir", help="results root (default: the config's output_dir, results)")
+    t.add_argument("--json", action="store_true", help="also print metrics.json's content")
+    t.add_argument("--no-progress", action="store_true", help="no progress bars")
+    t.set_defaults(func=cmd_rm_train)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

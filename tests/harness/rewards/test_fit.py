@@ -1,0 +1,81 @@
+"""`harness rm train`'s work: Monte-Carlo step labels (Math-Shepherd) against brute force over the
+continuations drawn, and a whole tiny training that writes a folder a run and algorithm.prm can load."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from evals.arith import ArithTask
+from harness.config.schema import load_config
+from harness.engine.models import load_prm
+from harness.rewards import fit
+from harness.rewards.data import label_exact, load_examples
+from harness.rewards.learned import TaggedRM
+from harness.train.loop import train
+
+TINY = ["model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32",
+        "task.min_ops=1", "task.max_ops=2", "warmup.steps=0", "sampling.samples_per_prompt=2",
+        "sampling.max_new_tokens=8", "train.threads=1", "reward_model.samples_per_round=16",
+        "reward_model.epochs=1", "reward_model.micro_batch_size=8"]
+
+
+def test_mc_step_labels_by_brute_force(monkeypatch):
+    """Each step before the last is good when any of its continuations completes a right answer; the
+    continuations here are fixed, so the labels are known by hand."""
+    task = ArithTask()
+    p = task.make_problem("3+4*2-5")
+    comps = ["4*2=8;3+8=12;12-5=7;#7", "4*2=9;#6"]
+    ex = label_exact(task, [p, p], comps, [True, True], with_steps=False)
+    conts = {  # prefix (after the prompt) -> its 2 continuations
+        "4*2=8;": ["3+8=11;11-5=6;#6", "#1"],     # one of them right: good
+        "4*2=8;3+8=12;": ["12-5=7;#7", "#0"],     # neither: bad
+        "4*2=8;3+8=12;12-5=7;": ["#6", "#7"],     # '#6' after the written steps is a right (well-formed) answer
+        "4*2=9;": ["#5", "#4"],                   # bad
+    }
+    seen = []
+
+    def fake_sample(model, tok, prompts, n, **kw):
+        seen.extend(prompts)
+        outs = [c for pr in prompts for c in conts[pr[len(task.format_prompt(p)):]]]
+        return SimpleNamespace(completions=outs, finished=[True] * len(outs), num_sequences=len(outs), num_tokens=7)
+    monkeypatch.setattr(fit, "sample", fake_sample)
+    cfg = load_config(None, TINY)
+    got, n_samples, n_tokens = fit.mc_step_labels(None, None, task, ex, [p, p], 2, cfg)
+    assert [s[0] for s in got[0].steps] == [1.0, 0.0, 1.0, 0.0]  # last step: the outcome (#7 is wrong)
+    assert [s[1] for s in got[0].steps] == [6, 13, 20, 22]
+    assert got[1].steps == [[0.0, 6], [1.0, 8]]                   # outcome 1: '#6' is right
+    assert n_samples == 8 and n_tokens == 7 and len(seen) == 4
+
+
+def test_train_reward_model_writes_a_loadable_folder(tmp_path):
+    cfg = load_config(None, TINY + [f"output_dir={tmp_path}", f"warmup.cache_dir={tmp_path / 'wc'}"])
+    res = fit.train_reward_model(cfg, "prm", out=str(tmp_path / "prm"), progress=False)
+    folder = tmp_path / "prm"
+    spec = json.loads((folder / "reward_model.json").read_text())
+    assert spec["kind"] == "prm" and spec["step_tag"] == "@" and spec["cost"]["samples"] == 16
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["examples"]["train"] + metrics["examples"]["heldout"] == 16
+    assert metrics["cost"]["tokens"] > 0 and metrics["cost"]["seconds"] > 0 and res["out"] == str(folder)
+    assert set(metrics["heldout"]) <= {"outcome", "steps"} and "steps" in metrics["train"]
+    kept = load_examples(folder)
+    assert len(kept) == metrics["examples"]["train"] and all(e.steps for e in kept)
+    rm = TaggedRM.load(folder)
+    assert rm.kind == "prm"
+    assert load_prm(str(folder), ArithTask()).step_tag == "@"
+    # a run starting from it charges its cost and replays its training examples
+    run_cfg = load_config(None, TINY + ["algorithm=grpo_ps", "reward_model.type=prm", f"reward_model.init={folder}",
+                                        "task.eval_size=4", "train.prompts_per_step=2", "budget.unit=samples",
+                                        "budget.amount=24", "budget.eval_points=1", "eval.n=0",
+                                        "train.save_final_model=false", f"output_dir={tmp_path / 'runs'}",
+                                        f"warmup.cache_dir={tmp_path / 'wc'}"])
+    s = train(run_cfg, progress=False)
+    assert s["reward_model"]["init_cost"]["samples"] == 16 and s["budget"]["consumed"]["samples"] == 24
+    assert s["budget"]["consumed"]["steps"] == 2  # 24 - 16 charged = 8 samples of RL: two stages of 4
+
+
+def test_default_folder_names_kind_seed_and_settings(tmp_path):
+    cfg = load_config(None, TINY + [f"output_dir={tmp_path}"])
+    a = fit.default_out(cfg, "orm", {"samples": 16})
+    assert a.parent == tmp_path / "reward_models" and a.name.startswith("orm-s0-")
+    assert fit.default_out(cfg, "orm", {"samples": 32}) != a
+    assert fit.default_out(load_config(None, TINY + [f"output_dir={tmp_path}", "name=x"]), "orm", {"samples": 16}) == a
