@@ -51,6 +51,12 @@ ALGORITHMS: dict[str, dict] = {
     "rft_dedup": dict(_RFT, filter="correct_dedup"),
 }
 
+DISPLAY_NAMES: dict[str, str] = {
+    "grpo": "GRPO (outcome supervision)", "grpo_ps": "GRPO (process supervision)", "grpo_iter": "iterative GRPO",
+    "dr_grpo": "Dr. GRPO", "rloo": "RLOO", "ppo": "PPO", "rft": "online RFT",
+}
+"""How reports name a preset to people (a preset without an entry is shown by its name)."""
+
 REWARDS = ("outcome", "process")
 # estimators whose baseline comes from the other samples of the same prompt
 GROUP_ESTIMATORS = ("grpo", "grpo_ps", "grpo_ps_zerosum", "dr_grpo", "rloo", "prime")

@@ -18,7 +18,7 @@ import logging
 import os
 import re
 import sys
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 from harness.config.base import ALIASES, dotted_fields, section_rank
 from harness.config.schema import Config
@@ -210,17 +210,6 @@ def empty_argument(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             return (f"{name} '' is invalid: an empty value; give a path or value"
                     + (", or leave the option out for its default" if action.option_strings else ""))
     return None
-
-
-def count(value: Any, unit: str = "") -> str:
-    """A counter as people read it: ``32,768 samples``, never ``32768.0``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"{value} {unit}".strip()
-    if isinstance(value, float) and not value.is_integer():
-        text = f"{value:,.1f}" if unit in ("seconds", "s") else f"{value:,.3g}"
-    else:
-        text = f"{int(value):,}"
-    return f"{text} {unit}".strip()
 
 
 def quiet_third_party(verbose: bool) -> None:

@@ -12,12 +12,12 @@ import yaml
 
 from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
-from harness.cli.polish import count, lazy, split_list
+from harness.cli.polish import lazy, split_list
 from harness.config import yamlsafe
 from harness.config.base import effective_dict
 from harness.config.schema import config_warnings, describe, load_config
 from harness.engine import numerics
-from harness.report.format import percent
+from harness.report.format import count, percent, percent_or_text
 from harness.rundir.layout import SUMMARY, read_json
 from harness.sweep.plan import format_plan, load_sweep
 
@@ -35,17 +35,13 @@ QUICKSTART = PACKAGE / "configs" / "quickstart.yaml"  # the quickstart's base co
 _SET_HELP = "override a config field, e.g. --set train.lr=1e-4 --set algorithm=ppo (repeatable)"
 
 
-def _fmt(v) -> str:
-    """An evaluation value for people: accuracies and pass@k / maj@k in percent."""
-    return percent(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
-
-
 def print_run(summary: dict, file=sys.stdout) -> None:
     ini, fin = summary.get("initial_eval") or {}, summary.get("final_eval") or {}
     print(f"\nrun {summary['run_id']} ({summary['status']})", file=file)
     for k in sorted(set(ini) | set(fin)):
         if k.endswith("/acc") or "@" in k:
-            print(f"  {k:32s} start {_fmt(ini.get(k, '-')):>7}  ->  end {_fmt(fin.get(k, '-')):>7}", file=file)
+            print(f"  {k:32s} start {percent_or_text(ini.get(k, '-')):>7}  ->  end {percent_or_text(fin.get(k, '-')):>7}",
+                  file=file)
     c = summary.get("budget", {}).get("consumed", {})
     if c:
         print("  budget consumed: " + ", ".join(count(v, k) for k, v in c.items()), file=file)

@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 
 from harness.config.base import effective_dict, flatten
+from harness.report.format import value_text
 from harness.report.stats import mean_ci, paired_diff_ci
 from harness.rundir.read import RunData, is_number, is_run_dir, k_of, load_run, split_metric
 
@@ -179,17 +180,13 @@ def build_table(runs: list[RunData]):
     return df
 
 
-def _setting_text(v) -> str:
-    return "—" if v is None else _fmt(v)
-
-
 def differing_settings(groups: "OrderedDict[str, list[RunData]]") -> tuple[list[str], dict[str, dict[str, str]]]:
     """The config fields (dotted, effective values) that differ between the table's rows, and
     each row's value of them: ``(keys, {label: {key: text}})``. A row whose runs disagree on a
     key shows every value, comma-separated. Seeds, names, paths and tracking are left out."""
     per_row = {label: [run_settings(r) for r in rs] for label, rs in groups.items()}
     keys = sorted({k for flats in per_row.values() for f in flats for k in f})
-    text = {label: {k: ", ".join(dict.fromkeys(_setting_text(f.get(k)) for f in flats)) for k in keys}
+    text = {label: {k: ", ".join(dict.fromkeys(value_text(f.get(k), missing="—") for f in flats)) for k in keys}
             for label, flats in per_row.items()}
     differing = [k for k in keys if len({row[k] for row in text.values()}) > 1]
     return differing, {label: {k: row[k] for k in differing} for label, row in text.items()}
@@ -266,10 +263,7 @@ def select_by_validation(runs: list[RunData], over: str = "train.lr") -> list[di
 def selection_notes(selection: list[dict]) -> list[str]:
     """One report note per algorithm: which value won and on which split."""
     return [f"selection on the {s['task']} validation split (never the test split): {s['algorithm']} -> "
-            f"{s['over']}={_fmt(s['best'])} (validation acc {s['val_acc']:.3f}; candidates "
-            + ", ".join(f"{_fmt(v)}: {a:.3f}" for v, a in s["candidates"].items()) + ")"
+            f"{s['over']}={value_text(s['best'])} (validation acc {s['val_acc']:.3f}; candidates "
+            + ", ".join(f"{value_text(v)}: {a:.3f}" for v, a in s["candidates"].items()) + ")"
             for s in selection]
 
-
-def _fmt(v) -> str:
-    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)

@@ -1,4 +1,4 @@
-"""Text rendering shared by every table the harness prints or writes: `table` and `number`.
+"""Text rendering shared by every table the harness prints or writes, and every number in it: `table`, `number`, `percent`.
 
 `table(headers, rows, style=...)` renders a list of rows as
 
@@ -18,6 +18,11 @@ another for ints, a third above a magnitude, fixed text for missing or non-finit
 a fraction in [0, 1] becomes ``"72.5%"``. Machine-readable files keep fractions, under names
 that say so (``*_fraction`` or the metric's documented unit); only text meant for people
 goes through `percent`.
+
+The other shapes a number takes in text, each defined once here for the reports and the command
+line: `count` (a budget counter, ``32,768 samples``), `value_text` (a setting's value, ``1e-05``),
+`percent_or_text` (an evaluation value that may be missing), `plus_minus` (``mean ± half``) and
+`with_interval` (a paired difference ``+x.x [lo, hi]``).
 """
 from __future__ import annotations
 
@@ -76,6 +81,47 @@ def percent(fraction: Any, digits: int = 1, *, sign: bool = False, missing: str 
     if text.lstrip("-").strip("0.") == "":  # -0.0 -> 0.0
         text = text.lstrip("-")
     return ("+" if sign and not text.startswith("-") and float(text) > 0 else "") + text + "%"
+
+
+def count(value: Any, unit: str = "") -> str:
+    """A counter as people read it: ``32,768 samples``, never ``32768.0``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{value} {unit}".strip()
+    if isinstance(value, float) and not value.is_integer():
+        text = f"{value:,.1f}" if unit in ("seconds", "s") else f"{value:,.3g}"
+    else:
+        text = f"{int(value):,}"
+    return f"{text} {unit}".strip()
+
+
+def value_text(v: Any, missing: Optional[str] = None) -> str:
+    """A setting's value for people: a number (not a bool) in ``g`` format (``1e-05``, ``0.2``,
+    ``8``), anything else as its text; ``missing`` for None when given."""
+    if v is None and missing is not None:
+        return missing
+    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+
+def percent_or_text(v: Any) -> str:
+    """An evaluation value for people: a number (not a bool) as :func:`percent`, anything else
+    (a placeholder such as ``-``) as its text."""
+    return percent(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+
+def plus_minus(mean: float, half: float, spec: str = ".1f") -> str:
+    """``mean ± half`` (just the mean without an interval; an em dash without data)."""
+    if not math.isfinite(mean):
+        return "—"
+    return f"{mean:{spec}}" + (f" ± {half:{spec}}" if math.isfinite(half) else "")
+
+
+def with_interval(d: dict, spec: str = "+.1f") -> str:
+    """A paired difference (``{"n", "mean", "half", "lo", "hi"}``) as ``+x.x [lo, hi]``."""
+    if d["n"] == 0 or not math.isfinite(d["mean"]):
+        return "no data"
+    if not math.isfinite(d["half"]):
+        return f"{d['mean']:{spec}} (n=1, no interval)"
+    return f"{d['mean']:{spec}} [{d['lo']:{spec}}, {d['hi']:{spec}}]"
 
 
 def _aligned(headers: Optional[Sequence], rows: Sequence[Sequence], align: Optional[Sequence[str]],

@@ -22,18 +22,16 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from algorithms.presets import DISPLAY_NAMES
 from harness.report.aggregate import load_sweep_runs, per_seed_initial
 from harness.report.curvefit import study_curves
 from harness.report.study_plots import colors_for, plot_accuracy, plot_fits, plot_k
-from harness.report.format import table
+from harness.report.format import plus_minus, table, with_interval
 from harness.report.stats import mean_ci, mean_curve, paired_diff_ci, verdict
 from harness.rundir.layout import read_json
 from harness.rundir.read import RunData, is_number, k_of, split_metric
 
 ARM_ORDER = ("grpo", "grpo_ps", "rft", "ppo", "grpo_iter", "dr_grpo", "rloo")
-ARM_NAMES = {"grpo": "GRPO (outcome supervision)", "grpo_ps": "GRPO (process supervision)",
-             "rft": "online RFT", "ppo": "PPO", "grpo_iter": "iterative GRPO", "dr_grpo": "Dr. GRPO",
-             "rloo": "RLOO"}
 LEVEL = 0.95
 
 
@@ -116,22 +114,6 @@ def initial(metric: str) -> Callable[[RunData], Optional[float]]:
 
 def peak_rss(r: RunData) -> Optional[float]:
     return r.peak["rss_mb"]
-
-
-def pm(mean: float, half: float, spec: str = ".1f") -> str:
-    """``mean ± half`` (just the mean without an interval; an em dash without data)."""
-    if not np.isfinite(mean):
-        return "—"
-    return f"{mean:{spec}}" + (f" ± {half:{spec}}" if np.isfinite(half) else "")
-
-
-def signed(d: dict, spec: str = "+.1f") -> str:
-    """A paired difference as ``+x.x [lo, hi]``."""
-    if d["n"] == 0 or not np.isfinite(d["mean"]):
-        return "no data"
-    if not np.isfinite(d["half"]):
-        return f"{d['mean']:{spec}} (n=1, no interval)"
-    return f"{d['mean']:{spec}} [{d['lo']:{spec}}, {d['hi']:{spec}}]"
 
 
 # --------------------------------------------------------------------------- where the time went
@@ -251,12 +233,12 @@ def table5_markdown(study: Study, rows: list[dict]) -> list[str]:
              f"{study.ood or 'OOD'} start", f"{study.ood or 'OOD'} after RL", "paired gain"]
     body = []
     for r in rows:
-        cells = [ARM_NAMES.get(r["algorithm"], r["algorithm"]), r["seeds"]]
+        cells = [DISPLAY_NAMES.get(r["algorithm"], r["algorithm"]), r["seeds"]]
         for p in ("id", "ood"):
             gain = {"mean": r[f"{p}_gain_mean"], "lo": r[f"{p}_gain_lo"], "hi": r[f"{p}_gain_hi"],
                     "n": r[f"{p}_gain_n"], "half": r[f"{p}_gain_hi"] - r[f"{p}_gain_mean"]}
-            cells += [pm(r[f"{p}_start_mean"], r[f"{p}_start_ci95"]), pm(r[f"{p}_after_mean"], r[f"{p}_after_ci95"]),
-                      signed(gain)]
+            cells += [plus_minus(r[f"{p}_start_mean"], r[f"{p}_start_ci95"]),
+                      plus_minus(r[f"{p}_after_mean"], r[f"{p}_after_ci95"]), with_interval(gain)]
         body.append(cells)
     return ["## Table 5 analogue: greedy accuracy before and after RL (%)", "",
             "Mean ± 95% CI over seeds; the start is each arm's own starting checkpoint (its runs' "
@@ -311,9 +293,9 @@ def large_k_markdown(study: Study) -> list[str]:
         if not rows:
             lines += [f"`{task}`: no pass@K evaluated.", ""]
             continue
-        body = [[ARM_NAMES.get(r["algorithm"], r["algorithm"]), len(r["seeds"]), _k_text(r["mean_cross"]),
+        body = [[DISPLAY_NAMES.get(r["algorithm"], r["algorithm"]), len(r["seeds"]), _k_text(r["mean_cross"]),
                  ", ".join(f"s{s}: {_k_text(k)}" for s, k in r["per_seed"].items()) or "—",
-                 signed(r["diff_at_n"]) if r["diff_at_n"] else "no data"] for r in rows]
+                 with_interval(r["diff_at_n"]) if r["diff_at_n"] else "no data"] for r in rows]
         lines += [f"**`{task}`** (K = 1..{rows[0]['n']})", "",
                   table(["algorithm", "seeds", "crossing K (means)", "crossing K per seed",
                          f"pass@{rows[0]['n']} arm − start"], body, style="markdown"), ""]
@@ -372,7 +354,7 @@ def compute_curves(study: Study, n_boot: int = 200, seed: int = 0) -> list[dict]
 def compute_curves_markdown(rows: list[dict]) -> list[str]:
     body = []
     for r in rows:
-        name = ARM_NAMES.get(r["algorithm"], r["algorithm"])
+        name = DISPLAY_NAMES.get(r["algorithm"], r["algorithm"])
         if "error" in r:
             body.append([name, r["axis"], "—", "—", "—", "—", f"no fit: {r['error']}"])
             continue

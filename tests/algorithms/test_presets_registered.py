@@ -5,7 +5,7 @@ import pytest
 from algorithms.advantages import ADVANTAGES
 from algorithms.filters import FILTERS
 from algorithms.losses import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
-from algorithms.presets import ALGORITHMS, KL_PLACEMENTS, REGISTRIES, resolve
+from algorithms.presets import ALGORITHMS, DISPLAY_NAMES, KL_PLACEMENTS, REGISTRIES, resolve
 from algorithms.registry import UnknownComponentError
 from harness.config.schema import AlgorithmConfig
 
@@ -26,3 +26,7 @@ def test_every_preset_component_is_registered(name):
 def test_a_component_set_beside_the_preset_is_checked(kind):
     with pytest.raises(UnknownComponentError, match="valid:"):
         resolve(AlgorithmConfig(name="grpo", **{kind: "no_such_component"}))
+
+
+def test_display_names_name_presets():
+    assert set(DISPLAY_NAMES) <= set(ALGORITHMS), sorted(set(DISPLAY_NAMES) - set(ALGORITHMS))

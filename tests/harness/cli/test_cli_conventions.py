@@ -11,7 +11,8 @@ import re
 import pytest
 
 from harness.cli.main import build_parser, main
-from harness.cli.polish import blame_override, count, quiet_third_party, split_list
+from harness.cli.polish import blame_override, quiet_third_party, split_list
+from harness.report.format import count
 
 QUICKSTART = "harness/configs/quickstart.yaml"
 
