@@ -122,110 +122,162 @@ class _StopStrings:
         return idx[[any(s in text for s in self.stop) for text in texts]]
 
 
+class _ModelDecoder:
+    """Decoding through the model's own forward and a ``DynamicCache`` (any causal LM): every row
+    is decoded at every step."""
+
+    rows = None  # the rows decoded: all of them
+
+    def __init__(self, model, p_ids, p_mask, n: int, max_new_tokens: int):
+        self.model, self.p_ids, self.p_mask, self.n = model, p_ids, p_mask, n
+
+    def prefill(self) -> torch.Tensor:
+        """Last-position logits of each distinct prompt; the cache then holds G copies of each."""
+        from transformers import DynamicCache
+
+        pos = (self.p_mask.long().cumsum(-1) - 1).clamp_min(0)
+        out = self.model(input_ids=self.p_ids, attention_mask=self.p_mask, position_ids=pos,
+                         past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+        self.cache = out.past_key_values
+        if self.n > 1:
+            self.cache.batch_repeat_interleave(self.n)
+        self.attn = self.p_mask.repeat_interleave(self.n, 0) if self.n > 1 else self.p_mask
+        self.next_pos = (pos.repeat_interleave(self.n, 0) if self.n > 1 else pos)[:, -1:] + 1
+        return out.logits[:, -1, :]
+
+    def step(self, tok: torch.Tensor, live: torch.Tensor, n_live: int) -> torch.Tensor:
+        """Feed one token per row; the next logits."""
+        self.attn = torch.cat([self.attn, torch.ones((self.attn.shape[0], 1), dtype=self.attn.dtype,
+                                                     device=self.attn.device)], dim=1)
+        out = self.model(input_ids=tok[:, None], attention_mask=self.attn, position_ids=self.next_pos,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        self.cache = out.past_key_values
+        self.next_pos = self.next_pos + 1
+        return out.logits[:, -1, :]
+
+
+class _FastDecoder:
+    """Decoding through :mod:`harness.engine.fastlm` (Llama-architecture models): a preallocated KV
+    cache written in place, from which finished rows are dropped once a quarter of the rows
+    decoded have ended (``rows``: the chunk's rows still decoded, None while all are)."""
+
+    def __init__(self, model, p_ids, p_mask, n: int, max_new_tokens: int):
+        self.p_ids, self.p_mask, self.n = p_ids, p_mask, n
+        self.state = fastlm.DecodeState(model, p_ids.shape[1] + max_new_tokens)
+        self.rows: Optional[torch.Tensor] = None
+
+    def prefill(self) -> torch.Tensor:
+        """Last-position logits of each distinct prompt (one prefill each, its cache written G times)."""
+        return self.state.prefill(self.p_ids, self.p_mask, self.n)
+
+    def step(self, tok: torch.Tensor, live: torch.Tensor, n_live: int) -> torch.Tensor:
+        """Drop the ended rows when enough have ended, feed one token per row left; the next logits."""
+        if n_live <= 0.75 * live.numel():
+            keep = live.nonzero().squeeze(1)
+            self.state.keep_rows(keep)
+            self.rows = keep if self.rows is None else self.rows[keep]
+            tok = tok[keep]
+        return self.state.step(tok)
+
+
+def _draw(logits: torch.Tensor, greedy: bool, temperature: float, top_p: float,
+          generator: Optional[torch.Generator], B: int, rows: Optional[torch.Tensor]):
+    """(token, its log-prob under logits / T) of every decoded row: the argmax when greedy, else a
+    draw from the top-p nucleus. Gumbel-max: argmax(log p + G), G = -log(-log U), is a draw from
+    softmax(filtered); one uniform per logit (cheaper than multinomial's exponential draws), drawn
+    for every row of the chunk (``B``) even when finished rows are no longer decoded (``rows``), so
+    the samples do not depend on which rows were dropped (or on the forward path)."""
+    if greedy:
+        tok = logits.argmax(-1)
+        return tok, torch.log_softmax(logits, -1).gather(-1, tok[:, None])[:, 0]
+    logp_all = torch.log_softmax(logits / temperature, -1)
+    filtered = _top_p_filter(logp_all, top_p) if top_p < 1.0 else logp_all
+    u = torch.rand((B, filtered.shape[1]), generator=generator, device=filtered.device, dtype=filtered.dtype)
+    if rows is not None:
+        u = u[rows]
+    gumbel = u.log_().neg_().log_().neg_()
+    tok = (filtered + gumbel).argmax(-1)
+    return tok, logp_all.gather(-1, tok[:, None])[:, 0]
+
+
+class _Completions:
+    """A chunk's completions as they are decoded: tokens, their log-probs, which rows still run
+    (a row ends at EOS, or at a stop string), and at the end the completion masks."""
+
+    def __init__(self, B: int, max_new_tokens: int, tokenizer, device, stop: Sequence[str]):
+        self.eos = tokenizer.eos_token_id
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos
+        self.tokens = torch.full((B, max_new_tokens), self.pad, dtype=torch.long, device=device)
+        self.lps = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
+        self.alive = torch.ones(B, dtype=torch.bool, device=device)
+        self.stops = _StopStrings(tokenizer, stop) if stop else None
+        self.stopped_at = torch.zeros(B, dtype=torch.long, device=device)  # tokens kept by a row that hit a stop string
+        self.steps = 0
+
+    def record(self, t: int, tok: torch.Tensor, lp: torch.Tensor, rows: Optional[torch.Tensor]):
+        """Column ``t``: the drawn tokens of the decoded rows (``rows``; None: all), pad and
+        log-prob 0 on rows that have ended. Returns (the tokens as recorded, which decoded rows
+        still run)."""
+        live = self.alive if rows is None else self.alive[rows]
+        tok = torch.where(live, tok, torch.full_like(tok, self.pad))
+        lp = torch.where(live, lp, torch.zeros_like(lp))
+        live = live & (tok != self.eos)
+        if rows is None:
+            self.tokens[:, t], self.lps[:, t], self.alive = tok, lp, live
+        else:
+            self.tokens[rows, t], self.lps[rows, t] = tok, lp
+            self.alive[rows] = live
+        if self.stops is not None:  # a row whose text now holds a stop string ends here, like at EOS
+            hit = self.stops.hits(self.tokens, self.alive.nonzero().squeeze(1), t)
+            if hit.numel():
+                self.alive[hit] = False
+                self.stopped_at[hit] = t + 1
+                live = self.alive if rows is None else self.alive[rows]
+        self.steps = t + 1
+        return tok, live
+
+    def finish(self):
+        """(tokens, completion mask, log-probs masked, finished) over the columns decoded."""
+        steps, eos = self.steps, self.eos
+        tokens, lps = self.tokens[:, :steps], self.lps[:, :steps]
+        is_eos = tokens == eos
+        # mask: every generated token up to and including the first EOS (a sampled <pad> before
+        # EOS is a real token the sampler attended to; only what follows EOS is padding)
+        after_eos = (is_eos.long().cumsum(1) - is_eos.long()) > 0
+        c_mask = (~after_eos).long()
+        finished = is_eos.any(1)
+        if self.stops is not None:  # a row ended by a stop string: its tokens up to the one completing it
+            ended = self.stopped_at > 0
+            kept = torch.arange(steps, device=tokens.device)[None, :] < self.stopped_at[:, None]
+            c_mask = c_mask * (kept | ~ended[:, None]).long()
+            finished = finished | ended
+        return tokens, c_mask, lps * c_mask, finished
+
+
 @torch.no_grad()
 def _sample_chunk(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
                   top_p: float, greedy: bool, generator: Optional[torch.Generator], device,
                   stop: Sequence[str] = ()):
-    from transformers import DynamicCache
-
+    """One chunk of prompts: each distinct prompt prefilled once, then one token drawn per row per
+    step until every row has ended or ``max_new_tokens``. Returns (prompt ids, prompt mask, tokens,
+    completion mask, log-probs, finished), G rows per prompt."""
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=True)
-    p_ids = enc["input_ids"].to(device)
-    p_mask = enc["attention_mask"].to(device)
-    pos = (p_mask.long().cumsum(-1) - 1).clamp_min(0)
-    fast = fastlm.DecodeState(model, p_ids.shape[1] + max_new_tokens) if fastlm.supported(model) else None
-    if fast is not None:  # one prefill per distinct prompt, its cache written G times
-        logits = fast.prefill(p_ids, p_mask, n)
-    else:
-        cache = DynamicCache()
-        out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=pos, past_key_values=cache,
-                    use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :]
-    if n > 1:  # one prefill per distinct prompt, then G copies of its cache
-        if fast is None:
-            cache.batch_repeat_interleave(n)
+    p_ids, p_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+    dec = (_FastDecoder if fastlm.supported(model) else _ModelDecoder)(model, p_ids, p_mask, n, max_new_tokens)
+    logits = dec.prefill()
+    if n > 1:  # G rows per prompt
         logits = logits.repeat_interleave(n, 0)
-        p_ids = p_ids.repeat_interleave(n, 0)
-        p_mask = p_mask.repeat_interleave(n, 0)
-        pos = pos.repeat_interleave(n, 0)
+        p_ids, p_mask = p_ids.repeat_interleave(n, 0), p_mask.repeat_interleave(n, 0)
     B = p_ids.shape[0]
-    eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    tokens = torch.full((B, max_new_tokens), pad, dtype=torch.long, device=device)
-    lps = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
-    alive = torch.ones(B, dtype=torch.bool, device=device)
-    stops = _StopStrings(tokenizer, stop) if stop else None
-    stopped_at = torch.zeros(B, dtype=torch.long, device=device)  # tokens kept by a row that hit a stop string
-    attn = p_mask
-    next_pos = pos[:, -1:] + 1
-    steps = 0
-    # rows still decoded: all of them, or (fast path) the live ones once enough have ended
-    # (the cache drops a row when a quarter of those decoded have finished)
-    rows = None
+    out = _Completions(B, max_new_tokens, tokenizer, device, stop)
     for t in range(max_new_tokens):
-        logits = logits.float()
-        if greedy:
-            tok = logits.argmax(-1)
-            lp = torch.log_softmax(logits, -1).gather(-1, tok[:, None])[:, 0]
-        else:
-            scaled = logits / temperature
-            logp_all = torch.log_softmax(scaled, -1)
-            filtered = _top_p_filter(logp_all, top_p) if top_p < 1.0 else logp_all
-            # Gumbel-max: argmax(log p + G), G = -log(-log U), is a draw from softmax(filtered);
-            # one uniform per logit (cheaper than multinomial's exponential draws), drawn for
-            # every row of the chunk even when finished rows are no longer decoded, so the
-            # samples do not depend on which rows were dropped (or on the forward path)
-            u = torch.rand((B, filtered.shape[1]), generator=generator, device=filtered.device, dtype=filtered.dtype)
-            if rows is not None:
-                u = u[rows]
-            gumbel = u.log_().neg_().log_().neg_()
-            tok = (filtered + gumbel).argmax(-1)
-            lp = logp_all.gather(-1, tok[:, None])[:, 0]
-        live = alive if rows is None else alive[rows]
-        tok = torch.where(live, tok, torch.full_like(tok, pad))
-        lp = torch.where(live, lp, torch.zeros_like(lp))
-        live = live & (tok != eos)
-        if rows is None:
-            tokens[:, t], lps[:, t], alive = tok, lp, live
-        else:
-            tokens[rows, t], lps[rows, t] = tok, lp
-            alive[rows] = live
-        if stops is not None:  # a row whose text now holds a stop string ends here, like at EOS
-            hit = stops.hits(tokens, alive.nonzero().squeeze(1), t)
-            if hit.numel():
-                alive[hit] = False
-                stopped_at[hit] = t + 1
-                live = alive if rows is None else alive[rows]
-        steps = t + 1
+        tok, lp = _draw(logits.float(), greedy, temperature, top_p, generator, B, dec.rows)
+        tok, live = out.record(t, tok, lp, dec.rows)
         n_live = int(live.sum())
         if n_live == 0 or t == max_new_tokens - 1:
             break
-        if fast is not None:
-            if n_live <= 0.75 * live.numel():
-                keep = live.nonzero().squeeze(1)
-                fast.keep_rows(keep)
-                rows = keep if rows is None else rows[keep]
-                tok = tok[keep]
-            logits = fast.step(tok)
-            continue
-        attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=device)], dim=1)
-        out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos, past_key_values=cache,
-                    use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :]
-        next_pos = next_pos + 1
-    tokens, lps = tokens[:, :steps], lps[:, :steps]
-    is_eos = tokens == eos
-    # mask: every generated token up to and including the first EOS (a sampled <pad> before
-    # EOS is a real token the sampler attended to; only what follows EOS is padding)
-    after_eos = (is_eos.long().cumsum(1) - is_eos.long()) > 0
-    c_mask = (~after_eos).long()
-    finished = is_eos.any(1)
-    if stops is not None:  # a row ended by a stop string: its tokens up to the one completing it
-        ended = stopped_at > 0
-        c_mask = c_mask * ((torch.arange(steps, device=device)[None, :] < stopped_at[:, None]) | ~ended[:, None]).long()
-        finished = finished | ended
-    return p_ids, p_mask, tokens, c_mask, lps * c_mask, finished
+        logits = dec.step(tok, live, n_live)
+    return (p_ids, p_mask, *out.finish())
 
 
 def _pad_cat(tensors: list[torch.Tensor], value, left: bool) -> torch.Tensor:
