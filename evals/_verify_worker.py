@@ -1,4 +1,4 @@
-"""Equivalence-checking worker process for :mod:`evals.grading` (not imported by it).
+"""Equivalence-checking worker process of :mod:`evals.verifier`'s pool (not imported by it).
 
 Run as a script (``python evals/_verify_worker.py``); it reads one JSON request per line
 on stdin, ``{"pred": str, "gold": str}``, and writes one JSON reply per line on stdout,

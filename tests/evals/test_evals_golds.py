@@ -15,7 +15,8 @@ import re
 
 import pytest
 
-from evals.grading import _HASH_RE, answer_key, extract_answer, extract_gsm8k_gold, get_pool, grade, last_boxed
+from evals.grading import _HASH_RE, answer_key, extract_answer, extract_gsm8k_gold, grade, last_boxed
+from evals.verifier import get_pool
 
 # (data set, form, line number) -> why it is allowed to fail. None at present.
 EXCEPTIONS: dict[tuple[str, str, int], str] = {}

@@ -1,4 +1,4 @@
-"""Answer extraction, normalisation and equivalence (evals.grading)."""
+"""Answer extraction, normalisation and equivalence (evals.grading, evals.verifier)."""
 import json
 import random
 import sys
@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from evals.grading import (VerifierPool, answer_key, clean_answer, extract_answer, extract_gsm8k_gold, get_pool,
-                           grade, is_equiv, last_boxed, normalize_answer, parse_number)
+from evals.grading import (answer_key, clean_answer, extract_answer, extract_gsm8k_gold, grade, is_equiv, last_boxed,
+                           normalize_answer, parse_number)
+from evals.verifier import VerifierPool, get_pool
 
 
 def _rows(path):

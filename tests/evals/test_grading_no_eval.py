@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from evals.grading import _WORKER_SCRIPT, VerifierPool, grade, is_equiv
+from evals.grading import grade, is_equiv
+from evals.verifier import _WORKER_SCRIPT, VerifierPool
 
 # the worker as a process with math_verify unimportable: every check takes the fallback
 NO_MATH_VERIFY = [sys.executable, "-c",
