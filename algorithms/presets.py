@@ -52,7 +52,7 @@ ALGORITHMS: dict[str, dict] = {
 }
 
 DISPLAY_NAMES: dict[str, str] = {
-    "grpo": "GRPO (outcome supervision)", "grpo_ps": "GRPO (process supervision)", "grpo_iter": "iterative GRPO",
+    "grpo": "GRPO (outcome supervision)", "grpo_ps": "GRPO (process supervision)", "grpo_iter": "GRPO + reference resets",
     "dr_grpo": "Dr. GRPO", "rloo": "RLOO", "ppo": "PPO", "rft": "online RFT",
 }
 """How reports name a preset to people (a preset without an entry is shown by its name)."""

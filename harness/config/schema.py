@@ -378,11 +378,13 @@ class RewardModelConfig:
     replay_fraction: float = 0.1
     """Share of the earlier rounds' examples replayed when the reward model trains further
     (drawn without replacement, the count rounded half up; DeepSeekMath: 10%)."""
-    epochs: int = 2
+    epochs: int = 4
     """orm/prm: passes over each round's training set."""
-    lr: float = 1e-4
-    """Learning rate of the reward model (AdamW, constant)."""
-    micro_batch_size: int = 64
+    lr: float = 1e-3
+    """Learning rate of the reward model (AdamW, constant). The defaults (lr 1e-3, 4 epochs, micro-batch
+    32) suit the tiny model: a PRM trained so on 2,048 samples of the quickstart's warm-up scored
+    held-out steps at AUC 0.83 (lr 1e-4 with 2 epochs on 512 samples: 0.52; docs/reward_models.md)."""
+    micro_batch_size: int = 32
     """Sequences per reward-model forward / backward (one optimizer step per micro-batch for
     orm/prm; one per batch of rollouts for implicit)."""
     beta: float = 0.05
@@ -559,7 +561,7 @@ class Config:
                   f"implicit (PRIME), or use an outcome-reward algorithm")
         check(self.algorithm.name != "grpo_iter" or self.algorithm.ref_reset_every > 0,
               "algorithm.ref_reset_every", self.algorithm.ref_reset_every,
-              "iterative GRPO (grpo_iter) resets its reference every N steps: set N >= 1")
+              "grpo_iter (GRPO with reference resets) resets its reference every N steps: set N >= 1")
         self._validate_reward_model(algo)
         ood = None
         if self.eval.ood.enabled:

@@ -75,7 +75,7 @@ class RunRewardModel:
         rm = cfg.reward_model
         self.cfg, self.task, self.tok, self.device, self.perf = cfg, task, tok, device, perf
         self.kind = rm.type
-        self.started = False
+        self.started = self.kind == "implicit"  # it trains online from the first stage: nothing before RL
         self.rounds_done = 0  # trainings of the reward model so far (round 0: before RL)
         self.history: list[Example] = []
         self.cost = {"samples": 0, "tokens": 0, "seconds": 0.0, "seconds_in_stages": 0.0}
@@ -106,10 +106,8 @@ class RunRewardModel:
     # ------------------------------------------------------------------ the trainer's hooks
     def start(self, policy, counters: dict) -> dict:
         """Before the first stage of a fresh run: train the round-0 reward model, or charge the
-        init folder's recorded cost. Returns a metrics row ({} for the implicit PRM)."""
+        init folder's recorded cost. Returns a metrics row. (The implicit PRM starts ``started``.)"""
         self.started = True
-        if self.kind == "implicit":
-            return {}
         if self.cfg.reward_model.init is not None:
             self.init_cost = {k: self.model.spec.get("cost", {}).get(k, 0) for k in COST_KEYS}
             self._charge(counters, int(self.init_cost["samples"]), int(self.init_cost["tokens"]),
@@ -249,6 +247,8 @@ class RunRewardModel:
             out["init"], out["init_cost"] = rm.init, self.init_cost
         if self.kind == "implicit":
             out["updates"] = self.model.updates
+        models = (self.model.model, self.model.ref) if self.kind == "implicit" else (self.model.model,)
+        out["params"] = sum(p.numel() for m in models for p in m.parameters())  # held beside the policy
         return out
 
 

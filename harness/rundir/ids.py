@@ -27,7 +27,7 @@ NOT_HASHED = ("name", "output_dir", "tracking")
 """Config sections that do not enter the hash (they do not change what a run computes)."""
 
 DEFAULT_REWARD_MODEL = {"type": None, "init": None, "rounds": 1, "samples_per_round": 1024, "replay_fraction": 0.1,
-                        "epochs": 2, "lr": 0.0001, "micro_batch_size": 64, "beta": 0.05}
+                        "epochs": 4, "lr": 0.001, "micro_batch_size": 32, "beta": 0.05}
 """The ``reward_model`` section at its defaults (``harness.config.schema.RewardModelConfig``; a test
 keeps the two equal): left out of the hash, so configs that predate the section keep their run ids."""
 

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from algorithms.presets import ALGORITHMS
+from algorithms.presets import ALGORITHMS, DISPLAY_NAMES
 from harness.config.base import to_dict
 from harness.config.schema import ConfigError, RewardModelConfig, load_config, save_config
 from harness.rundir.ids import DEFAULT_REWARD_MODEL, run_id
@@ -71,3 +71,4 @@ def test_grpo_iter_is_named_for_what_it_is():
     assert ALGORITHMS["grpo_iter"] == ALGORITHMS["grpo"]  # GRPO whose reference is reset: nothing else
     src = (REPO / "algorithms" / "presets.py").read_text()
     assert "reference resets ONLY" in src and "reward_model.rounds" in src
+    assert DISPLAY_NAMES["grpo_iter"] == "GRPO + reference resets"  # what reports call it

@@ -85,6 +85,7 @@ def test_rounds_retrain_the_reward_model_and_reset_the_reference_on_schedule(tmp
     rm = s["reward_model"]
     assert rm["type"] == "orm" and rm["trainings"] == rounds and rm["examples"] == 8 * rounds
     assert rm["cost"]["samples"] == 8 * rounds
+    assert rm["params"] == s["params"]["policy"]  # a copy of the policy's model, held beside it
 
 
 def test_reward_model_work_counts_against_the_budget(tmp_path, monkeypatch):
@@ -137,3 +138,7 @@ def test_resume_with_a_reward_model_matches_an_uninterrupted_run(tmp_path, monke
     assert _comparable(got) == _comparable(want)
     assert s["reward_model"]["trainings"] == ref["reward_model"]["trainings"]
     assert s["reward_model"]["cost"]["samples"] == ref["reward_model"]["cost"]["samples"]
+    assert s["reward_model"]["params"] == (2 if kind == "implicit" else 1) * s["params"]["policy"]
+    rows = [r for r in got if "train/loss" in r]
+    if kind == "implicit":  # trained online on every batch, from the first
+        assert s["reward_model"]["updates"] == 6 and all("train/prm_loss" in r for r in rows)
