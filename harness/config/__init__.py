@@ -1,1 +1,1 @@
-"""Run configuration: the frozen, documented dataclasses of a run (schema) and the strict YAML machinery under them (base)."""
+"""Run configuration: the frozen, documented dataclasses of a run (schema) and the strict YAML machinery under them (base); the shipped config files are data, in harness/configs/."""
