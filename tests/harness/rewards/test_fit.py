@@ -3,10 +3,12 @@ continuations drawn, and a whole tiny training that writes a folder a run and al
 from __future__ import annotations
 
 import json
+import random
 from types import SimpleNamespace
 
 from evals.arith import ArithTask
-from harness.config.schema import load_config
+from evals.catalog import get_task
+from harness.config.schema import TaskConfig, load_config
 from harness.engine.models import load_prm
 from harness.rewards import fit
 from harness.rewards.data import label_exact, load_examples
@@ -79,3 +81,24 @@ def test_default_folder_names_kind_seed_and_settings(tmp_path):
     assert a.parent == tmp_path / "reward_models" and a.name.startswith("orm-s0-")
     assert fit.default_out(cfg, "orm", {"samples": 32}) != a
     assert fit.default_out(load_config(None, TINY + [f"output_dir={tmp_path}", "name=x"]), "orm", {"samples": 16}) == a
+
+
+def test_a_data_set_gets_outcomes_from_its_grader_and_steps_by_monte_carlo(data_dir, monkeypatch):
+    """GSM8K has no step checker: the grader labels outcomes, Monte-Carlo completion labels the steps
+    (newline-separated), with fixed continuations so the labels are known by hand."""
+    task = get_task(TaskConfig(name="gsm8k", data_path=str(data_dir / "gsm8k"), eval_size=3))
+    p = task.sample_train(random.Random(0), 1)[0]
+    bad = str(int(float(p.answer)) + 1000)  # a number that is not the answer
+    comps = [f"Half of it.\nThen add.\n#### {p.answer}", f"Half of it.\n#### {bad}"]
+    ex = label_exact(task, [p, p], comps, [True, True], with_steps=False)
+    assert [e.outcome for e in ex] == [1.0, 0.0]
+    conts = {"Half of it.\n": [f"#### {bad}", f"#### {p.answer}"],   # one right continuation: good
+             "Half of it.\nThen add.\n": [f"#### {bad}", f"#### {bad}"]}  # none: bad (the written answer is right)
+
+    def fake_sample(model, tok, prompts, n, **kw):
+        outs = [c for pr in prompts for c in conts[pr[len(task.format_prompt(p)):]]]
+        return SimpleNamespace(completions=outs, finished=[True] * len(outs), num_sequences=len(outs), num_tokens=3)
+    monkeypatch.setattr(fit, "sample", fake_sample)
+    got, n_samples, _ = fit.mc_step_labels(None, None, task, ex, [p, p], 2, load_config(None, TINY))
+    assert [s[0] for s in got[0].steps] == [1.0, 0.0, 1.0] and [s[0] for s in got[1].steps] == [1.0, 0.0]
+    assert n_samples == 6  # 2 continuations after each step but the last: 2 steps + 1 step
