@@ -13,7 +13,9 @@ output dataclasses). Two shapes of work, both used by the sampler and the learne
   the prompt's positions attend only to the prompt, so their keys and values are the same in
   all G rows. The prompt part runs on the unique prompts, its keys/values are gathered back
   to the rows, and the completion part attends to them. Exact up to float rounding;
-  gradients reach the prompt computation through the gathered keys/values.
+  gradients reach the prompt computation through the gathered keys/values. Large batches under
+  autograd recompute each layer in backward instead of keeping its activations
+  (``checkpoint_layers``): memory for one forward's work, same bits.
 
 ``supported(model)`` says whether a model can take this path: a plain ``LlamaForCausalLM``
 (or its ``LlamaModel`` decoder) with static rotary frequencies, no attention / MLP biases,
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 _STATIC_ROPE = ("default", "linear", "llama3")
 
@@ -172,6 +175,75 @@ def _rope_qkv(qkv, cos, sin, d: _Dims):
     return qk[..., :d.heads, :], qk[..., d.heads:, :], v
 
 
+@dataclass(frozen=True)
+class _Shared:
+    """What every layer of :func:`completion_hidden` reads besides its own weights and inputs."""
+    d: "_Dims"
+    fuse: bool
+    cos_p: torch.Tensor
+    sin_p: torch.Tensor
+    m_p: torch.Tensor
+    cos_c: torch.Tensor
+    sin_c: torch.Tensor
+    m_c: torch.Tensor
+    flat: torch.Tensor
+    inv: torch.Tensor
+    nq: int
+    nkv: int
+    B: int
+    T: int
+
+
+def _layer(layer, xp, xc, s: _Shared):
+    """One decoder layer of :func:`completion_hidden`: the distinct prompts ``xp`` [U, P, H], then the
+    packed completion positions ``xc`` [N, H] (None when there are none), which attend to their
+    rows' prompt keys/values and to themselves."""
+    d = s.d
+    w_in, wqkv, wo, w_post, wgu, wdown = _weights(layer, s.fuse)
+    U, P = xp.shape[:2]
+    qp, kp, vp = (t.transpose(1, 2) for t in _rope_qkv(_proj_qkv(_rms(xp, w_in, d.eps), wqkv), s.cos_p, s.sin_p, d))
+    op = _attend(qp, kp, vp, s.m_p, d)
+    xp = xp + F.linear(op.transpose(1, 2).reshape(U, P, -1), wo)
+    xp = xp + _mlp(_rms(xp, w_post, d.eps), wgu, wdown)
+    if xc is None:
+        return xp, None
+    B, T, nq, nkv = s.B, s.T, s.nq, s.nkv
+    q, k, v = _rope_qkv(_proj_qkv(_rms(xc, w_in, d.eps), wqkv), s.cos_c, s.sin_c, d)  # packed [N, h, d]
+    qkv = torch.cat([q.flatten(1), k.flatten(1), v.flatten(1)], 1)
+    qkv = qkv.new_zeros(B * T, qkv.shape[1]).index_copy(0, s.flat, qkv).view(B, T, -1)
+    qc = qkv[..., :nq].unflatten(-1, (d.heads, d.head_dim)).transpose(1, 2)
+    kc = qkv[..., nq:nq + nkv].unflatten(-1, (d.kv_heads, d.head_dim)).transpose(1, 2)
+    vc = qkv[..., nq + nkv:].unflatten(-1, (d.kv_heads, d.head_dim)).transpose(1, 2)
+    k_all = torch.cat([kp.index_select(0, s.inv), kc], 2)
+    v_all = torch.cat([vp.index_select(0, s.inv), vc], 2)
+    oc = _attend(qc, k_all, v_all, s.m_c, d).transpose(1, 2).reshape(B * T, -1).index_select(0, s.flat)
+    xc = xc + F.linear(oc, wo)
+    xc = xc + _mlp(_rms(xc, w_post, d.eps), wgu, wdown)
+    return xp, xc
+
+
+# Under autograd, a decoder layer keeps about this many floats per token for backward, in units of
+# the hidden size and the MLP's width (norm outputs, q/k/v, attention output, residuals; gate, up,
+# their product): an estimate, used only to decide whether to recompute (see checkpoint_layers).
+_SAVED_PER_TOKEN = (10, 4)  # x hidden, x intermediate
+# Above this many estimated bytes of saved activations for one forward, each layer keeps only its
+# inputs and is recomputed in backward (torch.utils.checkpoint): one more forward's work for memory
+# that no longer grows with the layers. SmolLM2-135M at the gsm8k_smollm2 recipe's micro-batch (8 rows
+# of 128 tokens: 30 layers, hidden 576, MLP 1,536) is estimated at 1.4 GiB and recomputes; the
+# quickstart's tiny model (0.87M parameters) estimates at most 27 MiB and never does.
+CHECKPOINT_MIN_BYTES = 512 * 2**20
+
+
+def checkpoint_layers(dec, tokens: int) -> bool:
+    """Whether :func:`completion_hidden` recomputes each layer in backward for ``tokens`` positions
+    (distinct-prompt plus packed completion positions): when the estimated saved activations exceed
+    ``CHECKPOINT_MIN_BYTES``. The values and gradients are the same either way, bit for bit."""
+    cfg = dec.config
+    per_token = _SAVED_PER_TOKEN[0] * cfg.hidden_size + _SAVED_PER_TOKEN[1] * cfg.intermediate_size
+    bytes_ = tokens * cfg.num_hidden_layers * per_token * dec.embed_tokens.weight.element_size()
+    return bytes_ > CHECKPOINT_MIN_BYTES
+
+
 # ----------------------------------------------------------------------------------------
 # training / scoring forward with shared prompts
 
@@ -185,7 +257,9 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
     that predicts a real token; the others hold zeros. Work is done only where it is needed:
     each distinct prompt once, and, of the completion, only the positions whose next token is
     real (packed for the per-token layers; attention runs on the padded layout). The last
-    token of a completion is never an input: nothing reads its output or key/value."""
+    token of a completion is never an input: nothing reads its output or key/value. Under
+    autograd, a batch whose saved activations would be large (:func:`checkpoint_layers`) keeps
+    only each layer's inputs and recomputes the layer in backward: the same values and gradients."""
     dec = _decoder(model)
     d = _dims(dec)
     B, P = prompt_ids.shape
@@ -204,6 +278,8 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
     m_p = _prompt_attn_mask(u_mask)  # [U, 1, P, P]
     # as nn.Embedding(padding_idx=...): no gradient into the pad row from inputs
     xp = F.embedding(u_ids, dec.embed_tokens.weight, dec.embed_tokens.padding_idx)
+    xc = cos_c = sin_c = m_c = flat = None
+    nq = nkv = 0
     if T > 0:
         # input position t is needed iff token t+1 is real (the mask is a prefix of ones)
         need = completion_mask[:, 1:T + 1].bool()
@@ -217,25 +293,15 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
                          dec.embed_tokens.padding_idx)  # [N, H]
         nq, nkv = d.heads * d.head_dim, d.kv_heads * d.head_dim
     fuse = _fuse(dec, FUSE_MAX_PARAMS)
+    shared = _Shared(d, fuse, cos_p, sin_p, m_p, cos_c, sin_c, m_c, flat, inv, nq, nkv, B, T)
+    # under autograd, a big enough batch keeps only each layer's inputs and recomputes the layer's
+    # activations in backward (same ops on the same inputs: the same bits)
+    ckpt = torch.is_grad_enabled() and checkpoint_layers(dec, U * P + (0 if xc is None else xc.shape[0]))
     for layer in dec.layers:
-        w_in, wqkv, wo, w_post, wgu, wdown = _weights(layer, fuse)
-        # prompt part, once per distinct prompt
-        qp, kp, vp = (t.transpose(1, 2) for t in _rope_qkv(_proj_qkv(_rms(xp, w_in, d.eps), wqkv), cos_p, sin_p, d))
-        op = _attend(qp, kp, vp, m_p, d)
-        xp = xp + F.linear(op.transpose(1, 2).reshape(U, P, -1), wo)
-        xp = xp + _mlp(_rms(xp, w_post, d.eps), wgu, wdown)
-        if T > 0:  # completion part: attends to its rows' prompt keys/values and to itself
-            q, k, v = _rope_qkv(_proj_qkv(_rms(xc, w_in, d.eps), wqkv), cos_c, sin_c, d)  # packed [N, h, d]
-            qkv = torch.cat([q.flatten(1), k.flatten(1), v.flatten(1)], 1)
-            qkv = qkv.new_zeros(B * T, qkv.shape[1]).index_copy(0, flat, qkv).view(B, T, -1)
-            qc = qkv[..., :nq].unflatten(-1, (d.heads, d.head_dim)).transpose(1, 2)
-            kc = qkv[..., nq:nq + nkv].unflatten(-1, (d.kv_heads, d.head_dim)).transpose(1, 2)
-            vc = qkv[..., nq + nkv:].unflatten(-1, (d.kv_heads, d.head_dim)).transpose(1, 2)
-            k_all = torch.cat([kp.index_select(0, inv), kc], 2)
-            v_all = torch.cat([vp.index_select(0, inv), vc], 2)
-            oc = _attend(qc, k_all, v_all, m_c, d).transpose(1, 2).reshape(B * T, -1).index_select(0, flat)
-            xc = xc + F.linear(oc, wo)
-            xc = xc + _mlp(_rms(xc, w_post, d.eps), wgu, wdown)
+        if ckpt:
+            xp, xc = torch.utils.checkpoint.checkpoint(_layer, layer, xp, xc, shared, use_reentrant=False)
+        else:
+            xp, xc = _layer(layer, xp, xc, shared)
     h = xp[:, -1:].index_select(0, inv)
     if T > 0:
         h = torch.cat([h, xc.new_zeros(B * T, H).index_copy(0, flat, xc).view(B, T, H)], 1)

@@ -86,6 +86,39 @@ def test_completion_logprobs_and_gradients_match_transformers(which, fuse, monke
     assert torch.allclose(lp_short[short.mask.bool()], lp_hf[:2][short.mask.bool()], atol=2e-5)
 
 
+@pytest.mark.parametrize("fuse", [True, False])
+def test_layer_recomputation_gives_the_same_bits_and_keeps_less(fuse, monkeypatch):
+    """Recomputing each layer in backward (what a large batch gets) changes no value and no gradient,
+    bit for bit; it is chosen by the estimated saved bytes (tokens x layers x (10 hidden + 4 MLP)
+    floats), and without autograd never."""
+    if not fuse:
+        monkeypatch.setattr(fastlm, "FUSE_MAX_PARAMS", 0)
+    tok = build_char_tokenizer()
+    model = _gqa_llama(tok)
+    p_ids, p_mask, c_ids, c_mask = _rollout_like(tok)
+    w = torch.randn(c_ids.shape[0], c_ids.shape[1] - 1, 48, generator=torch.Generator().manual_seed(2))
+
+    def run(min_bytes):
+        monkeypatch.setattr(fastlm, "CHECKPOINT_MIN_BYTES", min_bytes)
+        model.zero_grad(set_to_none=True)
+        saved = []  # bytes of every tensor autograd keeps for backward (weights included)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel() * t.element_size()) or t,
+                                                      lambda t: t):
+            h = fastlm.completion_hidden(model, p_ids, p_mask, c_ids, c_mask)
+        (h[:, 1:] * w).sum().backward()
+        return h.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, sum(saved)
+
+    h_keep, g_keep, saved_keep = run(2**62)
+    h_re, g_re, saved_re = run(0)
+    assert saved_re < saved_keep / 5, (saved_re, saved_keep)
+    assert torch.equal(h_keep, h_re)
+    assert g_keep.keys() == g_re.keys() and len(g_keep) == len(list(model.model.parameters()))
+    assert all(torch.equal(g_keep[n], g_re[n]) for n in g_keep)
+    # the rule: 2 layers x (10 x 48 + 4 x 96) floats x 4 bytes = 6,912 bytes per token
+    monkeypatch.setattr(fastlm, "CHECKPOINT_MIN_BYTES", 6912 * 100)
+    assert not fastlm.checkpoint_layers(model.model, 100) and fastlm.checkpoint_layers(model.model, 101)
+
+
 def test_value_model_fast_path_matches_backbone_forward():
     tok = build_char_tokenizer()
     policy = build_tiny_model(ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), tok)
