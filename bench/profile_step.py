@@ -276,26 +276,46 @@ def setup(a, mdir: str):
     return learner, cfg, task, tok, NoStopTokenizer(tok), perf, num_params(policy)
 
 
+def cpu_roof(threads: int, n: int = 1024, reps: int = 7) -> float:
+    """:func:`_common.sgemm_roof` timed in process CPU seconds per thread instead of wall seconds (GFLOP/s):
+    on a shared machine a timed op also counts the time others held the core; its CPU time does not.
+    A diagnostic beside the wall-time figures (at 2 threads OpenMP's spinning counts as CPU time)."""
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        best = float("inf")
+        for _ in range(reps):
+            c0 = time.process_time()
+            torch.mm(a, b)
+            best = min(best, (time.process_time() - c0) / threads)
+        return 2 * n ** 3 / max(best, 1e-9) / 1e9
+    finally:
+        torch.set_num_threads(prev)
+
+
 def profile_shape(a, keep_stage: bool = False) -> dict:
     """Warm-up, plain, profiled and FLOP-counted steps of one shape in this process (see the module
     docstring); the figures as a dict (``stage``: the counted step's Stage when ``keep_stage``)."""
     torch.set_num_threads(a.threads)
     la = [loadavg()]
-    roof0 = sgemm_roof(a.threads)
+    roof0, cpu_roof0 = sgemm_roof(a.threads), cpu_roof(a.threads)
     mcfg = load_config(None, [f"model.{kv}" for kv in a.model]).model
     tok0 = build_char_tokenizer()
     with tempfile.TemporaryDirectory(prefix="profile-step-model-") as mdir:
         save_policy(build_tiny_model(mcfg, tok0, seed=a.seed), tok0, mdir)
         learner, cfg, task, tok, stok, perf, n_params = setup(a, mdir)
-    k = 0
+    k, cpus = 0, []
 
     def one_step():
         nonlocal k
         problems = stage_problems(task, a.seed, k, a.prompts)
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         st = run_stage(learner, cfg, task, tok, k, problems, score, perf=perf, sampler_tok=stok)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         k += 1
+        cpus.append(cpu)
         return st, dt, perf.pop_seconds()
 
     for _ in range(a.warmup):
@@ -304,7 +324,7 @@ def profile_shape(a, keep_stage: bool = False) -> dict:
     plain = []
     for _ in range(a.plain_steps):
         _, dt, ph = one_step()
-        plain.append({"seconds": dt, "phases": ph})
+        plain.append({"seconds": dt, "cpu_seconds": cpus[-1], "phases": ph})
         la.append(loadavg())
     profiled, top = [], []
     for _ in range(a.steps):
@@ -314,13 +334,14 @@ def profile_shape(a, keep_stage: bool = False) -> dict:
         threads = {e.thread for e in ev}
         b = breakdown([e for e in ev if e.thread == min(threads)] if len(threads) > 1 else ev, dt)
         b["tracker_phases"], b["event_threads"], b["tokens"] = ph, len(threads), st.rollouts.num_tokens
+        b["cpu_seconds"] = cpus[-1]
         profiled.append(b)
         del prof, ev
         la.append(loadavg())
     with PhaseFlops(perf) as fl:
         st, _, _ = one_step()
     la.append(loadavg())
-    roof1 = sgemm_roof(a.threads)
+    roof1, cpu_roof1 = sgemm_roof(a.threads), cpu_roof(a.threads)
     walls = [p["wall"] for p in profiled]
     mid = sorted(range(len(walls)), key=lambda i: walls[i])[(len(walls) - 1) // 2] if walls else None
     if mid is not None:
@@ -331,6 +352,7 @@ def profile_shape(a, keep_stage: bool = False) -> dict:
     out = {"shape": a.shape, "threads": a.threads, "params": n_params, "model": a.model, "prompts": a.prompts,
            "group": a.group, "max_new_tokens": a.max_new_tokens, "micro_batch": a.micro_batch,
            "numerics": NUMERICS, "roof_gflops": [roof0, roof1], "roof_used_gflops": max(roof0, roof1),
+           "cpu_roof_gflops": max(cpu_roof0, cpu_roof1),
            "plain_steps": plain, "profiled_steps": profiled, "median_step": mid, "top_ops": top,
            "flops_by_phase": {p: dict(v) for p, v in fl.by_phase.items()}, "flops": fl.total,
            "tokens": st.rollouts.num_tokens, "loadavg": la, "cpus": os.cpu_count(), "torch": torch.__version__}
@@ -377,7 +399,13 @@ def report(res: dict) -> None:
           + (f": the profiler adds {m['wall'] / median(plain) - 1:+.0%}, inside the overhead row mostly"
              if plain else ""))
     print(f"loadavg: {res['loadavg']} on {res['cpus']} CPUs; tokens per step {res['tokens']}")
-    sp = ".4f" if m["wall"] < 2 else ".2f"
+    cpu_s = median([p.get("cpu_seconds") for p in res["plain_steps"]])
+    if cpu_s == cpu_s:
+        gflop, croof = sum(res["flops"].values()) / 1e9, res["cpu_roof_gflops"]
+        print(f"CPU-time view (a diagnostic for a loaded machine): unprofiled step {cpu_s:.3f} process CPU s "
+              f"({cpu_s / res['threads']:.3f} per thread) against a CPU-time sgemm roof of {croof:.1f} GFLOP/s: "
+              f"{cpu_s / res['threads'] / (gflop / croof):.1f} x floor")
+    sp = ".3f" if m["wall"] < 10 else ".2f"
     rows = [[r["class"], fmt(r["seconds"], sp), f"[{fmt(min(r['all']), sp)}-{fmt(max(r['all']), sp)}]",
              f"{r['share']:.1%}", *_floor_cells(r["seconds"], r["gflop"] * 1e9, roof, sp)] for r in class_rows(res)]
     print_table(["class", "s (median step)", "[min-max over steps]", "share", "GFLOP", "floor s", "x floor"], rows)
