@@ -3,10 +3,18 @@
 `mean_ci` is what every table cell and error bar shows: the mean over the finite values and
 the half-width ``t_{(1+level)/2, n-1} * s / sqrt(n)`` (``s`` with ddof=1). The t quantile is
 scipy's (``scipy.stats.t``). `mean_curve` applies it pointwise to several (x, y) curves.
+
+For decisions (docs/study.md): `t_pvalues` (the two-sided test of no difference and the TOST
+equivalence test within a margin, Student t with n - 1 degrees of freedom), `holm` (Holm's
+step-down adjusted p-values), `hierarchical_bootstrap` (resample seeds, then problems: the
+paired per-problem differences of each seed; draws from a seeded ``numpy.random.Generator``,
+so the same data give the same draws) and `bootstrap_variance` (the same bootstrap's variance
+in closed form, i.e. with infinitely many resamples), `percentile_interval`.
 """
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 from scipy.stats import t as student_t
@@ -102,3 +110,153 @@ def verdict(diff: dict, expected_sign: int = 1) -> str:
     if hi < 0:
         return "contradicted"
     return "inconclusive"
+
+
+# --------------------------------------------------------------------------- tests and multiplicity
+
+
+def t_pvalues(mean: float, se: float, df: float, margin: float = 0.0) -> dict:
+    """p-values of a mean difference with standard error ``se`` against Student t with ``df``
+    degrees of freedom: ``diff``, two-sided, H0: difference = 0 (``2 (1 - F(|mean| / se))``);
+    ``tost``, H0: |difference| >= margin, the larger of the two one-sided p-values
+    ``1 - F((mean + margin) / se)`` and ``F((mean - margin) / se)`` (Schuirmann's two one-sided
+    tests; NaN without a margin > 0). Without a usable test (``df < 1`` or a non-finite ``se``)
+    both are NaN. ``se == 0`` (every seed gave the same difference) is an infinitely large t."""
+    nan = float("nan")
+    if not (df >= 1 and np.isfinite(se) and np.isfinite(mean) and se >= 0):
+        return {"diff": nan, "tost": nan}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        def z(v):
+            return v / se if se > 0 else (math.copysign(math.inf, v) if v != 0 else 0.0)
+        diff = 2.0 * float(student_t.sf(abs(z(mean)), df)) if (se > 0 or mean != 0) else 1.0
+        tost = nan
+        if margin > 0:
+            tost = max(float(student_t.sf(z(mean + margin), df)), float(student_t.cdf(z(mean - margin), df)))
+    return {"diff": min(1.0, diff), "tost": tost}
+
+
+def holm(pvalues) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input's order: with the p-values sorted
+    ascending, ``adj_(j) = max_{i <= j} min(1, (m - i + 1) p_(i))``; a hypothesis is rejected at
+    family-wise level alpha when its adjusted p-value is <= alpha. NaN counts as 1 (a test that
+    could not be made rejects nothing but still belongs to the family). Ties keep input order."""
+    p = [1.0 if (v is None or not np.isfinite(v)) else float(v) for v in pvalues]
+    m = len(p)
+    order = sorted(range(m), key=lambda i: (p[i], i))
+    out, run = [0.0] * m, 0.0
+    for j, i in enumerate(order):
+        run = max(run, min(1.0, (m - j) * p[i]))
+        out[i] = run
+    return out
+
+
+# --------------------------------------------------------------------------- bootstrap over seeds x problems
+
+
+def _as_seed_arrays(per_seed) -> list[np.ndarray]:
+    arrs = [np.atleast_1d(np.asarray(a, dtype=float)) for a in per_seed]
+    if not arrs or any(a.size == 0 for a in arrs):
+        raise ValueError("need at least one seed, and at least one value per seed")
+    return arrs
+
+
+def _crossed_ok(arrs: list[np.ndarray], crossed: Optional[bool]) -> bool:
+    same = len({a.size for a in arrs}) == 1
+    if crossed and not same:
+        raise ValueError("crossed resampling needs the same problems (in the same order) for every seed")
+    return same if crossed is None else bool(crossed)
+
+
+def bootstrap_variance(per_seed, crossed: Optional[bool] = None) -> dict:
+    """The variance of `hierarchical_bootstrap`'s distribution in closed form (the limit of
+    infinitely many resamples), split in its seed and problem parts. With ``m_s`` seed s's mean
+    over its P_s problems, S seeds, ``pvar`` a population variance (ddof 0):
+
+    - seed part: ``pvar_s(m_s) / S``;
+    - nested (problems drawn within each seed independently): problem part
+      ``mean_s(pvar_p(D_sp) / P_s) / S``;
+    - crossed (one problem draw shared by the seeds of a replicate): problem part
+      ``pvar_p(Dbar_p) / P + mean_s(pvar_p(D_sp - Dbar_p)) / (P S)``, ``Dbar_p`` the mean over
+      seeds of problem p: the test set's sampling error does not average out over seeds.
+
+    Returns ``{"seed", "problems", "total", "scheme"}``."""
+    arrs = _as_seed_arrays(per_seed)
+    s = len(arrs)
+    means = np.array([a.mean() for a in arrs])
+    seed_part = float(means.var()) / s
+    if all(a.size == 1 for a in arrs):
+        return {"seed": seed_part, "problems": 0.0, "total": seed_part, "scheme": "seeds"}
+    if _crossed_ok(arrs, crossed):
+        d = np.stack(arrs)
+        p = d.shape[1]
+        col = d.mean(axis=0)
+        prob = float(col.var()) / p + float((d - col).var(axis=1).mean()) / (p * s)
+        scheme = "crossed"
+    else:
+        prob = float(np.mean([a.var() / a.size for a in arrs])) / s
+        scheme = "nested"
+    return {"seed": seed_part, "problems": prob, "total": seed_part + prob, "scheme": scheme}
+
+
+def hierarchical_bootstrap(per_seed, n_boot: int, rng: np.random.Generator, crossed: Optional[bool] = None,
+                           chunk: int = 1000) -> np.ndarray:
+    """``n_boot`` bootstrap draws of the mean over seeds of each seed's mean over problems.
+    ``per_seed``: one array per seed of that seed's per-problem values (paired differences);
+    a seed given as one number has no problem level.
+
+    Each replicate first draws S seeds with replacement (all replicates' seed draws are taken
+    from ``rng`` first, as ``rng.integers(0, S, (n_boot, S))``: with no problem-level spread
+    the draws are exactly those of a bootstrap over seeds alone), then problems:
+
+    - ``crossed`` (default when every seed has the same number of problems: the caller passes
+      them aligned, the same problem at the same index): one draw of P problems with replacement
+      per replicate, shared by its seeds (a test set is one sample of problems, scored by every
+      seed);
+    - nested (``crossed=False``, or ragged seeds): each drawn seed's problems are redrawn
+      independently (its resampled mean from the multinomial counts of its distinct values,
+      which is the same distribution as drawing P_s indices).
+
+    Integer-valued data (0/1 correctness, their differences) are summed in integers: the
+    draws are exact and the same on every machine."""
+    arrs = _as_seed_arrays(per_seed)
+    s = len(arrs)
+    n_boot = int(n_boot)
+    seed_idx = rng.integers(0, s, size=(n_boot, s))
+    if all(a.size == 1 for a in arrs):
+        vals = np.array([a[0] for a in arrs])
+        return vals[seed_idx].mean(axis=1)
+    integral = all(np.all(a == np.round(a)) and np.all(np.abs(a) < 2**31) for a in arrs)
+    out = np.empty(n_boot)
+    if _crossed_ok(arrs, crossed):
+        d = np.stack(arrs)
+        p = d.shape[1]
+        dt = (d.astype(np.int64) if integral else d).T            # (P, S)
+        for lo in range(0, n_boot, chunk):
+            hi = min(n_boot, lo + chunk)
+            idx = rng.integers(0, p, size=(hi - lo, p))
+            w = np.bincount((idx + p * np.arange(hi - lo)[:, None]).ravel(), minlength=(hi - lo) * p)
+            sums = w.reshape(hi - lo, p) @ dt                          # (chunk, S): per-seed problem sums
+            picked = np.take_along_axis(sums, seed_idx[lo:hi], axis=1).sum(axis=1)
+            out[lo:hi] = picked / (p * s)
+        return out
+    sums = np.zeros((n_boot, s))
+    for k, a in enumerate(arrs):
+        where = seed_idx == k
+        n = int(where.sum())
+        if not n:
+            continue
+        u, c = np.unique(a, return_counts=True)
+        counts = rng.multinomial(a.size, c / a.size, size=n)
+        tot = counts @ (u.astype(np.int64) if integral else u)
+        sums[where] = tot / a.size
+    return sums.mean(axis=1)
+
+
+def percentile_interval(draws, level: float = 0.95) -> tuple[float, float]:
+    """The percentile interval of bootstrap draws (numpy's linear interpolation between order
+    statistics); NaN for no draws."""
+    d = np.asarray(draws, float)
+    if d.size == 0:
+        return float("nan"), float("nan")
+    lo, hi = np.percentile(d, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+    return float(lo), float(hi)

@@ -1,119 +1,45 @@
-"""The DeepSeekMath small-study report of one sweep: Table 5, Figs. 5-7, the large-K check, compute curves and the claims.
+"""The DeepSeekMath small-study report of one sweep: Table 5, Figs. 5-7, the large-K check, compute curves and the claims' verdicts.
 
 `build_study_report(sweep_dir, out_dir)` writes ``report.md``, ``claims.csv``, ``table5.csv``,
 ``compute_curves.csv`` and ``plots/*.png``. Runs are grouped into study arms by
-`arm_of` (the algorithm name; GRPO with ``algorithm.ref_reset_every > 0`` is iterative GRPO,
-``grpo_iter``), one finished run per seed and arm. Every interval is a two-sided Student-t
-interval over seeds (`stats.mean_ci`); every difference between two arms, or between an
-arm and its starting checkpoint, is paired by seed (`stats.paired_diff_ci`: the same seed
-means the same warm-up and the same prompt order). Every verdict comes from
-`stats.verdict` (or the stated rule built on it), never from text written by hand.
+`study_data.arm_of`, one finished run per seed and arm. Table 5 and the figures show
+two-sided Student-t intervals over seeds (`stats.mean_ci`); differences between two arms, or
+an arm and its start, are paired by seed (`stats.paired_diff_ci`: the same seed means the same
+warm-up and the same prompt order). The claims' verdicts come from `study_claims` and
+`decisions` under a pre-stated `decisions.Design` (SESOI, alpha, Holm family, looks; docs/study.md),
+never from text written by hand. Compute curves: `curvefit.study_curves` on samples (and FLOPs
+where the runs count them; seconds only from runs flagged as timed on an uncontended machine).
+
+report.md, claims.csv and table5.csv are a function of the run folders only (no path of this
+machine, no clock, seeded bootstraps; CSV numbers to 10 significant digits): recomputed from the
+same run folders they are byte-identical.
 """
 from __future__ import annotations
 
 import csv
-import os
-import platform
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Optional
 
 import numpy as np
 
-from algorithms.presets import DISPLAY_NAMES
-from harness.report.aggregate import load_sweep_runs, per_seed_initial
-from harness.report.curvefit import study_curves
-from harness.report.study_plots import colors_for, plot_accuracy, plot_fits, plot_k
+from harness.report.aggregate import per_seed_initial
+from harness.report.build import provenance_lines
+from harness.report.curvefit import N_BOOT, TOLERANCE, study_curves
+from harness.report.decisions import Design
 from harness.report.format import plus_minus, table, with_interval
-from harness.report.stats import mean_ci, mean_curve, paired_diff_ci, verdict
-from harness.rundir.layout import read_json
-from harness.rundir.read import RunData, is_number, k_of, split_metric
+from harness.report.stats import mean_ci, mean_curve, paired_diff_ci
+from harness.report.study_claims import claims, claims_csv_rows, claims_markdown
+from harness.report.study_data import (Study, acc_curves, arm_name, axes_of, final, initial, load_study, per_seed,
+                                       uncontended)
+from harness.report.study_plots import colors_for, plot_accuracy, plot_fits, plot_k
+from harness.rundir.read import RunData, is_number
 
-ARM_ORDER = ("grpo", "grpo_ps", "rft", "ppo", "grpo_iter", "dr_grpo", "rloo")
+__all__ = ["build_study_report", "load_study", "table5", "large_k_check", "compute_curves", "run_seconds",
+           "time_summary", "Design"]
+
 LEVEL = 0.95
-
-
-@dataclass
-class Study:
-    """The finished runs of a sweep by arm and seed, and what the report needs to know about them."""
-    sweep_dir: Path
-    arms: "OrderedDict[str, dict[int, RunData]]"
-    task: str
-    ood: Optional[str]
-    ks: dict = field(default_factory=dict)          # task -> largest K evaluated
-    excluded: list = field(default_factory=list)     # "run_id (reason)"
-    sweep_json: dict = field(default_factory=dict)
-
-
-def arm_of(run: RunData) -> str:
-    """The study arm of a run: its algorithm name (``grpo_iter`` for the iterative-GRPO preset),
-    or ``<name>_iter`` for an algorithm run with ``algorithm.ref_reset_every > 0`` (so GRPO with
-    reference resets is ``grpo_iter`` too)."""
-    if run.algorithm.endswith("_iter"):
-        return run.algorithm
-    alg = run.config.get("algorithm")
-    reset = alg.get("ref_reset_every") if isinstance(alg, dict) else None
-    return f"{run.algorithm}_iter" if is_number(reset) and reset > 0 else run.algorithm
-
-
-def load_study(sweep_dir) -> Study:
-    """Finished runs grouped by arm and seed (a second finished run of an arm and seed, or a
-    run without a seed, is excluded and listed); the in-domain task (the runs' configured
-    task), the out-of-domain one (an evaluated task named ``*_ood``) and the largest K."""
-    sweep_dir = Path(sweep_dir)
-    runs = load_sweep_runs(sweep_dir)
-    arms: dict[str, dict[int, RunData]] = {}
-    excluded = []
-    for r in runs:
-        arm = arm_of(r)
-        if r.status != "finished":
-            excluded.append(f"{r.run_id} ({r.status})")
-        elif r.seed is None or r.seed in arms.get(arm, {}):
-            excluded.append(f"{r.run_id} (no seed, or a second run of {arm} seed {r.seed})")
-        else:
-            arms.setdefault(arm, {})[r.seed] = r
-    order = [a for a in ARM_ORDER if a in arms] + sorted(a for a in arms if a not in ARM_ORDER)
-    done = [r for a in order for r in arms[a].values()]
-    task = done[0].task if done else "arith"
-    ks: dict[str, int] = {}
-    tasks = set()
-    for r in done:
-        for key in list(r.final_eval) + list(r.initial_eval):
-            t, metric = split_metric(key)
-            tasks.add(t)
-            if k_of(metric):
-                ks[t] = max(ks.get(t, 0), k_of(metric)[1])
-    ood = f"{task}_ood" if f"{task}_ood" in tasks else next((t for t in sorted(tasks) if t.endswith("_ood")), None)
-    try:
-        sweep_json = read_json(sweep_dir / "sweep.json", {}) or {}  # bounded; a FIFO is never opened
-    except OSError:
-        sweep_json = {}
-    return Study(sweep_dir=sweep_dir, arms=OrderedDict((a, dict(sorted(arms[a].items()))) for a in order),
-                 task=task, ood=ood, ks=ks, excluded=excluded, sweep_json=sweep_json)
-
-
-def per_seed(runs: dict, value: Callable[[RunData], Optional[float]], scale: float = 1.0) -> dict:
-    """``{seed: scale * value(run)}`` over the runs whose value is a finite number."""
-    out = {}
-    for seed, r in runs.items():
-        v = value(r)
-        if is_number(v) and np.isfinite(v):
-            out[seed] = scale * float(v)
-    return out
-
-
-def final(metric: str) -> Callable[[RunData], Optional[float]]:
-    return lambda r: r.final_eval.get(metric)
-
-
-def initial(metric: str) -> Callable[[RunData], Optional[float]]:
-    return lambda r: r.initial_eval.get(metric)
-
-
-def peak_rss(r: RunData) -> Optional[float]:
-    return r.peak["rss_mb"]
+DESIGN = Design()
+"""The study's pre-stated decision rules (docs/study.md)."""
 
 
 # --------------------------------------------------------------------------- where the time went
@@ -175,30 +101,47 @@ def time_summary(study: Study) -> dict:
     return tot
 
 
-def header(study: Study, out_dir: Path) -> list[str]:
-    """The report's opening: the command, the machine, seeds, interval method and the time."""
+def _version(name: str) -> str:
     try:
-        torch_version = metadata.version("torch")
+        return metadata.version(name)
     except metadata.PackageNotFoundError:
-        torch_version = "not installed"
+        return "not installed"
+
+
+def _records_line(study: Study) -> str:
+    runs = study.runs()
+    have = sum(1 for r in runs if (r.run_dir / "eval").is_dir() and any((r.run_dir / "eval").glob("*.jsonl")))
+    if have == len(runs):
+        return f"all {len(runs)} runs have per-problem evaluation records"
+    return (f"{have} of {len(runs)} runs have per-problem evaluation records: claims on the others resample seeds "
+            f"only (the test set's sampling is not counted there; say so per claim below)")
+
+
+def header(study: Study, design: Design) -> list[str]:
+    """The report's opening: the command, the runs' provenance, seeds, methods and the time
+    (nothing of the machine that builds the report but the statistics' library versions)."""
     seeds = "; ".join(f"{a}: {len(rs)} ({', '.join(str(s) for s in rs)})" for a, rs in study.arms.items())
     t = time_summary(study)
     sweep_wall = f"{t['sweep_wall']:.0f} s ({t['sweep_wall_from']})" if t["sweep_wall"] is not None else \
         "not recorded (no start and end time in sweep.json or the summaries)"
+    timed = [r for r in study.runs() if uncontended(r, study.sweep_json)]
     lines = [
         f"# DeepSeekMath small study: {study.sweep_dir.name}", "",
-        f"- **Command:** `harness report {study.sweep_dir} --study --output-dir {out_dir}`",
-        f"- **Machine that built this report:** {platform.platform()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, torch {torch_version}",
+        f"- **Command:** `harness report <sweep folder {study.sweep_dir.name}> --study --output-dir <folder>`",
+        "- **Runs' provenance:** " + "; ".join(provenance_lines(study.runs())),
+        f"- **Statistics computed with:** numpy {_version('numpy')}, scipy {_version('scipy')}",
         f"- **Seeds per algorithm (finished runs):** {seeds or 'none'}",
         f"- **In-domain set:** `{study.task}`; **out-of-domain set:** `{study.ood or 'not evaluated'}`",
-        "- **Intervals:** 95% two-sided Student-t over seeds (t_{0.975, n-1} · s / √n); differences "
-        "between two arms, or an arm and its start, are paired by seed (same seed = same warm-up and "
-        "prompt order) and their interval is the t-interval of the per-seed differences.",
+        f"- **Per-problem records:** {_records_line(study)}",
+        "- **Intervals in tables and figures:** 95% two-sided Student-t over seeds (t_{0.975, n-1} · s / √n); "
+        "differences between two arms, or an arm and its start, are paired by seed (same seed = same warm-up and "
+        "prompt order) and their interval is the t-interval of the per-seed differences. The claims add the "
+        "hierarchical bootstrap over seeds × problems and decide with known error rates (section Claims).",
         f"- **Where the time went** (sum over {t['runs']} runs): warm-up {t['warmup']:.0f} s (plus "
         f"{t['warmup_wait']:.0f} s waiting for a shared warm-up), RL training {t['train']:.0f} s, evaluation "
         f"{t['eval']:.0f} s, other {t['other']:.0f} s; runs' wall-clock {t['wall']:.0f} s; the sweep's "
-        f"wall-clock: {sweep_wall}.",
+        f"wall-clock: {sweep_wall}. Timed on an uncontended machine: {len(timed)} of {len(study.runs())} runs "
+        "(the others' seconds are not used as a compute axis).",
     ]
     if study.excluded:
         lines.append(f"- **Excluded runs:** {', '.join(study.excluded)}")
@@ -233,7 +176,7 @@ def table5_markdown(study: Study, rows: list[dict]) -> list[str]:
              f"{study.ood or 'OOD'} start", f"{study.ood or 'OOD'} after RL", "paired gain"]
     body = []
     for r in rows:
-        cells = [DISPLAY_NAMES.get(r["algorithm"], r["algorithm"]), r["seeds"]]
+        cells = [arm_name(r["algorithm"]), r["seeds"]]
         for p in ("id", "ood"):
             gain = {"mean": r[f"{p}_gain_mean"], "lo": r[f"{p}_gain_lo"], "hi": r[f"{p}_gain_hi"],
                     "n": r[f"{p}_gain_n"], "half": r[f"{p}_gain_hi"] - r[f"{p}_gain_mean"]}
@@ -293,7 +236,7 @@ def large_k_markdown(study: Study) -> list[str]:
         if not rows:
             lines += [f"`{task}`: no pass@K evaluated.", ""]
             continue
-        body = [[DISPLAY_NAMES.get(r["algorithm"], r["algorithm"]), len(r["seeds"]), _k_text(r["mean_cross"]),
+        body = [[arm_name(r["algorithm"]), len(r["seeds"]), _k_text(r["mean_cross"]),
                  ", ".join(f"s{s}: {_k_text(k)}" for s, k in r["per_seed"].items()) or "—",
                  with_interval(r["diff_at_n"]) if r["diff_at_n"] else "no data"] for r in rows]
         lines += [f"**`{task}`** (K = 1..{rows[0]['n']})", "",
@@ -308,195 +251,103 @@ def _k_text(k) -> str:
 
 # --------------------------------------------------------------------------- compute curves
 
-
-def acc_curves(runs: dict, task: str, xkey: str) -> list[tuple]:
-    """Per seed, ``(x, accuracy)`` at the run's evaluation rows, x the counter ``xkey``
-    (``samples`` or ``seconds``); without evaluation rows, the summary's start and end."""
-    key = f"eval/{task}/acc"
-    curves = []
-    for r in runs.values():
-        pts = [(row[xkey], row[key]) for row in r.rows if is_number(row.get(key)) and is_number(row.get(xkey))]
-        if not pts:
-            end = ((r.summary.get("budget") or {}).get("consumed") or {}).get(xkey)
-            pts = [(0.0, r.initial_eval.get(f"{task}/acc")), (end, r.final_eval.get(f"{task}/acc"))]
-            pts = [(x, y) for x, y in pts if is_number(x) and is_number(y)]
-        if pts:
-            curves.append((np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)))
-    return curves
+AXIS_LABELS = {"samples": "samples (completions drawn)", "flops": "training FLOPs (the runs' counter)",
+               "seconds": "training seconds (uncontended runs; evaluation excluded)"}
 
 
-def compute_curves(study: Study, n_boot: int = 200, seed: int = 0) -> list[dict]:
-    """Per arm and compute axis (samples, seconds): the ScaleRL fit of the in-domain mean
-    accuracy curve, bootstrap intervals and the extrapolation check (`curvefit.study_curves`)."""
+def compute_curves(study: Study, n_boot: int = N_BOOT, seed: int = 0, tolerance: float = TOLERANCE) -> list[dict]:
+    """Per arm and compute axis (`study_data.axes_of`): the ScaleRL fit of the in-domain mean
+    accuracy curve, ``n_boot`` bootstrap resamples over seeds, the parameters that are not
+    identified, and the extrapolation check on the last (held-out) point with ``tolerance``."""
     out = []
     for arm, runs in study.arms.items():
-        for axis in ("samples", "seconds"):
+        axes, _ = axes_of(study, runs)
+        for axis in axes:
             row = {"algorithm": arm, "axis": axis}
+            curves = acc_curves(runs, study.task, axis)
             try:
-                cs = study_curves(acc_curves(runs, study.task, axis), n_boot=n_boot, seed=seed, level=LEVEL)
+                cs = study_curves(curves, n_boot=n_boot, seed=seed, level=LEVEL, tolerance=tolerance)
             except ValueError as e:
                 out.append({**row, "error": str(e)})
                 continue
             f, ex = cs.fit, cs.extrapolation
-            mc = mean_curve(acc_curves(runs, study.task, axis))
+            mc = mean_curve(curves)
             row.update({"_fit": f, "_mean": (mc[0], mc[1])})
-            row.update({"seeds": cs.n_seeds, "r0": f.r0, "a": f.a, "b": f.b, "c_mid": f.c_mid, "n_boot": cs.n_boot,
-                        "sse": f.sse, "n_points": f.n_points, "extrap_at": ex["at"], "extrap_fit_upto": ex["fit_upto"],
-                        "extrap_predicted": ex["predicted"], "extrap_observed": ex["observed"],
-                        "extrap_error": ex["error"], "extrap_reason": ex.get("reason", "")})
+            row.update({"seeds": cs.n_seeds, "n_points": f.n_points, "r0": f.r0, "a": f.a, "b": f.b, "c_mid": f.c_mid,
+                        "n_boot": cs.n_boot, "sse": f.sse})
             for k in ("a", "b", "c_mid"):
                 lo, hi = cs.intervals.get(k, (float("nan"), float("nan")))
-                row.update({f"{k}_lo": lo, f"{k}_hi": hi})
+                row.update({f"{k}_lo": lo, f"{k}_hi": hi, f"{k}_boot_at_bound": cs.boot_at_bounds.get(k, float("nan"))})
+            row["unidentified"] = "; ".join(f"{k}: {why}" for k, why in cs.flags.items())
+            row.update({"extrap_fit_upto": ex["fit_upto"], "extrap_at": ex["at"], "extrap_predicted": ex["predicted"],
+                        "extrap_observed": ex["observed"], "extrap_error": ex["error"],
+                        "extrap_tolerance": ex["tolerance"],
+                        "extrap_passed": "" if ex["passed"] is None else ("pass" if ex["passed"] else "fail"),
+                        "extrap_reason": ex.get("reason", "")})
             out.append(row)
     return out
 
 
-def compute_curves_markdown(rows: list[dict]) -> list[str]:
+def _curve_cell(r: dict, k: str, spec: str, scale: float = 1.0) -> str:
+    v, lo, hi = (scale * r[k], scale * r[f"{k}_lo"], scale * r[f"{k}_hi"])
+    text = f"{v:{spec}} [{lo:{spec}}, {hi:{spec}}]" if np.isfinite(lo) else f"{v:{spec}}"
+    return text + (" (unidentified)" if f"{k}:" in r["unidentified"] else "")
+
+
+def compute_curves_markdown(study: Study, rows: list[dict]) -> list[str]:
     body = []
     for r in rows:
-        name = DISPLAY_NAMES.get(r["algorithm"], r["algorithm"])
+        name = arm_name(r["algorithm"])
         if "error" in r:
-            body.append([name, r["axis"], "—", "—", "—", "—", f"no fit: {r['error']}"])
+            body.append([name, r["axis"], "—", "—", "—", "—", "—", f"no fit: {r['error']}"])
             continue
-        iv = lambda k, s, v=r: f"{v[k]:{s}} [{v[k + '_lo']:{s}}, {v[k + '_hi']:{s}}]" if np.isfinite(v[k + "_lo"]) \
-            else f"{v[k]:{s}}"
-        ex = (f"{100 * r['extrap_predicted']:.1f} vs {100 * r['extrap_observed']:.1f} "
-              f"(error {100 * r['extrap_error']:+.2f})" if np.isfinite(r["extrap_error"]) else r["extrap_reason"])
-        a = {k: 100 * r[k] for k in ("a", "a_lo", "a_hi")}
-        body.append([name, r["axis"], f"{100 * r['r0']:.1f}", iv("a", ".1f", a), iv("b", ".2f"), iv("c_mid", ".4g"), ex])
+        if np.isfinite(r["extrap_error"]):
+            ex = (f"{r['extrap_passed']}: {100 * r['extrap_predicted']:.1f} predicted vs {100 * r['extrap_observed']:.1f} "
+                  f"observed at {r['extrap_at']:.4g} (fit on C ≤ {r['extrap_fit_upto']:.4g}; error "
+                  f"{100 * r['extrap_error']:+.2f})")
+        else:
+            ex = f"not checked: {r['extrap_reason']}"
+        body.append([name, r["axis"], f"{r['seeds']} / {r['n_points']}", f"{100 * r['r0']:.1f}",
+                     _curve_cell(r, "a", ".1f", 100.0), _curve_cell(r, "b", ".2f"), _curve_cell(r, "c_mid", ".4g"), ex])
+    notes = sorted({n for runs in study.arms.values() for n in axes_of(study, runs)[1]})
+    n_boot = next((r["n_boot"] for r in rows if "n_boot" in r), 0)
+    tol = next((r["extrap_tolerance"] for r in rows if "extrap_tolerance" in r), TOLERANCE)
+    flagged = [f"{arm_name(r['algorithm'])} ({r['axis']}): {r['unidentified']}" for r in rows if r.get("unidentified")]
     return ["## Compute curves (ScaleRL fit)", "",
             "R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) fitted to the mean in-domain greedy accuracy over "
-            "seeds, C = samples or training seconds; R0 = the accuracy at C = 0 (fixed), A ∈ [R0, 1]. Fit: a "
-            "grid over B and C_mid with A in closed form, then a Nelder-Mead refine. Intervals: 95% "
-            "percentile bootstrap over seeds (seeds resampled with replacement, mean curve refitted, "
-            "seeded RNG). Extrapolation: fitted on the points with C ≤ half the final C, predicted at the "
-            "final C, vs the observed mean there (accuracy in %, error in points).", "",
-            table(["algorithm", "C", "R0 (%)", "A (%) [95%]", "B [95%]", "C_mid [95%]",
-                   "extrapolated final vs observed"], body, style="markdown"), ""]
-
-
-# --------------------------------------------------------------------------- claims
-
-RULE_SIMPLE = ("reproduced when the paired 95% CI of the difference lies wholly on the expected side of 0, "
-               "contradicted when it lies wholly on the other side, otherwise (or with fewer than 2 pairs) "
-               "inconclusive (`stats.verdict`)")
-RULE_MAJ_PASS = ("reproduced when the paired CI of the maj@n gain (after RL − start) lies wholly above 0 and the "
-                 "CI of the pass@n gain does not (it includes 0 or lies below); contradicted when the pass@n gain's "
-                 "CI lies wholly above 0 or the maj@n gain's wholly below 0; otherwise inconclusive")
-
-
-def maj_pass_verdict(maj: dict, pas: dict) -> str:
-    """The verdict on 'RL lifts Maj@K but not Pass@K' from the paired gains at K = n."""
-    vm, vp = verdict(maj, 1), verdict(pas, 1)
-    if vp == "reproduced" or vm == "contradicted":
-        return "contradicted"
-    return "reproduced" if vm == "reproduced" else "inconclusive"
-
-
-def _claim(study: Study, cid: str, claim: str, comparison: str, parts: list[tuple], rule, rule_text: str) -> dict:
-    """One claim: ``parts`` = ``(what, arm_a, value_a, arm_b, value_b, scale, unit)``, each a
-    paired difference ``scale * (value_a(run of arm_a) - value_b(run of arm_b))`` by seed;
-    ``rule(diffs) -> verdict``. An arm not in the sweep makes the row 'not run'."""
-    row = {"id": cid, "claim": claim, "comparison": comparison, "rule": rule_text, "parts": []}
-    missing = sorted({p[i] for p in parts for i in (1, 3) if p[i] not in study.arms})
-    if missing:
-        return {**row, "not_run": missing, "verdict": "inconclusive"}
-    for what, arm_a, va, arm_b, vb, scale, unit in parts:
-        d = paired_diff_ci(per_seed(study.arms[arm_a], va, scale), per_seed(study.arms[arm_b], vb, scale), LEVEL)
-        row["parts"].append({**d, "what": what, "unit": unit})
-    return {**row, "not_run": [], "verdict": rule(row["parts"])}
-
-
-def _policy_sizes(study: Study, arms: tuple) -> str:
-    sizes = []
-    for a in arms:
-        vals = {(r.summary.get("params") or {}).get("policy") for r in study.arms.get(a, {}).values()}
-        sizes.append(f"{a} {', '.join(str(v) for v in sorted(vals, key=str))}")
-    return "policy parameters: " + "; ".join(sizes)
-
-
-def claims(study: Study) -> list[dict]:
-    """The six claims of the study, each with its paired differences and verdict."""
-    t, o, n = study.task, study.ood or f"{study.task}_ood", study.ks.get(study.task, 0)
-    acc, simple = f"{t}/acc", (lambda parts: verdict(parts[0], 1))
-    return [
-        _claim(study, "1", "GRPO+PS > GRPO+OS", f"grpo_ps − grpo: final {acc} (points)",
-               [(acc, "grpo_ps", final(acc), "grpo", final(acc), 100.0, "points")], simple, RULE_SIMPLE),
-        _claim(study, "2", "GRPO > online RFT", f"grpo − rft: final {acc} (points)",
-               [(acc, "grpo", final(acc), "rft", final(acc), 100.0, "points")], simple, RULE_SIMPLE),
-        _claim(study, "3", "RL lifts Maj@K but not Pass@K (GRPO)",
-               f"grpo after RL − its start: {t}/maj@{n} and {t}/pass@{n} (points)",
-               [(f"maj@{n}", "grpo", final(f"{t}/maj@{n}"), "grpo", initial(f"{t}/maj@{n}"), 100.0, "points"),
-                (f"pass@{n}", "grpo", final(f"{t}/pass@{n}"), "grpo", initial(f"{t}/pass@{n}"), 100.0, "points")],
-               lambda p: maj_pass_verdict(*p), RULE_MAJ_PASS),
-        _claim(study, "4", "Iterative RL helps (iterative GRPO > GRPO)", f"grpo_iter − grpo: final {acc} (points)",
-               [(acc, "grpo_iter", final(acc), "grpo", final(acc), 100.0, "points")], simple, RULE_SIMPLE),
-        _claim(study, "5", "GRPO needs less memory than PPO at equal policy size",
-               f"grpo − ppo: peak RSS (MiB; expected < 0); {_policy_sizes(study, ('grpo', 'ppo'))}",
-               [("peak rss_mb", "grpo", peak_rss, "ppo", peak_rss, 1.0, "MiB")],
-               lambda parts: verdict(parts[0], -1), RULE_SIMPLE + "; expected side: below 0"),
-        _claim(study, "6", "RL improves out-of-domain too (GRPO)", f"grpo after RL − its start: {o}/acc (points)",
-               [(f"{o}/acc", "grpo", final(f"{o}/acc"), "grpo", initial(f"{o}/acc"), 100.0, "points")],
-               simple, RULE_SIMPLE),
-    ]
-
-
-def claims_csv_rows(rows: list[dict]) -> list[dict]:
-    """One CSV row per paired difference of each claim (a 'not run' claim: one row without numbers)."""
-    out = []
-    for c in rows:
-        base = {"id": c["id"], "claim": c["claim"], "comparison": c["comparison"], "verdict": c["verdict"]}
-        if c["not_run"] or not c["parts"]:
-            out.append({**base, "what": "not run: " + ", ".join(c["not_run"]), "unit": "", "mean_diff": "",
-                        "ci95_lo": "", "ci95_hi": "", "ci95_half": "", "n_pairs": 0, "seeds": ""})
-            continue
-        for p in c["parts"]:
-            out.append({**base, "what": p["what"], "unit": p["unit"], "mean_diff": p["mean"], "ci95_lo": p["lo"],
-                        "ci95_hi": p["hi"], "ci95_half": p["half"], "n_pairs": p["n"],
-                        "seeds": " ".join(str(s) for s in p["seeds"])})
-    return out
-
-
-def claims_markdown(rows: list[dict]) -> list[str]:
-    body = []
-    for c in rows:
-        if c["not_run"]:
-            body.append([c["claim"], c["comparison"], f"not run ({', '.join(c['not_run'])})", "—", 0, c["verdict"]])
-            continue
-        many = len(c["parts"]) > 1
-        lab = lambda p: f"{p['what']}: " if many else ""
-        mean = "; ".join(lab(p) + (f"{p['mean']:+.2f}" if p["n"] else "no data") for p in c["parts"])
-        ci = "; ".join(lab(p) + (f"[{p['lo']:+.2f}, {p['hi']:+.2f}]" if np.isfinite(p["half"]) else "—")
-                       for p in c["parts"])
-        body.append([c["claim"], c["comparison"], mean, ci, "; ".join(str(p["n"]) for p in c["parts"]), c["verdict"]])
-    by_rule: dict[str, list[str]] = {}
-    for c in rows:
-        by_rule.setdefault(c["rule"], []).append(c["id"])
-    rules = [f"- claim{'s' if len(ids) > 1 else ''} {', '.join(ids)}: {rule}" for rule, ids in by_rule.items()]
-    return ["## Claims", "",
-            "Verdicts are computed from the data: paired by seed, 95% two-sided t-interval of the per-seed "
-            "differences. Differences in accuracy points (× 100) unless marked MiB.", "",
-            table(["claim", "comparison", "paired mean diff", "95% CI", "n pairs", "verdict"], body, style="markdown"),
-            "", "Verdict rules:", *rules, ""]
+            "seeds; C = samples, training FLOPs where the runs count them, training seconds only for runs flagged "
+            "as timed on an uncontended machine. R0 = the accuracy at C = 0 (fixed); bounds A ∈ [R0, 1], "
+            "B ∈ [0.05, 20], C_mid ∈ [min C / 100, max C × 100]. Fit: a grid over log B × log C_mid with A in "
+            f"closed form, refined by successively finer grids. Intervals: 95% percentile bootstrap over seeds "
+            f"({n_boot:,} resamples: seeds with replacement, the mean curve refitted; seeded generator). A "
+            "parameter is **unidentified** when its estimate sits on a bound, or more than 2.5% of the bootstrap "
+            "refits do (its interval reaches the bound). **Extrapolation check:** fitted on the points with C ≤ half "
+            "the last C, predicted at the last (held-out) point; it passes when |predicted − observed| ≤ "
+            f"{100 * tol:.1f} accuracy points.", "",
+            table(["algorithm", "C", "seeds / points", "R0 (%)", "A (%) [95%]", "B [95%]", "C_mid [95%]",
+                   "extrapolation to the held-out last point"], body, style="markdown"), "",
+            *[f"- {n}" for n in notes],
+            f"- unidentified: {'; '.join(flagged) if flagged else 'none'}", ""]
 
 
 # --------------------------------------------------------------------------- figures and the report
 
 FIGURES = {
-    "fig5_accuracy": "Fig. 5 analogue: greedy accuracy vs samples and vs training seconds, every algorithm",
+    "fig5_accuracy": "Fig. 5 analogue: greedy accuracy vs samples (FLOPs, uncontended seconds where recorded), every algorithm",
     "fig6_iterative": "Fig. 6 analogue: iterative GRPO vs GRPO (the same data, those two only)",
     "fig7_maj_pass_at_k": "Fig. 7 analogue: Maj@K and Pass@K, K = 1..n, one axis per data set",
-    "compute_curves": "Compute curves: mean in-domain accuracy and the fitted R(C), vs samples and vs seconds",
+    "compute_curves": "Compute curves: mean in-domain accuracy and the fitted R(C) on each compute axis",
 }
 
 
 def _accuracy_panels(study: Study, arms: list[str]) -> list[tuple]:
     panels = []
     for task in [t for t in (study.task, study.ood) if t]:
-        for axis, xlabel in (("samples", "samples (completions drawn)"),
-                             ("seconds", "training wall-clock seconds (budget counter; evaluation excluded)")):
-            series = {a: acc_curves(study.arms[a], task, axis) for a in arms if a in study.arms}
-            panels.append((f"{task}: accuracy vs {axis}", xlabel, series))
+        for axis in ("samples", "flops", "seconds"):
+            series = {a: acc_curves(study.arms[a], task, axis) for a in arms
+                      if a in study.arms and axis in axes_of(study, study.arms[a])[0]}
+            if series:
+                panels.append((f"{task}: accuracy vs {axis}", AXIS_LABELS[axis], series))
     return panels
 
 
@@ -507,9 +358,9 @@ def figures(study: Study, curve_rows: list[dict]) -> dict:
     k_panels = [(f"{t}: Maj@K (solid/o) and Pass@K (dotted/^); start dashed", t, study.ks.get(t, 0), start,
                  {a: [r.final_eval for r in runs.values()] for a, runs in study.arms.items()})
                 for t in (study.task, study.ood) if t]
-    fit_panels = [(f"{study.task}: fitted compute curves vs {axis}", axis,
+    fit_panels = [(f"{study.task}: fitted compute curves vs {axis}", AXIS_LABELS[axis],
                    {r["algorithm"]: (*r["_mean"], r["_fit"]) for r in curve_rows if r["axis"] == axis and "_fit" in r})
-                  for axis in ("samples", "seconds")]
+                  for axis in ("samples", "flops", "seconds")]
     return {"fig5_accuracy": plot_accuracy(_accuracy_panels(study, list(study.arms)), colors),
             "fig6_iterative": plot_accuracy(_accuracy_panels(study, ["grpo", "grpo_iter"]), colors),
             "fig7_maj_pass_at_k": plot_k(k_panels, colors),
@@ -533,28 +384,39 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
         w.writeheader()
-        w.writerows(rows)
+        w.writerows([{k: _cell(v) for k, v in r.items() if not k.startswith("_")} for r in rows])
 
 
-def build_study_report(sweep_dir, out_dir=None, n_boot: int = 200, seed: int = 0) -> Path:
+def _cell(v):
+    """A CSV cell: floats to 10 significant digits (the same bytes on every machine for values
+    that agree to that), NaN as empty."""
+    if isinstance(v, (float, np.floating)):
+        return "" if not np.isfinite(v) else format(float(v), ".10g")
+    return v
+
+
+def build_study_report(sweep_dir, out_dir=None, n_boot: int = N_BOOT, seed: int = 0,
+                       design: Design | None = None) -> Path:
     """Write the study report of a finished sweep into ``out_dir`` (default
     ``<sweep_dir>/study``): report.md, claims.csv, table5.csv, compute_curves.csv and
-    plots/*.png. Returns the path of report.md."""
+    plots/*.png. ``n_boot``/``seed``: the compute curves' bootstrap; ``design``: the claims'
+    decision rules (default `DESIGN`). Returns the path of report.md."""
+    design = design or DESIGN
     study = load_study(sweep_dir)
     if not study.arms:
         raise FileNotFoundError(f"no finished runs with a seed in {sweep_dir}")
     out = Path(out_dir) if out_dir is not None else Path(sweep_dir) / "study"
     (out / "plots").mkdir(parents=True, exist_ok=True)
-    t5, curve_rows, claim_rows = table5(study), compute_curves(study, n_boot, seed), claims(study)
+    t5, curve_rows, claim_rows = table5(study), compute_curves(study, n_boot, seed), claims(study, design)
     plots = {}
     for name, fig in figures(study, curve_rows).items():
         if fig is not None:
-            fig.savefig(out / "plots" / f"{name}.png", format="png")
+            fig.savefig(out / "plots" / f"{name}.png", format="png", metadata={"Software": None})
             plots[name] = out / "plots" / f"{name}.png"
     _write_csv(out / "table5.csv", t5)
     _write_csv(out / "claims.csv", claims_csv_rows(claim_rows))
     _write_csv(out / "compute_curves.csv", curve_rows)
-    lines = (header(study, out) + table5_markdown(study, t5) + figures_markdown(plots) + large_k_markdown(study)
-             + compute_curves_markdown(curve_rows) + claims_markdown(claim_rows))
+    lines = (header(study, design) + table5_markdown(study, t5) + figures_markdown(plots) + large_k_markdown(study)
+             + compute_curves_markdown(study, curve_rows) + claims_markdown(claim_rows, design))
     (out / "report.md").write_text("\n".join(lines))
     return out / "report.md"

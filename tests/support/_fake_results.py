@@ -146,3 +146,108 @@ def make_sweep(root: Path, sweep: str = "demo", spec=DEFAULT_SPEC, unit: str = "
     for algo, seed, n, status in spec:
         make_run(Path(root), sweep, algo, seed, n, status, unit=unit)
     return Path(root) / sweep
+
+
+# --------------------------------------------------------------------------- study sweeps with per-problem records
+
+STUDY_SAMPLES = [128 * i for i in range(9)]      # evaluation points: 0 .. 1024 samples (8 after the start)
+STUDY_PROBLEMS = 500                             # held-out problems per task (accuracies in steps of 0.002)
+STUDY_TASKS = ("arith", "arith_ood")
+
+
+def eval_records(task: str, correct: list, curves: dict | None = None, spread: float = 0.0) -> list[dict]:
+    """Per-problem records in `evals.records`' format (completions left out, as in a trimmed
+    copy): ``greedy.correct`` from ``correct``; with ``curves`` (``{"pass": [pass@1..n],
+    "maj": [...]}``) every problem's ``pass@k`` / ``maj@k`` lists are those values, plus and
+    minus ``spread`` on alternate problems (an even count: the mean is exactly the curve)."""
+    recs = []
+    for i, ok in enumerate(correct):
+        rec = {"id": f"{task}-{i}", "question": None, "gold": str(i),
+               "greedy": {"completion": None, "answer": str(i) if ok else "x", "key": str(i) if ok else "x",
+                          "correct": bool(ok), "finished": True, "num_tokens": 12},
+               "samples": []}
+        if curves:
+            sign = spread if i % 2 == 0 else -spread
+            for kind in ("pass", "maj"):
+                rec[f"{kind}@k"] = [min(1.0, max(0.0, v + (sign if 0 < v < 1 else 0.0))) for v in curves[kind]]
+        recs.append(rec)
+    return recs
+
+
+def greedy_pattern(acc: float, n: int, key: tuple, jitter: float = 0.3) -> list[bool]:
+    """Which of ``n`` problems a greedy run gets right at accuracy ``acc`` (exactly
+    ``round(acc * n)`` of them): problems have a fixed difficulty order (shared by every run,
+    so arms and seeds agree on most problems, as on a real test set), jittered per ``key``."""
+    difficulty = _rng("difficulty", n).permutation(n) / n
+    score = difficulty + jitter * _rng(*key).uniform(0, 1, n)
+    k = int(round(acc * n))
+    right = set(np.argsort(score, kind="stable")[:k].tolist())
+    return [i in right for i in range(n)]
+
+
+def _study_evals(v: dict, ks: tuple) -> dict:
+    e = {"eval/arith/acc": v["acc"], "eval/arith/mean_acc": v["acc"], "eval/arith_ood/acc": v["ood"],
+         "eval/arith/seconds": 1.5, "eval/arith_ood/seconds": 0.5,
+         "eval/arith/num_problems": STUDY_PROBLEMS, "eval/arith_ood/num_problems": STUDY_PROBLEMS}
+    for k, p, m in zip(ks, v["pass"], v["maj"]):
+        e.update({f"eval/arith/pass@{k}": p, f"eval/arith/maj@{k}": m,
+                  f"eval/arith_ood/pass@{k}": min(1.0, p - 0.2), f"eval/arith_ood/maj@{k}": m - 0.2})
+    return e
+
+
+def make_study_run(root: Path, algo: str, seed: int, *, start: dict, final: dict, rss: float,
+                   iterative: bool = False, reward_model: dict | None = None, samples=STUDY_SAMPLES,
+                   records: bool = True, spread: float = 0.01, flops_per_sample: float | None = None,
+                   uncontended: bool = False, arm_key: str | None = None) -> Path:
+    """One finished study run: summary.json, metrics.jsonl (evaluation rows at ``samples``,
+    accuracy rising from ``start`` to ``final`` along a saturating curve) and, with ``records``,
+    the per-problem records of the start and final evaluations of both tasks, consistent with
+    the summary (their means are its accuracies, pass@K and maj@K). ``start`` / ``final``:
+    ``{"acc", "ood", "pass": [pass@1..], "maj": [maj@1..]}`` (K = 1..len). ``reward_model``: the
+    config section (``{"type": "prm", "rounds": 4}``); ``flops_per_sample``: a ``flops``
+    counter on every row; ``uncontended``: the summary's ``timing.uncontended`` flag."""
+    ks = tuple(range(1, len(final["pass"]) + 1))
+    initial, fin = _study_evals(start, ks), _study_evals(final, ks)
+    arm_key = arm_key or f"{algo}{iterative}{reward_model}"
+    d = Path(root) / f"{algo}-s{seed}-{zlib.crc32(arm_key.encode()):08x}"
+    (d / "eval").mkdir(parents=True)
+    g = [0.0] + [1 / (1 + (300 / c) ** 1.5) for c in samples[1:]]
+    rows = []
+    for c, gi in zip(samples, g):
+        sec = c / 128 * (10.0 + seed)
+        ev = initial if c == 0 else (fin if c == samples[-1] else
+                                     {"eval/arith/acc": start["acc"] + (final["acc"] - start["acc"]) * gi / g[-1],
+                                      "eval/arith_ood/acc": start["ood"] + (final["ood"] - start["ood"]) * gi / g[-1]})
+        row = {"samples": c, "tokens": 20 * c, "step": c // 128, "seconds": sec}
+        if flops_per_sample:
+            row["flops"] = flops_per_sample * c
+        rows.append({**row, **ev})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if records:
+        last = rows[-1]["step"]
+        for step, v in ((0, start), (last, final)):
+            who = ("start",) if step == 0 else (arm_key,)
+            for task, acc in (("arith", v["acc"]), ("arith_ood", v["ood"])):
+                curves = None
+                if task == "arith":
+                    curves = {"pass": v["pass"], "maj": v["maj"]}
+                else:
+                    curves = {"pass": [min(1.0, p - 0.2) for p in v["pass"]], "maj": [m - 0.2 for m in v["maj"]]}
+                correct = greedy_pattern(acc, STUDY_PROBLEMS, (*who, seed, task))
+                recs = eval_records(task, correct, curves, spread)
+                (d / "eval" / f"{task}_{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    config = {"name": "study", "seed": seed, "algorithm": {"name": algo, "ref_reset_every": 4 if iterative else 0},
+              "task": {"name": "arith"}, "budget": {"unit": "samples", "amount": samples[-1]}}
+    if reward_model:
+        config["reward_model"] = dict(reward_model)
+    summary = {"run_id": d.name, "name": "study", "algorithm": algo, "seed": seed, "status": "finished",
+               "config": config, "initial_eval": initial, "final_eval": fin,
+               "budget": {"unit": "samples", "amount": samples[-1],
+                          "consumed": {"samples": samples[-1], "seconds": rows[-1]["seconds"]}},
+               "peak": {"rss_mb": rss, "rss_above_base_mb": rss - 200, "cuda_mb": None},
+               "params": {"policy": 812416}, "start": {"cached": seed != 0, "seconds": 100.0},
+               "wall_seconds": rows[-1]["seconds"] + 50.0, "perf": {"perf/peak_rss_mb": rss}}
+    if uncontended:
+        summary["timing"] = {"uncontended": True}
+    (d / "summary.json").write_text(json.dumps(summary))
+    return d

@@ -1,20 +1,26 @@
-"""`harness report --study`: a hand-made two-seed sweep of every study arm through
-build_study_report; the claims' paired differences and verdicts against values computed by
-hand here, Table 5, the large-K check, the plots and the CLI."""
+"""`harness report --study`: a hand-made two-seed sweep of every study arm (with per-problem
+records) through build_study_report; the claims' paired differences, standard errors, p-values,
+Holm adjustments and verdicts against values computed by hand here; a six-seed sweep built to
+give each of the four verdicts; byte-identical reports on recompute; Table 5, the large-K
+check, the plots and the CLI."""
 from __future__ import annotations
 
 import csv
 import json
 import math
+import shutil
 import statistics
-import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy.stats import t as student_t
 
+from _fake_results import make_study_run
 from harness.cli.main import main as harness_main
+from harness.report.decisions import Design
 from harness.report.stats import paired_diff_ci, verdict
-from harness.report.study import (build_study_report, large_k_check, load_study, maj_pass_verdict, run_seconds,
+from harness.report.study import (build_study_report, compute_curves, large_k_check, load_study, run_seconds,
                                    time_summary)
 
 T975_1, T975_2 = 12.706204736174707, 4.302652729749464   # t_{0.975, 1} and t_{0.975, 2} from tables
@@ -38,60 +44,32 @@ GRPO_K = {0: {"pass": [0.60, 0.70, 0.74, 0.78], "maj": [0.60, 0.60, 0.66, 0.70]}
           1: {"pass": [0.70, 0.77, 0.80, 0.86], "maj": [0.70, 0.70, 0.76, 0.80]}}
 
 
-def _evals(acc: float, ood: float, pas: list, maj: list) -> dict:
-    e = {"eval/arith/acc": acc, "eval/arith/mean_acc": acc, "eval/arith_ood/acc": ood,
-         "eval/arith/seconds": 1.5, "eval/arith_ood/seconds": 0.5}
-    for k, p, m in zip(KS, pas, maj):
-        e.update({f"eval/arith/pass@{k}": p, f"eval/arith/maj@{k}": m,
-                  f"eval/arith_ood/pass@{k}": min(1.0, p - 0.2), f"eval/arith_ood/maj@{k}": m - 0.2})
-    return e
+def write_run(root: Path, algo: str, seed: int, iterative: bool = False, **kw) -> Path:
+    """One hand-made study run (`_fake_results.make_study_run`) from the tables above."""
+    arm = "grpo_iter" if iterative else algo
+    acc, ood, rss = FINAL[arm][seed]
+    k = GRPO_K[seed] if arm == "grpo" else {"pass": [1 - (1 - acc) ** kk for kk in KS], "maj": [acc] * len(KS)}
+    return make_study_run(root, algo, seed, start=START[seed], final={"acc": acc, "ood": ood, **k}, rss=rss,
+                          iterative=iterative, **kw)
 
 
-def write_run(root: Path, algo: str, seed: int, iterative: bool = False) -> Path:
-    """One hand-made run directory: summary.json and metrics.jsonl (evaluation rows at SAMPLES,
-    accuracy rising from the start to the final value along a saturating curve)."""
-    s, (acc, ood, rss) = START[seed], FINAL["grpo_iter" if iterative else algo][seed]
-    k = GRPO_K[seed] if algo == "grpo" and not iterative else \
-        {"pass": [1 - (1 - acc) ** kk for kk in KS], "maj": [acc] * len(KS)}
-    initial, final = _evals(s["acc"], s["ood"], s["pass"], s["maj"]), _evals(acc, ood, k["pass"], k["maj"])
-    name = "grpo" if iterative else algo
-    d = root / f"{name}-s{seed}-{zlib.crc32(f'{algo}{iterative}'.encode()):08x}"
-    d.mkdir(parents=True)
-    g = [0.0] + [1 / (1 + (300 / c) ** 1.5) for c in SAMPLES[1:]]
-    rows = []
-    for c, gi in zip(SAMPLES, g):
-        sec = c / 128 * (10.0 + seed)
-        ev = initial if c == 0 else (final if c == SAMPLES[-1] else
-                                     {"eval/arith/acc": s["acc"] + (acc - s["acc"]) * gi / g[-1],
-                                      "eval/arith_ood/acc": s["ood"] + (ood - s["ood"]) * gi / g[-1]})
-        rows.append({"samples": c, "tokens": 20 * c, "step": c // 128, "seconds": sec, **ev})
-    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    config = {"name": "study", "seed": seed, "algorithm": {"name": name, "ref_reset_every": 4 if iterative else 0},
-              "task": {"name": "arith"}, "budget": {"unit": "samples", "amount": 1024}}
-    summary = {"run_id": d.name, "name": "study", "algorithm": name, "seed": seed, "status": "finished",
-               "config": config, "initial_eval": initial, "final_eval": final,
-               "budget": {"unit": "samples", "amount": 1024, "consumed": {"samples": 1024, "seconds": rows[-1]["seconds"]}},
-               "peak": {"rss_mb": rss, "rss_above_base_mb": rss - 200, "cuda_mb": None},
-               "params": {"policy": 812416}, "start": {"cached": seed != 0, "seconds": 100.0},
-               "wall_seconds": rows[-1]["seconds"] + 50.0, "perf": {"perf/peak_rss_mb": rss}}
-    (d / "summary.json").write_text(json.dumps(summary))
-    return d
-
-
-def make_study_sweep(root: Path, arms=tuple(FINAL)) -> Path:
+def make_study_sweep(root: Path, arms=tuple(FINAL), seeds=(0, 1), **kw) -> Path:
     sweep = root / "study"
     for arm in arms:
-        for seed in (0, 1):
-            write_run(sweep, "grpo" if arm == "grpo_iter" else arm, seed, iterative=arm == "grpo_iter")
+        for seed in seeds:
+            write_run(sweep, "grpo" if arm == "grpo_iter" else arm, seed, iterative=arm == "grpo_iter", **kw)
     (sweep / "sweep.json").write_text(json.dumps({"name": "study", "started": 1000.0, "updated": 1900.0}))
     return sweep
+
+
+DESIGN2 = Design(first_look=2, cap=2, n_boot=2000)   # a fixed design at the two seeds of the hand-made sweep
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     sweep = make_study_sweep(tmp_path_factory.mktemp("res"))
     out = tmp_path_factory.mktemp("study_out")
-    return sweep, out, build_study_report(sweep, out, n_boot=20)
+    return sweep, out, build_study_report(sweep, out, n_boot=20, design=DESIGN2)
 
 
 def _claims(out: Path) -> dict:
@@ -110,12 +88,6 @@ def test_paired_interval_and_verdict_on_hand_cases():
     assert d["half"] == pytest.approx(T975_2 * math.sqrt(0.0007) / math.sqrt(3)) and d["half"] == pytest.approx(0.0657, abs=1e-4)
     assert verdict(d, 1) == "reproduced" and verdict(d, -1) == "contradicted"
     assert verdict(paired_diff_ci({0: 1.0, 1: -1.0}, {0: 0.0, 1: 0.0}), 1) == "inconclusive"
-    up, flat, down = ({"lo": lo, "hi": hi, "n": 3} for lo, hi in ((1.0, 2.0), (-1.0, 1.0), (-2.0, -1.0)))
-    assert maj_pass_verdict(up, flat) == "reproduced"
-    assert maj_pass_verdict(up, down) == "reproduced"
-    assert maj_pass_verdict(up, up) == "contradicted"       # Pass@K lifted too
-    assert maj_pass_verdict(down, flat) == "contradicted"   # Maj@K lowered
-    assert maj_pass_verdict(flat, flat) == "inconclusive"
 
 
 def test_arms_come_from_algorithm_and_reference_resets(built):
@@ -126,39 +98,173 @@ def test_arms_come_from_algorithm_and_reference_resets(built):
     assert study.task == "arith" and study.ood == "arith_ood" and study.ks == {"arith": 4, "arith_ood": 4}
 
 
+def _records(run_dir: Path, name: str) -> dict:
+    recs = [json.loads(line) for line in (run_dir / "eval" / name).read_text().splitlines()]
+    return {r["id"]: r for r in recs}
+
+
+def _crossed_var_problems(per_seed: list) -> float:
+    """The problem part of the crossed bootstrap's variance, by hand (plain Python)."""
+    s, p = len(per_seed), len(per_seed[0])
+    col = [sum(d[j] for d in per_seed) / s for j in range(p)]
+    pvar = lambda xs: sum((x - sum(xs) / len(xs)) ** 2 for x in xs) / len(xs)
+    return pvar(col) / p + sum(pvar([d[j] - col[j] for j in range(p)]) for d in per_seed) / s / (p * s)
+
+
 def test_claims_equal_hand_computed_values(built):
-    _, out, _ = built
+    sweep, out, _ = built
     c = _claims(out)
-    expected = {  # (id, what): (per-seed diffs, verdict)
-        ("1", "arith/acc"): ([65 - 60, 75 - 70], "reproduced"),
-        ("2", "arith/acc"): ([60 - 55, 70 - 58], "inconclusive"),
-        ("3", "maj@4"): ([70 - 45, 80 - 55], "reproduced"),
-        ("3", "pass@4"): ([78 - 80, 86 - 85], "reproduced"),
-        ("4", "arith/acc"): ([58 - 60, 68 - 70], "contradicted"),
-        ("5", "peak rss_mb"): ([300 - 500, 320 - 530], "reproduced"),
-        ("6", "arith_ood/acc"): ([25 - 20, 35.2 - 30], "reproduced"),
+    expected = {  # (id, what): per-seed diffs
+        ("1", "arith/acc"): [65 - 60, 75 - 70],
+        ("2", "arith/acc"): [60 - 55, 70 - 58],
+        ("3", "maj@4"): [70 - 45, 80 - 55],
+        ("3", "pass@4"): [78 - 80, 86 - 85],
+        ("4", "arith/acc"): [58 - 60, 68 - 70],
+        ("5", "peak rss_mb"): [300 - 500, 320 - 530],
+        ("6", "arith_ood/acc"): [25 - 20, 35.2 - 30],
     }
     assert set(c) == set(expected)
-    for key, (diffs, v) in expected.items():
+    for key, diffs in expected.items():
         row = c[key]
         mean, half = _t(diffs)
         assert float(row["mean_diff"]) == pytest.approx(mean, abs=1e-9), key
-        assert float(row["ci95_half"]) == pytest.approx(half, abs=1e-6), key
-        assert float(row["ci95_lo"]) == pytest.approx(mean - half, abs=1e-6), key
+        assert float(row["t_lo"]) == pytest.approx(mean - half, abs=1e-6), key
+        assert float(row["t_hi"]) == pytest.approx(mean + half, abs=1e-6), key
+        assert [float(v) for v in row["per_seed"].split()] == pytest.approx(diffs, abs=1e-4)
         assert int(row["n_pairs"]) == 2 and row["seeds"] == "0 1"
-        assert row["verdict"] == v, key
+        assert float(row["boot_lo"]) <= float(row["boot_hi"])
+    # claim 1 by hand: per-problem greedy differences of the two seeds (crossed: the same problems)
+    study = load_study(sweep)
+    per = []
+    for seed in (0, 1):
+        a = _records(study.arms["grpo_ps"][seed].run_dir, "arith_8.jsonl")
+        b = _records(study.arms["grpo"][seed].run_dir, "arith_8.jsonl")
+        per.append([100.0 * (a[i]["greedy"]["correct"] - b[i]["greedy"]["correct"]) for i in sorted(a)])
+    vp = _crossed_var_problems(per)
+    row = c[("1", "arith/acc")]
+    assert row["boot_scheme"] == "crossed" and row["n_problems"] == "500"
+    assert float(row["var_problems"]) == pytest.approx(vp, rel=1e-8)
+    se = math.sqrt(statistics.variance([5.0, 5.0]) / 2 + vp)
+    assert float(row["se"]) == pytest.approx(se, rel=1e-8)
+    assert float(row["p_diff"]) == pytest.approx(2 * student_t.sf(5.0 / se, 1), rel=1e-8)
+    assert float(row["p_tost"]) == pytest.approx(max(student_t.sf((5.0 + 2.0) / se, 1), student_t.cdf((5.0 - 2.0) / se, 1)),
+                                                 rel=1e-8)
+    # claim 5 has no problem level: SE = s / sqrt(n), SESOI 32 MiB
+    row = c[("5", "peak rss_mb")]
+    assert row["boot_scheme"] == "seeds" and float(row["var_problems"]) == 0.0 and float(row["sesoi"]) == 32.0
+    se = statistics.stdev([-200.0, -210.0]) / math.sqrt(2)
+    assert float(row["p_diff"]) == pytest.approx(2 * student_t.sf(205.0 / se, 1), rel=1e-8)
+    # a fixed design: the sequential p-value is the look's; Holm over the 14 hypotheses by hand
+    rows = list(c.values())
+    assert all(r["seq_p_diff"] == r["p_diff"] and r["seq_p_tost"] == r["p_tost"] for r in rows)
+    ps = [float(r[k]) for r in rows for k in ("p_diff", "p_tost")]
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    adj, run = [0.0] * len(ps), 0.0
+    for j, i in enumerate(order):
+        run = max(run, min(1.0, (len(ps) - j) * ps[i]))
+        adj[i] = run
+    got = [float(r[k]) for r in rows for k in ("holm_p_diff", "holm_p_tost")]
+    assert got == pytest.approx(adj, rel=1e-8)
+    # with two seeds (t on 1 degree of freedom) and 14 hypotheses nothing is decided
+    assert {r["verdict"] for r in rows} == {"underpowered"}
+    # (claim 3's maj@4 part alone is decided: +25 points on every seed and problem)
+    assert c[("3", "maj@4")]["part_verdict"] == "reproduced" and c[("3", "pass@4")]["part_verdict"] == "underpowered"
+    # seeds needed: claim 1 (+5 per seed, test-set SE 1.26) a finite number; claim 4 (-2 = -SESOI
+    # on both seeds) none: the test set's own SE (1.16) never shrinks with seeds
+    assert int(c[("1", "arith/acc")]["seeds_needed"]) > 2 and c[("4", "arith/acc")]["seeds_needed"] == ""
+    md = (out / "report.md").read_text()
+    assert "> 1000 (the test set's size limits it)" in md
+    assert "m = 14 hypotheses" in md and "α = 0.05" in md and "claim 5: ±32 MiB" in md and "claim 1: ±2.00 points" in md
 
 
-def test_missing_algorithms_are_not_run_and_inconclusive(tmp_path):
+def test_missing_algorithms_are_not_run(tmp_path):
     sweep = make_study_sweep(tmp_path, arms=("grpo", "rft"))
-    build_study_report(sweep, tmp_path / "out", n_boot=5)
+    build_study_report(sweep, tmp_path / "out", n_boot=5, design=DESIGN2)
     c = _claims(tmp_path / "out")
     for cid in ("1", "4", "5"):
         (row,) = [r for k, r in c.items() if k[0] == cid]
-        assert row["what"].startswith("not run") and row["verdict"] == "inconclusive" and row["n_pairs"] == "0"
-    assert c[("2", "arith/acc")]["verdict"] == "inconclusive"
+        assert row["what"].startswith("not run") and row["verdict"] == "not run" and row["n_pairs"] == "0"
+    assert c[("2", "arith/acc")]["verdict"] == "underpowered"
     md = (tmp_path / "out" / "report.md").read_text()
     assert "not run (grpo_ps)" in md and "not run (grpo_iter)" in md and "not run (ppo)" in md
+    assert "family** of claims 2, 3, 6" in md and "m = 8 hypotheses" in md
+
+
+def _six_seed_sweep(root: Path) -> Path:
+    """Six seeds built so that each verdict occurs: claim 1 (grpo_ps 20 points above grpo on
+    every seed) reproduced; claim 2 (rft = grpo, the same problems right) equivalent; claim 4
+    (grpo_iter 15 points below grpo) contradicted; claim 5 (grpo 200 MiB below ppo) reproduced;
+    claim 6 (the out-of-domain gain +3, -4, +5, -2, +1, -3 points) underpowered."""
+    sweep = root / "six"
+    ood_gain = [0.03, -0.04, 0.05, -0.02, 0.01, -0.03]
+    for seed in range(6):
+        start = {"acc": 0.40, "ood": 0.20, "pass": [0.40, 0.60], "maj": [0.40, 0.42]}
+        fin = lambda acc, ood: {"acc": acc, "ood": ood, "pass": [acc, min(1.0, acc + 0.15)], "maj": [acc, acc + 0.02]}
+        base = fin(0.60 + 0.01 * seed, 0.20 + ood_gain[seed])
+        make_study_run(sweep, "grpo", seed, start=start, final=base, rss=300.0 + seed, arm_key="g")
+        make_study_run(sweep, "rft", seed, start=start, final=base, rss=280.0, arm_key="g")
+        make_study_run(sweep, "grpo_ps", seed, start=start, final=fin(0.80 + 0.01 * seed, 0.2), rss=300.0)
+        make_study_run(sweep, "grpo", seed, start=start, final=fin(0.45 + 0.01 * seed, 0.2), rss=300.0, iterative=True)
+        make_study_run(sweep, "ppo", seed, start=start, final=base, rss=500.0 + seed)
+    return sweep
+
+
+def test_each_verdict_on_a_constructed_sweep(tmp_path):
+    sweep = _six_seed_sweep(tmp_path)
+    design = Design(first_look=6, cap=6, n_boot=2000)
+    build_study_report(sweep, tmp_path / "out", n_boot=5, design=design)
+    c = _claims(tmp_path / "out")
+    verdicts = {cid: r["verdict"] for (cid, _), r in c.items()}
+    assert verdicts["1"] == "reproduced" and verdicts["5"] == "reproduced"
+    assert verdicts["2"] == "equivalent" and verdicts["4"] == "contradicted" and verdicts["6"] == "underpowered"
+    eq = c[("2", "arith/acc")]
+    assert float(eq["mean_diff"]) == 0.0 and float(eq["se"]) == 0.0 and float(eq["p_tost"]) == 0.0
+    und = c[("6", "arith_ood/acc")]
+    diffs = [3.0, -4.0, 5.0, -2.0, 1.0, -3.0]
+    assert [float(v) for v in und["per_seed"].split()] == pytest.approx(diffs, abs=1e-9)
+    # mean 0: only equivalence could decide it, and this test set's own SE (~1.2 points on 500
+    # problems) keeps a +-2-point TOST out of reach however many seeds: "> 1000"
+    assert und["seeds_needed"] == "" and und["status"].startswith("cap of 6 seeds reached")
+    assert c[("1", "arith/acc")]["status"] == "decided: stop" and c[("1", "arith/acc")]["decided_at"] == "6"
+
+
+def test_sequential_looks_decide_early_and_say_which_arms_need_seeds(tmp_path):
+    """Looks at 3..6 of a cap of 10: claim 5's 200 MiB on every seed is decided at the first
+    look; claim 6 stays open and its arm (grpo) is asked for a seventh seed."""
+    sweep = _six_seed_sweep(tmp_path)
+    design = Design(first_look=3, cap=10, n_boot=2000)
+    build_study_report(sweep, tmp_path / "out", n_boot=5, design=design)
+    c = _claims(tmp_path / "out")
+    mem = c[("5", "peak rss_mb")]
+    assert mem["verdict"] == "reproduced" and mem["decided_at"] == "3"
+    assert c[("6", "arith_ood/acc")]["status"] == "continue: next look at 7 seeds (cap 10)"
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "**Arms that need more seeds** (for the claims still open, up to the cap): GRPO" in md
+    assert "obrien-fleming-type α spending" in md
+
+
+def test_reports_are_byte_identical_on_recompute(tmp_path):
+    """report.md, claims.csv and table5.csv: twice from the same run folders, and once more from
+    a copy of them elsewhere, into other output folders: the same bytes."""
+    sweep = make_study_sweep(tmp_path / "a")
+    copy = tmp_path / "b" / "elsewhere" / "study"
+    shutil.copytree(sweep, copy)
+    outs = [tmp_path / "o1", tmp_path / "o2" / "deeper", tmp_path / "o3"]
+    for src, out in zip((sweep, sweep, copy), outs):
+        build_study_report(src, out, n_boot=30, design=DESIGN2)
+    for name in ("report.md", "claims.csv", "table5.csv", "compute_curves.csv"):
+        first = (outs[0] / name).read_bytes()
+        assert all((o / name).read_bytes() == first for o in outs[1:]), name
+
+
+def test_runs_without_records_resample_seeds_only_and_say_so(tmp_path):
+    sweep = make_study_sweep(tmp_path, arms=("grpo", "grpo_ps"), records=False)
+    build_study_report(sweep, tmp_path / "out", n_boot=5, design=DESIGN2)
+    c = _claims(tmp_path / "out")
+    row = c[("1", "arith/acc")]
+    assert row["boot_scheme"] == "seeds" and "problems not resampled" in row["note"] and "no records" in row["note"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "0 of 4 runs have per-problem evaluation records" in md
 
 
 def test_table5_and_header(built):
@@ -171,7 +277,9 @@ def test_table5_and_header(built):
     assert float(g["ood_after_mean"]) == pytest.approx(30.1)
     assert float(g["id_gain_mean"]) == pytest.approx(20.0) and float(g["id_gain_hi"]) == pytest.approx(20.0)
     md = report.read_text()
-    assert f"`harness report {sweep} --study" in md
+    assert "`harness report <sweep folder study> --study --output-dir <folder>`" in md
+    assert "provenance: not recorded" in md and "numpy " in md and "scipy " in md
+    assert "all 14 runs have per-problem evaluation records" in md
     assert "two-sided Student-t" in md and "paired by seed" in md
     assert "grpo: 2 (0, 1)" in md and "iterative GRPO" in md
     # warm-up trained by the seed-0 runs only (7 x 100 s); the sweep's wall-clock from sweep.json
@@ -198,10 +306,33 @@ def test_plots_and_compute_curves_exist(built):
         assert f"plots/{name}.png" in report.read_text()
     with open(out / "compute_curves.csv") as f:
         rows = list(csv.DictReader(f))
-    assert {(r["algorithm"], r["axis"]) for r in rows} == {(a, x) for a in FINAL for x in ("samples", "seconds")}
+    # seconds from runs not flagged as timed on an uncontended machine are not a compute axis
+    assert {(r["algorithm"], r["axis"]) for r in rows} == {(a, "samples") for a in FINAL}
     g = next(r for r in rows if r["algorithm"] == "grpo" and r["axis"] == "samples")
     assert float(g["r0"]) == pytest.approx(0.45) and 0.45 <= float(g["a"]) <= 1.0
-    assert float(g["extrap_observed"]) == pytest.approx(0.65)
+    assert g["n_points"] == "8" and g["n_boot"] == "20"
+    assert float(g["extrap_observed"]) == pytest.approx(0.65) and float(g["extrap_fit_upto"]) == 512.0
+    assert float(g["extrap_tolerance"]) == 0.02 and g["extrap_passed"] in ("pass", "fail")
+    assert (abs(float(g["extrap_error"])) <= 0.02) == (g["extrap_passed"] == "pass")
+    md = report.read_text()
+    assert "seconds: not used (runs not flagged as timed on an uncontended machine)" in md
+    assert "|predicted − observed| ≤ 2.0 accuracy points" in md
+
+
+def test_flops_and_uncontended_seconds_are_compute_axes(tmp_path):
+    sweep = tmp_path / "axes"
+    for seed in (0, 1):
+        write_run(sweep, "grpo", seed, flops_per_sample=3.0e9, uncontended=True)
+        write_run(sweep, "ppo", seed)
+    study = load_study(sweep)
+    rows = compute_curves(study, n_boot=10)
+    assert {(r["algorithm"], r["axis"]) for r in rows} == {("grpo", "samples"), ("grpo", "flops"),
+                                                            ("grpo", "seconds"), ("ppo", "samples")}
+    f = next(r for r in rows if r["axis"] == "flops")
+    s = next(r for r in rows if r["algorithm"] == "grpo" and r["axis"] == "samples")
+    # FLOPs proportional to samples: the same fit, C_mid scaled by the FLOPs per sample
+    assert f["a"] == pytest.approx(s["a"], abs=1e-6) and f["b"] == pytest.approx(s["b"], rel=1e-4)
+    assert f["c_mid"] == pytest.approx(3.0e9 * s["c_mid"], rel=1e-4)
 
 
 def test_cli_study_flag(tmp_path, capsys):

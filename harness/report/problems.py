@@ -1,0 +1,117 @@
+"""Per-problem values of a run's evaluations, read back from its evaluation records (``eval/<task>_<step>.jsonl``).
+
+Every evaluation point writes one JSONL line per problem (`evals.records`; the start's are
+copied into each run from the warm-up's cache): ``{"id", "greedy": {"correct", ...},
+"samples": [{"key", "correct", ...}, ...], "num_correct", "pass@k": [...], "maj@k": [...]}``.
+When the n samples were drawn on a subset of the problems they are in
+``eval/<task>_<step>_samples.jsonl`` instead. Trimmed copies (completions left out, as in a
+committed reference) read the same; so do records that keep only ``greedy.correct``,
+``num_correct`` and the sample ``key``/``correct`` fields: a missing ``pass@k`` list is
+recomputed from ``num_correct`` (`evals.metrics.pass_at_k_curve`) and a missing ``maj@k`` from
+the samples' keys (`evals.metrics.maj_at_k_curve`).
+
+`problem_values` returns ``{problem id: value}`` for one run, task, metric (``acc``: greedy
+correct as 0/1; ``pass@K``, ``maj@K``: the problem's unbiased estimate at K) and side
+(``initial``: step 0; ``final``: the run's last evaluation row), or the reason why there are
+none. The values are checked against the run's summary: their mean must equal the metric the
+summary reports (to ``TOLERANCE``), else the records are not used (the report says why).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+from evals.metrics import maj_at_k_curve, pass_at_k_curve
+from harness.rundir.layout import RunFileError, read_jsonl
+from harness.rundir.read import RunData, is_number, k_of
+
+TOLERANCE = 1e-6
+"""Largest |mean of the per-problem values - the summary's metric| for the records to be used."""
+
+
+def eval_step(run: RunData, side: str) -> Optional[int]:
+    """The step of the run's start (0) or final (its last evaluation row's step) evaluation."""
+    if side == "initial":
+        return 0
+    rows = run.eval_rows()
+    step = rows[-1].get("step") if rows else None
+    return int(step) if is_number(step) else None
+
+
+def _compact(rec: dict) -> Optional[dict]:
+    """What the report needs of one record: its id, greedy correctness, and the sample
+    curves (or what rebuilds them); the completions are dropped at once."""
+    if not isinstance(rec, dict) or "id" not in rec:
+        return None
+    g = rec.get("greedy")
+    samples = [s for s in rec.get("samples") or [] if isinstance(s, dict)] if isinstance(rec.get("samples"), list) else []
+    out = {"id": str(rec["id"]),
+           "greedy": float(g["correct"]) if isinstance(g, dict) and isinstance(g.get("correct"), bool) else None}
+    for kind in ("pass", "maj"):
+        curve = rec.get(f"{kind}@k")
+        out[kind] = [float(v) for v in curve] if isinstance(curve, list) and all(is_number(v) for v in curve) else None
+    n = len(samples) or rec.get("n")
+    c = rec.get("num_correct")
+    if not is_number(c) and samples:
+        c = sum(bool(s.get("correct")) for s in samples)
+    out["n"], out["c"] = (int(n), int(c)) if is_number(n) and is_number(c) else (None, None)
+    out["keys"] = ([s.get("key") for s in samples], [bool(s.get("correct")) for s in samples]) \
+        if samples and out["maj"] is None else None
+    return out
+
+
+def _read(path: Path, cache: dict) -> Optional[list]:
+    key = str(path)
+    if key not in cache:
+        try:
+            recs = read_jsonl(path, warn=False) if path.is_file() else None
+        except (RunFileError, OSError):
+            recs = None
+        cache[key] = [_compact(r) for r in recs] if recs else None
+    return cache[key]
+
+
+def _value(rec: dict, metric: str) -> Optional[float]:
+    if metric == "acc":
+        return rec["greedy"]
+    kind, k = k_of(metric)
+    curve = rec[kind]
+    if curve is not None and len(curve) >= k:
+        return curve[k - 1]
+    if kind == "pass" and rec["n"] and 0 < k <= rec["n"]:
+        return float(pass_at_k_curve(rec["n"], rec["c"])[k - 1])
+    if kind == "maj" and rec["keys"] and k <= len(rec["keys"][0]):
+        return float(maj_at_k_curve(*rec["keys"])[k - 1])
+    return None
+
+
+def problem_values(run: RunData, task: str, metric: str, side: str, cache: Optional[dict] = None) -> tuple:
+    """``({problem id: value}, "")``, or ``(None, reason)`` when the run has no usable records
+    for it (see the module doc)."""
+    cache = {} if cache is None else cache
+    step = eval_step(run, side)
+    if step is None:
+        return None, f"{run.run_id}: no final evaluation row"
+    kk = k_of(metric)
+    if metric == "acc":
+        files = [f"{task}_{step}.jsonl"]
+    elif kk:
+        files = [f"{task}_{step}_samples.jsonl", f"{task}_{step}.jsonl"]
+    else:
+        return None, f"no per-problem form of {metric}"
+    recs = next((r for r in (_read(run.run_dir / "eval" / f, cache) for f in files) if r), None)
+    if not recs:
+        return None, f"{run.run_id}: no records eval/{files[-1]}"
+    out = {}
+    for rec in recs:
+        v = _value(rec, metric) if rec is not None else None
+        if v is None:
+            return None, f"{run.run_id}: eval/{files[-1]} lacks {metric} for some problem"
+        out[rec["id"]] = v
+    summary = (run.initial_eval if side == "initial" else run.final_eval).get(f"{task}/{metric}")
+    mean = math.fsum(out.values()) / len(out)
+    if not is_number(summary) or abs(mean - float(summary)) > TOLERANCE:
+        return None, (f"{run.run_id}: eval records' mean {metric} {mean:.6f} differs from the summary's "
+                      f"{summary} (step {step})")
+    return out, ""

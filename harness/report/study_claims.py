@@ -1,0 +1,344 @@
+"""The study's claims: what each predicts and its smallest effect of interest, its parts (paired by seed, and by problem where records allow), verdicts, the sequential plan and the tables.
+
+Each claim is one or more parts; a part is a paired difference ``arm_a - arm_b`` per seed, and
+per problem when both runs of a seed have evaluation records that agree with their summaries
+(`harness.report.problems`). `claims` builds them from a `study_data.Study`, hands them to
+`harness.report.decisions` (tests, looks, Holm, verdicts) and says, per claim, whether it is
+decided or which arms need more seeds (`decisions.sequential_plan`). The rules are stated in
+the report and in docs/study.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from harness.report.decisions import Design, PartData, analyse_part, claim_verdict, decide, sequential_plan
+from harness.report.format import table
+from harness.report.problems import problem_values
+from harness.report.sequential import nominal_levels
+from harness.report.study_data import Study, arm_name, final, initial, peak_rss, samples_to_reach
+from harness.rundir.read import RunData, is_number
+
+SESOI_MIB = 32.0
+"""Smallest effect of interest of the memory claim (peak RSS, MiB)."""
+SESOI_SAMPLES_SHARE = 0.10
+"""Smallest effect of interest of a samples-to-accuracy claim: this share of the runs' budget."""
+
+RULES = {
+    "simple": ("reproduced / contradicted: the difference test (two-sided, H0: no difference) is rejected after "
+               "Holm, with the mean's sign as predicted / the other way (at the look that decided it); "
+               "equivalent: not that, and the TOST (H0: |difference| >= SESOI) is rejected after Holm; otherwise "
+               "underpowered"),
+    "maj_pass": ("parts: the maj@n gain (predicted > 0) and the pass@n gain (predicted not > 0: its own "
+                 "'reproduced' means below 0); reproduced when maj@n is reproduced and pass@n is reproduced or "
+                 "equivalent; contradicted when pass@n is contradicted (a lift), or maj@n is contradicted or "
+                 "equivalent (no lift); otherwise underpowered"),
+}
+
+
+@dataclass
+class PartSpec:
+    """One paired difference of a claim before the data: its arms, predicted sign, how a seed's
+    difference is computed and (``problems``) how its per-problem differences are."""
+    what: str
+    unit: str
+    arm_a: str
+    arm_b: str
+    expected: int
+    diff: Callable[[RunData, RunData], Optional[float]]
+    problems: Optional[tuple] = None     # (task, metric, side_a, side_b, scale)
+    sesoi: Optional[float] = None        # this part's default SESOI (else Design.sesoi_points)
+
+
+@dataclass
+class ClaimSpec:
+    id: str
+    claim: str
+    comparison: str
+    rule: str
+    parts: list
+
+    @property
+    def arms(self) -> list:
+        return sorted({a for p in self.parts for a in (p.arm_a, p.arm_b)})
+
+
+def _side(side: str, key: str):
+    return final(key) if side == "final" else initial(key)
+
+
+def accuracy_part(what: str, task: str, metric: str, arm_a: str, side_a: str, arm_b: str, side_b: str,
+                  expected: int) -> PartSpec:
+    """``100 * (metric of arm_a's run at side_a - metric of arm_b's run at side_b)`` (points)."""
+    va, vb = _side(side_a, f"{task}/{metric}"), _side(side_b, f"{task}/{metric}")
+
+    def diff(ra, rb):
+        a, b = va(ra), vb(rb)
+        return 100.0 * (float(a) - float(b)) if is_number(a) and is_number(b) else None
+    return PartSpec(what, "points", arm_a, arm_b, expected, diff, (task, metric, side_a, side_b, 100.0))
+
+
+def _memory_part(arm_a: str, arm_b: str) -> PartSpec:
+    def diff(ra, rb):
+        a, b = peak_rss(ra), peak_rss(rb)
+        return float(a) - float(b) if is_number(a) and is_number(b) else None
+    return PartSpec("peak rss_mb", "MiB", arm_a, arm_b, -1, diff, sesoi=SESOI_MIB)
+
+
+def _samples_part(study: Study, arm_a: str, arm_b: str) -> PartSpec:
+    """Samples arm_a needs minus samples arm_b needs to reach the lower of the two runs' final
+    accuracies (the same seed)."""
+    task = study.task
+
+    def diff(ra, rb):
+        fa, fb = ra.final_eval.get(f"{task}/acc"), rb.final_eval.get(f"{task}/acc")
+        if not (is_number(fa) and is_number(fb)):
+            return None
+        target = min(float(fa), float(fb))
+        sa, sb = samples_to_reach(ra, task, target), samples_to_reach(rb, task, target)
+        return sa - sb if sa is not None and sb is not None else None
+    budgets = [((r.summary.get("budget") or {}).get("amount"), (r.summary.get("budget") or {}).get("unit"))
+               for a in (arm_a, arm_b) for r in study.arms.get(a, {}).values()]
+    amounts = [float(v) for v, u in budgets if is_number(v) and u == "samples"]
+    sesoi = SESOI_SAMPLES_SHARE * max(amounts) if amounts else None
+    return PartSpec("samples to the lower final accuracy", "samples", arm_a, arm_b, 1, diff, sesoi=sesoi)
+
+
+def claim_specs(study: Study) -> list:
+    """The study's claims (1-6 always; 7 and 8 when their arms ran)."""
+    t, o, n = study.task, study.ood or f"{study.task}_ood", study.ks.get(study.task, 0)
+    acc = f"{t}/acc"
+    if "grpo_ps_prm_r4" in study.arms and "grpo_ps_prm" in study.arms:
+        it = ("grpo_ps_prm_r4", "grpo_ps_prm", "4 rounds of iterative RL (PRM retrained, reference reset) vs 1")
+    else:
+        it = ("grpo_iter", "grpo", "GRPO with reference resets vs GRPO")
+    specs = [
+        ClaimSpec("1", "GRPO+PS > GRPO+OS", f"grpo_ps − grpo: final {acc} (points)", "simple",
+                  [accuracy_part(acc, t, "acc", "grpo_ps", "final", "grpo", "final", 1)]),
+        ClaimSpec("2", "GRPO > online RFT", f"grpo − rft: final {acc} (points)", "simple",
+                  [accuracy_part(acc, t, "acc", "grpo", "final", "rft", "final", 1)]),
+        ClaimSpec("3", "RL lifts Maj@K but not Pass@K (GRPO)",
+                  f"grpo after RL − its start: {t}/maj@{n} and {t}/pass@{n} (points)", "maj_pass",
+                  [accuracy_part(f"maj@{n}", t, f"maj@{n}", "grpo", "final", "grpo", "initial", 1),
+                   accuracy_part(f"pass@{n}", t, f"pass@{n}", "grpo", "final", "grpo", "initial", -1)]),
+        ClaimSpec("4", "Iterative RL helps", f"{it[0]} − {it[1]}: final {acc} (points; {it[2]})", "simple",
+                  [accuracy_part(acc, t, "acc", it[0], "final", it[1], "final", 1)]),
+        ClaimSpec("5", "GRPO needs less memory than PPO at equal policy size",
+                  f"grpo − ppo: peak RSS (MiB; expected < 0); {_policy_sizes(study, ('grpo', 'ppo'))}", "simple",
+                  [_memory_part("grpo", "ppo")]),
+        ClaimSpec("6", "RL improves out-of-domain too (GRPO)", f"grpo after RL − its start: {o}/acc (points)", "simple",
+                  [accuracy_part(f"{o}/acc", o, "acc", "grpo", "final", "grpo", "initial", 1)]),
+    ]
+    if "prime" in study.arms and "rloo" in study.arms:
+        specs.append(ClaimSpec("7", "PRIME reaches RLOO's accuracy with fewer samples",
+                               f"rloo − prime: samples to reach the lower of the two final {acc} (same seed)",
+                               "simple", [_samples_part(study, "rloo", "prime")]))
+    if "grpo_ps_prm" in study.arms and "grpo_ps" in study.arms:
+        specs.append(ClaimSpec("8", "GRPO+PS: the exact step checker beats a learned PRM",
+                               f"grpo_ps − grpo_ps_prm: final {acc} (points)", "simple",
+                               [accuracy_part(acc, t, "acc", "grpo_ps", "final", "grpo_ps_prm", "final", 1)]))
+    return specs
+
+
+def _policy_sizes(study: Study, arms: tuple) -> str:
+    sizes = []
+    for a in arms:
+        vals = {(r.summary.get("params") or {}).get("policy") for r in study.arms.get(a, {}).values()}
+        sizes.append(f"{a} {', '.join(str(v) for v in sorted(vals, key=str))}")
+    return "policy parameters: " + "; ".join(sizes)
+
+
+def part_data(study: Study, claim_id: str, index: int, spec: PartSpec, sesoi: float) -> PartData:
+    """The per-seed (and per-problem) differences of one part."""
+    ra, rb = study.arms[spec.arm_a], study.arms[spec.arm_b]
+    vals = {}
+    for s in sorted(set(ra) & set(rb)):
+        v = spec.diff(ra[s], rb[s])
+        if v is not None and np.isfinite(v):
+            vals[s] = float(v)
+    seeds = sorted(vals)
+    data = PartData(spec.what, spec.unit, spec.expected, sesoi, seeds, [vals[s] for s in seeds],
+                    key=f"{claim_id}/{index}")
+    if not spec.problems:
+        data.note = "no per-problem level (one value per run)"
+        return data
+    if not seeds:
+        return data
+    task, metric, side_a, side_b, scale = spec.problems
+    per = []
+    for s in seeds:
+        a, why_a = problem_values(ra[s], task, metric, side_a, study.records_cache)
+        b, why_b = problem_values(rb[s], task, metric, side_b, study.records_cache)
+        if a is None or b is None:
+            data.note = f"problems not resampled: {why_a or why_b}"
+            return data
+        common = sorted(set(a) & set(b))
+        if not common:
+            data.note = f"problems not resampled: seed {s}'s runs share no problem"
+            return data
+        per.append((common, np.array([scale * (a[i] - b[i]) for i in common])))
+    data.problems = [d for _, d in per]
+    data.crossed = all(c == per[0][0] for c, _ in per)
+    return data
+
+
+def _sesoi(design: Design, claim_id: str, spec: PartSpec) -> float:
+    default = spec.sesoi if spec.sesoi is not None else design.sesoi_points
+    return design.sesoi_for(claim_id, default)
+
+
+def claims(study: Study, design: Design) -> list:
+    """Every claim with its parts' numbers, verdicts and sequential status."""
+    out, pending = [], []
+    for spec in claim_specs(study):
+        missing = [a for a in spec.arms if a not in study.arms]
+        row = {"id": spec.id, "claim": spec.claim, "comparison": spec.comparison, "rule": spec.rule,
+               "arms": spec.arms, "not_run": missing, "parts": [], "verdict": "not run", "n_pairs": 0}
+        out.append(row)
+        if missing:
+            continue
+        for i, p in enumerate(spec.parts):
+            data = part_data(study, spec.id, i, p, _sesoi(design, spec.id, p))
+            row["parts"].append({"spec": p, "data": data})
+            pending.append((data, analyse_part(data, design)))
+    results = iter(decide(pending, design))
+    for row in out:
+        if row["not_run"]:
+            continue
+        for part in row["parts"]:
+            part["result"] = next(results)
+        row["verdict"] = claim_verdict(row["rule"], [p["result"]["verdict"] for p in row["parts"]])
+        row["n_pairs"] = min(p["result"]["n"] for p in row["parts"])
+    ran = [c for c in out if not c["not_run"]]
+    plan = sequential_plan(ran, design)
+    for c in ran:
+        c["status"] = plan["status"][c["id"]]
+    return out
+
+
+def family(rows: list) -> tuple:
+    """(claim ids in the Holm family, number of hypotheses)."""
+    ran = [c for c in rows if not c["not_run"]]
+    return [c["id"] for c in ran], 2 * sum(len(c["parts"]) for c in ran)
+
+
+def arms_to_extend(rows: list, design: Design) -> dict:
+    ran = [c for c in rows if not c["not_run"]]
+    return sequential_plan(ran, design)["arms"]
+
+
+# --------------------------------------------------------------------------- CSV and Markdown
+
+
+def _g(x, spec: str = ".10g") -> str:
+    """A number for a CSV: 10 significant digits (the same bytes on every machine for values
+    that agree to 1e-10), '' for NaN / None."""
+    if x is None or (isinstance(x, float) and not np.isfinite(x)):
+        return ""
+    return format(x, spec)
+
+
+def claims_csv_rows(rows: list) -> list:
+    """One CSV row per part of each claim (a 'not run' claim: one row without numbers)."""
+    out = []
+    for c in rows:
+        base = {"id": c["id"], "claim": c["claim"], "comparison": c["comparison"], "verdict": c["verdict"]}
+        if c["not_run"]:
+            out.append({**base, "what": "not run: " + ", ".join(c["not_run"]), "n_pairs": 0})
+            continue
+        for p in c["parts"]:
+            d, r = p["data"], p["result"]
+            last = r["last"] or {}
+            out.append({**base, "what": d.what, "unit": d.unit, "expected": "> 0" if d.expected > 0 else "< 0",
+                        "sesoi": _g(d.sesoi), "n_pairs": r["n"], "seeds": " ".join(str(s) for s in d.seeds),
+                        "per_seed": " ".join(_g(v, ".6g") for v in d.values), "mean_diff": _g(r["mean"]),
+                        "boot_lo": _g(r["boot_lo"]), "boot_hi": _g(r["boot_hi"]), "boot_scheme": r["scheme"],
+                        "n_problems": r["n_problems"], "t_lo": _g(r["t_lo"]), "t_hi": _g(r["t_hi"]),
+                        "se": _g(last.get("se")), "var_problems": _g(last.get("var_problems")),
+                        "p_diff": _g(last.get("p_diff")), "p_tost": _g(last.get("p_tost")),
+                        "seq_p_diff": _g(r["seq_p_diff"]), "seq_p_tost": _g(r["seq_p_tost"]),
+                        "holm_p_diff": _g(r["holm_p_diff"]), "holm_p_tost": _g(r["holm_p_tost"]),
+                        "part_verdict": r["verdict"], "decided_at": r["decided_at"] or "",
+                        "seeds_needed": r["seeds_needed"] or "", "status": c["status"].text, "note": r["note"]})
+    return out
+
+
+def _num(v: float, unit: str, sign: bool = True) -> str:
+    if v is None or not np.isfinite(v):
+        return "—"
+    spec = ".2f" if unit == "points" else ".0f"
+    return format(v, ("+" if sign else "") + spec)
+
+
+def _p(v) -> str:
+    return "—" if v is None or not np.isfinite(v) else (f"{v:.3g}" if v >= 1e-4 else "<1e-4")
+
+
+def _needed(r: dict) -> str:
+    if r["verdict"] != "underpowered":
+        return "—"
+    if r["n"] < 2:
+        return "needs ≥ 2 seeds to estimate"
+    return f"~{r['seeds_needed']}" if r["seeds_needed"] else f"> {1000} (the test set's size limits it)"
+
+
+def claims_markdown(rows: list, design: Design) -> list:
+    ids, m = family(rows)
+    verdicts, numbers, notes = [], [], []
+    for c in rows:
+        if c["not_run"]:
+            verdicts.append([c["id"], c["claim"], c["comparison"], f"not run ({', '.join(c['not_run'])})", 0, "—", "—"])
+            continue
+        dec = [p["result"]["decided_at"] for p in c["parts"] if p["result"]["decided_at"]]
+        verdicts.append([c["id"], c["claim"], c["comparison"], f"**{c['verdict']}**", c["n_pairs"],
+                         f"{max(dec)} seeds" if dec and c["verdict"] != "underpowered" else "—", c["status"].text])
+        for p in c["parts"]:
+            d, r = p["data"], p["result"]
+            per = ", ".join(f"s{s}: {_num(v, d.unit)}" for s, v in zip(d.seeds, d.values)) or "—"
+            scheme = {"crossed": f"seeds × {r['n_problems']} problems (crossed)",
+                      "nested": f"seeds, problems within seeds ({r['n_problems']})", "seeds": "seeds only"}[r["scheme"]]
+            numbers.append([c["id"], d.what, ("> 0" if d.expected > 0 else "< 0"), f"±{_num(d.sesoi, d.unit, False)}",
+                            per, _num(r["mean"], d.unit), f"[{_num(r['boot_lo'], d.unit)}, {_num(r['boot_hi'], d.unit)}] "
+                            f"({scheme})", f"[{_num(r['t_lo'], d.unit)}, {_num(r['t_hi'], d.unit)}]",
+                            f"{_p(r['holm_p_diff'])} / {_p(r['holm_p_tost'])}", r["verdict"], _needed(r)])
+            if r["note"]:
+                notes.append(f"- claim {c['id']} {d.what}: {r['note']}")
+    fr = [n / design.cap for n in design.looks]
+    lv = nominal_levels(fr, design.alpha, design.spending) if design.sequential else [design.alpha]
+    looks = ", ".join(f"{n}: {v:.3g}" for n, v in zip(design.looks, lv))
+    sesois = sorted({(c['id'], p['data'].sesoi, p['data'].unit) for c in rows if not c["not_run"] for p in c["parts"]})
+    sesoi_text = "; ".join(f"claim {i}: ±{_num(s, u, False)} {u}" for i, s, u in sesois)
+    plan = arms_to_extend(rows, design)
+    extend = ", ".join(f"{arm_name(a)} to {n}" for a, n in plan.items()) or "none"
+    by_rule: dict = {}
+    for c in rows:
+        if not c["not_run"]:
+            by_rule.setdefault(c["rule"], []).append(c["id"])
+    rules = [f"- claim{'s' if len(v) > 1 else ''} {', '.join(v)}: {RULES[k]}" for k, v in by_rule.items()]
+    return ["## Claims", "",
+            f"Decision rules, stated before the data (docs/study.md): family-wise error rate α = {design.alpha} "
+            f"(Holm) over the **family** of claims {', '.join(ids) or 'none'}: each part's difference test and its "
+            f"equivalence test, m = {m} hypotheses (claims not run are outside it). **Smallest effects of interest "
+            f"(SESOI):** {sesoi_text or 'none'}. **Tests:** Student t with n − 1 degrees of freedom on the per-seed "
+            "differences, SE² = s²/n (seeds) + the problem part of the hierarchical bootstrap's variance (the test set's "
+            "sampling; exact, in closed form); the difference test is two-sided, the equivalence test is TOST within "
+            f"±SESOI. **Looks:** the tests are made on the first n paired seeds (by seed number) at every n from "
+            f"{design.first_look} to the cap of {design.cap} seeds, with {design.spending.replace('_', '-')}-type "
+            f"α spending (Lan-DeMets); two-sided nominal levels for α = {design.alpha} at n = {looks} (Holm's "
+            "smaller levels follow the same spending); each hypothesis's looks give one sequential p-value, and "
+            "Holm is applied to those. **Intervals shown:** the 95% percentile interval of the hierarchical "
+            f"bootstrap ({design.n_boot:,} resamples: seeds with replacement, then problems; crossed when every "
+            f"seed scored the same problems; numpy default_rng seeded with ({design.seed}, crc32 of claim/part)) and "
+            "the 95% t interval over seeds; per-seed values a − b.", "",
+            table(["id", "claim", "comparison", "verdict", "seeds (pairs)", "decided at", "sequential design"],
+                  verdicts, style="markdown"), "",
+            table(["id", "part", "predicted", "SESOI", "per seed (a − b)", "mean", "95% bootstrap", "95% t",
+                   "Holm p: diff / TOST", "part verdict", "seeds needed (fixed design, 80% power)"],
+                  numbers, style="markdown"), "",
+            f"Seeds needed: the fewest seeds at which a fixed design would have 80% power at level α/m (Holm's "
+            f"first step) for the observed mean and spread, for the difference test or, when |mean| < SESOI, the "
+            f"equivalence test, whichever needs fewer (the test set's part of the variance does not shrink with "
+            f"seeds). **Arms that need more seeds** (for the claims still open, up to the cap): {extend}.", "",
+            *notes, *([""] if notes else []), "Verdict rules:", *rules, ""]

@@ -1,0 +1,208 @@
+"""The runs of a study sweep as data: arms by seed, per-seed values, accuracy curves on the compute axes (samples, FLOPs, uncontended seconds).
+
+Runs are grouped into study arms by `arm_of`: the algorithm name; ``<name>_iter`` for an
+algorithm run with ``algorithm.ref_reset_every > 0`` (GRPO with reference resets is
+``grpo_iter``); a learned reward model adds ``_<type>`` (``grpo_ps_prm``) and, for iterative RL
+with R > 1 rounds, ``_r<R>`` (``grpo_ps_prm_r4``); PRIME's own implicit PRM adds nothing. One
+finished run per arm and seed.
+
+Compute axes (`axes_of`): ``samples`` always; ``flops`` when every evaluation row of the arm's
+runs carries a FLOP counter (`FLOP_KEYS`); ``seconds`` only when every run of the arm is
+flagged as timed on an uncontended machine (`uncontended`: summary.json ``timing.uncontended:
+true``, or sweep.json ``uncontended: true``): seconds measured beside other jobs say more about
+the neighbours than about the algorithm.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from algorithms.presets import DISPLAY_NAMES
+from harness.report.aggregate import load_sweep_runs
+from harness.rundir.layout import read_json
+from harness.rundir.read import RunData, is_number, k_of, split_metric
+
+ARM_ORDER = ("grpo", "grpo_ps", "rft", "ppo", "grpo_iter", "dr_grpo", "rloo", "grpo_ps_prm", "grpo_ps_prm_r4",
+             "prime")
+FLOP_KEYS = ("flops", "perf/flops")
+"""Row keys read as a cumulative FLOP counter (the first one present)."""
+RM_NAMES = {"prm": "learned PRM", "orm": "learned ORM", "implicit": "implicit PRM"}
+
+
+@dataclass
+class Study:
+    """The finished runs of a sweep by arm and seed, and what the report needs to know about them."""
+    sweep_dir: Path
+    arms: "OrderedDict[str, dict[int, RunData]]"
+    task: str
+    ood: Optional[str]
+    ks: dict = field(default_factory=dict)          # task -> largest K evaluated
+    excluded: list = field(default_factory=list)     # "run_id (reason)"
+    sweep_json: dict = field(default_factory=dict)
+    records_cache: dict = field(default_factory=dict)  # problems.problem_values' cache
+
+    def runs(self) -> list:
+        return [r for runs in self.arms.values() for r in runs.values()]
+
+
+def arm_of(run: RunData) -> str:
+    """The study arm of a run (see the module doc)."""
+    if run.algorithm.endswith("_iter"):
+        arm = run.algorithm
+    else:
+        alg = run.config.get("algorithm")
+        reset = alg.get("ref_reset_every") if isinstance(alg, dict) else None
+        arm = f"{run.algorithm}_iter" if is_number(reset) and reset > 0 else run.algorithm
+    rm = run.config.get("reward_model")
+    rm = rm if isinstance(rm, dict) else {}
+    kind, rounds = rm.get("type"), rm.get("rounds")
+    if isinstance(kind, str) and kind and not (run.algorithm == "prime" and kind == "implicit"):
+        arm += f"_{kind}"
+        if kind in ("orm", "prm") and is_number(rounds) and rounds > 1:
+            arm += f"_r{int(rounds)}"
+    return arm
+
+
+def arm_name(arm: str) -> str:
+    """The display name of an arm: the preset's (`algorithms.presets.DISPLAY_NAMES`), with its
+    reward model and rounds."""
+    if arm in DISPLAY_NAMES:
+        return DISPLAY_NAMES[arm]
+    parts = arm.split("_")
+    rounds = parts.pop()[1:] if len(parts) > 1 and parts[-1].startswith("r") and parts[-1][1:].isdigit() else None
+    kind = parts.pop() if len(parts) > 1 and parts[-1] in RM_NAMES else None
+    base = "_".join(parts)
+    name = DISPLAY_NAMES.get(base, base)
+    if kind:
+        name += f" + {RM_NAMES[kind]}"
+    if rounds:
+        name += f", {rounds} rounds"
+    return name
+
+
+def load_study(sweep_dir) -> Study:
+    """Finished runs grouped by arm and seed (a second finished run of an arm and seed, or a
+    run without a seed, is excluded and listed); the in-domain task (the runs' configured
+    task), the out-of-domain one (an evaluated task named ``*_ood``) and the largest K."""
+    sweep_dir = Path(sweep_dir)
+    runs = load_sweep_runs(sweep_dir)
+    arms: dict[str, dict[int, RunData]] = {}
+    excluded = []
+    for r in runs:
+        arm = arm_of(r)
+        if r.status != "finished":
+            excluded.append(f"{r.run_id} ({r.status})")
+        elif r.seed is None or r.seed in arms.get(arm, {}):
+            excluded.append(f"{r.run_id} (no seed, or a second run of {arm} seed {r.seed})")
+        else:
+            arms.setdefault(arm, {})[r.seed] = r
+    order = [a for a in ARM_ORDER if a in arms] + sorted(a for a in arms if a not in ARM_ORDER)
+    done = [r for a in order for r in arms[a].values()]
+    task = done[0].task if done else "arith"
+    ks: dict[str, int] = {}
+    tasks = set()
+    for r in done:
+        for key in list(r.final_eval) + list(r.initial_eval):
+            t, metric = split_metric(key)
+            tasks.add(t)
+            if k_of(metric):
+                ks[t] = max(ks.get(t, 0), k_of(metric)[1])
+    ood = f"{task}_ood" if f"{task}_ood" in tasks else next((t for t in sorted(tasks) if t.endswith("_ood")), None)
+    try:
+        sweep_json = read_json(sweep_dir / "sweep.json", {}) or {}  # bounded; a FIFO is never opened
+    except OSError:
+        sweep_json = {}
+    return Study(sweep_dir=sweep_dir, arms=OrderedDict((a, dict(sorted(arms[a].items()))) for a in order),
+                 task=task, ood=ood, ks=ks, excluded=excluded, sweep_json=sweep_json)
+
+
+def per_seed(runs: dict, value: Callable[[RunData], Optional[float]], scale: float = 1.0) -> dict:
+    """``{seed: scale * value(run)}`` over the runs whose value is a finite number."""
+    out = {}
+    for seed, r in runs.items():
+        v = value(r)
+        if is_number(v) and np.isfinite(v):
+            out[seed] = scale * float(v)
+    return out
+
+
+def final(metric: str) -> Callable[[RunData], Optional[float]]:
+    return lambda r: r.final_eval.get(metric)
+
+
+def initial(metric: str) -> Callable[[RunData], Optional[float]]:
+    return lambda r: r.initial_eval.get(metric)
+
+
+def peak_rss(r: RunData) -> Optional[float]:
+    return r.peak["rss_mb"]
+
+
+# --------------------------------------------------------------------------- compute axes
+
+
+def uncontended(run: RunData, sweep_json: Optional[dict] = None) -> bool:
+    """Whether the run's seconds were measured on an uncontended machine (see the module doc)."""
+    timing = run.summary.get("timing")
+    if isinstance(timing, dict) and timing.get("uncontended") is True:
+        return True
+    return bool(isinstance(sweep_json, dict) and sweep_json.get("uncontended") is True)
+
+
+def flop_key(run: RunData, task: str) -> Optional[str]:
+    """The FLOP counter every evaluation row of ``task`` carries, or None."""
+    key = f"eval/{task}/acc"
+    rows = [row for row in run.rows if is_number(row.get(key))]
+    return next((k for k in FLOP_KEYS if rows and all(is_number(row.get(k)) for row in rows)), None)
+
+
+def axes_of(study: Study, runs: dict) -> tuple:
+    """``(axes, notes)``: the compute axes an arm's curves may use, and why the others are not."""
+    axes, notes = ["samples"], []
+    rs = list(runs.values())
+    if rs and all(flop_key(r, study.task) for r in rs):
+        axes.append("flops")
+    if rs and all(uncontended(r, study.sweep_json) for r in rs):
+        axes.append("seconds")
+    else:
+        notes.append("seconds: not used (runs not flagged as timed on an uncontended machine)")
+    return axes, notes
+
+
+def acc_curves(runs: dict, task: str, xkey: str) -> list[tuple]:
+    """Per seed, ``(x, accuracy)`` at the run's evaluation rows, x the counter ``xkey``
+    (``samples``, ``seconds`` or ``flops``: the run's FLOP counter); without evaluation rows,
+    the summary's start and end."""
+    key = f"eval/{task}/acc"
+    curves = []
+    for r in runs.values():
+        xk = (flop_key(r, task) or "flops") if xkey == "flops" else xkey
+        pts = [(row[xk], row[key]) for row in r.rows if is_number(row.get(key)) and is_number(row.get(xk))]
+        if not pts:
+            end = ((r.summary.get("budget") or {}).get("consumed") or {}).get(xkey)
+            pts = [(0.0, r.initial_eval.get(f"{task}/acc")), (end, r.final_eval.get(f"{task}/acc"))]
+            pts = [(x, y) for x, y in pts if is_number(x) and is_number(y)]
+        if pts:
+            curves.append((np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)))
+    return curves
+
+
+def samples_to_reach(run: RunData, task: str, target: float) -> Optional[float]:
+    """Samples at which the run's greedy accuracy first reaches ``target`` (linear
+    interpolation between evaluation points; None when it never does)."""
+    curves = acc_curves({0: run}, task, "samples")
+    if not curves:
+        return None
+    x, y = curves[0]
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    if y[0] >= target:
+        return float(x[0])
+    for i in range(1, len(x)):
+        if y[i] >= target:
+            return float(x[i - 1] + (target - y[i - 1]) * (x[i] - x[i - 1]) / (y[i] - y[i - 1]))
+    return None
