@@ -1,11 +1,13 @@
 """The ScaleRL compute-curve fit: parameters recovered from noise-free and noisy curves, the
-bounds on A, the seed bootstrap and the extrapolation check."""
+bounds on A, the seed bootstrap, parameters flagged at their bounds on constructed curves, and
+the extrapolation check on a held-out point with its tolerance."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from harness.report.curvefit import extrapolation_check, fit_curve, predict, study_curves
+from harness.report.curvefit import (B_BOUNDS, TOLERANCE, extrapolation_check, fit_curve, fit_curves, predict,
+                                     study_curves)
 
 C = np.array([0.0, 256, 512, 1024, 2048, 3072, 4096, 8192, 16384, 32768])
 TRUE = dict(r0=0.40, a=0.80, b=1.5, c_mid=3000.0)
@@ -68,3 +70,68 @@ def test_too_few_points_are_an_error_or_a_reason():
         fit_curve([1, 2, 3], [0.1, 0.2, 0.3])
     ex = extrapolation_check([0, 1, 2, 3, 4], [0.1, 0.2, 0.3, 0.35, 0.4])
     assert np.isnan(ex["error"]) and "at least 3" in ex["reason"]
+
+
+# --------------------------------------------------------------------------- bounds and the held-out check
+
+
+def test_a_step_curve_puts_b_at_its_upper_bound_and_is_flagged():
+    """A jump between two points: the steepest B allowed fits best; B is not identified."""
+    y = np.where(C < 3000, 0.40, 0.80)
+    f = fit_curve(C, y)
+    assert f.b == pytest.approx(B_BOUNDS[1]) and f.at_bounds() == {"b": "upper"}
+    s = study_curves([(C, y), (C, y + np.r_[0.0, np.full(C.size - 1, 0.01)])], n_boot=50)
+    assert s.flags["b"] == "estimate at its upper bound"
+
+
+def test_a_flat_curve_puts_a_at_r0_and_is_flagged():
+    f = fit_curve(C, np.full(C.size, 0.5))
+    assert f.a == pytest.approx(0.5) and f.at_bounds()["a"] == "lower"
+
+
+def test_a_curve_still_rising_linearly_pushes_a_to_one():
+    """No saturation in sight: the asymptote runs to its upper bound (100%) and C_mid past the data."""
+    y = 0.1 + 0.3 * C / C.max()
+    f = fit_curve(C, y)
+    assert f.a == pytest.approx(1.0) and f.at_bounds() == {"a": "upper"} and f.c_mid > C.max()
+
+
+def test_identified_parameters_are_not_flagged_and_bootstrap_shares_are_reported():
+    rng = np.random.default_rng(0)
+    curves = [(C, predict(C, **TRUE) + np.r_[0.0, rng.normal(0, 0.003, C.size - 1)]) for _ in range(6)]
+    s = study_curves(curves, seed=2)
+    assert s.n_boot == 1000 and s.flags == {}
+    assert s.boot_at_bounds == {"a": 0.0, "b": 0.0, "c_mid": 0.0}
+
+
+def test_bootstrap_intervals_reaching_a_bound_are_flagged():
+    """Seeds that disagree on whether the curve saturates: some refits end on a bound."""
+    flat = np.r_[0.40, np.full(C.size - 1, 0.40)]
+    step = np.where(C < 3000, 0.40, 0.80)
+    s = study_curves([(C, flat), (C, step), (C, 0.5 * (flat + step))], n_boot=200, seed=0)
+    assert s.flags and all("bound" in why for why in s.flags.values())
+
+
+def test_extrapolation_check_tolerance_pass_and_fail():
+    y = predict(C, **TRUE)
+    ok = extrapolation_check(C, y)
+    assert ok["passed"] is True and ok["tolerance"] == TOLERANCE == 0.02
+    off = y.copy()
+    off[-1] -= 0.05                                   # the held-out point 5 points below the curve
+    bad = extrapolation_check(C, off)
+    assert bad["passed"] is False and bad["error"] == pytest.approx(0.05, abs=1e-4)
+    assert extrapolation_check(C, off, tolerance=0.06)["passed"] is True
+    # fit on C <= 4096 (six points, three of them > 0), predict 32768
+    early = extrapolation_check(C, y, fit_upto=4096)
+    assert early["fit"].n_points == 6 and early["at"] == 32768 and early["passed"] is True
+    none = extrapolation_check(C, y, fit_upto=C.max())
+    assert none["passed"] is None and "no held-out point" in none["reason"]
+
+
+def test_batch_fit_equals_one_by_one():
+    rng = np.random.default_rng(4)
+    ys = np.stack([predict(C, **TRUE) + np.r_[0.0, rng.normal(0, 0.01, C.size - 1)] for _ in range(5)])
+    batch = fit_curves(C, ys, ys[:, 0])
+    for y, f in zip(ys, batch):
+        g = fit_curve(C, y)
+        assert (f.a, f.b, f.c_mid, f.sse) == (g.a, g.b, g.c_mid, g.sse)
