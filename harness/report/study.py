@@ -128,7 +128,8 @@ def header(study: Study, design: Design) -> list[str]:
     lines = [
         f"# DeepSeekMath small study: {study.sweep_dir.name}", "",
         f"- **Command:** `harness report <sweep folder {study.sweep_dir.name}> --study --output-dir <folder>`",
-        "- **Runs' provenance:** " + "; ".join(provenance_lines(study.runs())),
+        "- **Runs' provenance:** " + "; ".join(line.removeprefix("provenance: ")
+                                               for line in provenance_lines(study.runs())),
         f"- **Statistics computed with:** numpy {_version('numpy')}, scipy {_version('scipy')}",
         f"- **Seeds per algorithm (finished runs):** {seeds or 'none'}",
         f"- **In-domain set:** `{study.task}`; **out-of-domain set:** `{study.ood or 'not evaluated'}`",

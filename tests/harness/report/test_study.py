@@ -22,6 +22,7 @@ from harness.report.decisions import Design
 from harness.report.stats import paired_diff_ci, verdict
 from harness.report.study import (build_study_report, compute_curves, large_k_check, load_study, run_seconds,
                                    time_summary)
+from harness.report.study_data import arm_name
 
 T975_1, T975_2 = 12.706204736174707, 4.302652729749464   # t_{0.975, 1} and t_{0.975, 2} from tables
 KS = (1, 2, 3, 4)
@@ -278,7 +279,7 @@ def test_table5_and_header(built):
     assert float(g["id_gain_mean"]) == pytest.approx(20.0) and float(g["id_gain_hi"]) == pytest.approx(20.0)
     md = report.read_text()
     assert "`harness report <sweep folder study> --study --output-dir <folder>`" in md
-    assert "provenance: not recorded" in md and "numpy " in md and "scipy " in md
+    assert "**Runs' provenance:** not recorded" in md and "numpy " in md and "scipy " in md
     assert "all 14 runs have per-problem evaluation records" in md
     assert "two-sided Student-t" in md and "paired by seed" in md
     assert "grpo: 2 (0, 1)" in md and "iterative GRPO" in md
@@ -355,3 +356,39 @@ def test_run_seconds_with_setup_phases(tmp_path):
     assert sec == {"warmup": 100.0, "warmup_wait": 5.0, "train": 80.0, "eval": 5.0, "wall": 500.0, "other": 310.0}
     t = time_summary(study)
     assert t["sweep_wall"] == 500.0 and t["sweep_wall_from"] == "first run start to last run end"
+
+
+def test_reward_model_arms_and_their_claims(tmp_path):
+    """The reward-model sweep's arms: GRPO+PS with a learned PRM (1 and 4 rounds) and PRIME.
+    Claim 4 then compares 4 rounds with 1; claim 7 (PRIME vs RLOO, samples to the lower final
+    accuracy) and claim 8 (exact checker vs learned PRM) join; by hand below."""
+    sweep = tmp_path / "rm"
+    start = {"acc": 0.40, "ood": 0.20, "pass": [0.40, 0.60], "maj": [0.40, 0.42]}
+    fin = lambda acc: {"acc": acc, "ood": 0.25, "pass": [acc, min(1.0, acc + 0.1)], "maj": [acc, acc + 0.01]}
+    acc = {"grpo": (0.60, 0.62), "grpo_ps": (0.66, 0.70), "rloo": (0.58, 0.60), "prime": (0.64, 0.66),
+           ("grpo_ps", 1): (0.62, 0.64), ("grpo_ps", 4): (0.64, 0.68)}
+    for key, (a0, a1) in acc.items():
+        algo, rm = (key, {"type": "implicit"} if key == "prime" else None) if isinstance(key, str) else \
+            (key[0], {"type": "prm", "rounds": key[1]})
+        for seed, a in ((0, a0), (1, a1)):
+            make_study_run(sweep, algo, seed, start=start, final=fin(a), rss=300.0, reward_model=rm)
+    study = load_study(sweep)
+    assert list(study.arms) == ["grpo", "grpo_ps", "rloo", "grpo_ps_prm", "grpo_ps_prm_r4", "prime"]
+    assert arm_name("grpo_ps_prm_r4") == "GRPO (process supervision) + learned PRM, 4 rounds"
+    build_study_report(sweep, tmp_path / "out", n_boot=5, design=DESIGN2)
+    c = _claims(tmp_path / "out")
+    it = c[("4", "arith/acc")]
+    assert it["comparison"].startswith("grpo_ps_prm_r4 − grpo_ps_prm")
+    assert [float(v) for v in it["per_seed"].split()] == pytest.approx([2.0, 4.0])
+    assert [float(v) for v in c[("8", "arith/acc")]["per_seed"].split()] == pytest.approx([4.0, 6.0])
+    # claim 7: RLOO reaches its own final accuracy (the lower one) at its last point, 1,024 samples;
+    # PRIME's curve crosses it earlier, found here by interpolating its evaluation points
+    s7 = c[("7", "samples to the lower final accuracy")]
+    assert s7["unit"] == "samples" and float(s7["sesoi"]) == pytest.approx(102.4)   # 10% of the 1,024-sample budget
+    g = np.array([0.0] + [1 / (1 + (300 / x) ** 1.5) for x in SAMPLES[1:]])
+    want = []
+    for (p, r) in zip(acc["prime"], acc["rloo"]):
+        y = 0.40 + (p - 0.40) * g / g[-1]
+        want.append(1024.0 - float(np.interp(r, y, SAMPLES)))
+    assert [float(v) for v in s7["per_seed"].split()] == pytest.approx(want, rel=1e-5)
+    assert s7["boot_scheme"] == "seeds"
