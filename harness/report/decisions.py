@@ -209,6 +209,9 @@ def decide(parts: list, design: Design) -> list:
         elif tost:
             lk = _decided_at(r["looks"], "p_tost", step_level[2 * k + 1], design, False) or r["looks"][-1]
             r["verdict"], r["decided_at"] = "equivalent", lk["n"]
+        if r["n"] > design.cap:
+            beyond = " ".join(str(x) for x in part.seeds[design.cap:])
+            r["note"] = "; ".join(x for x in (r["note"], f"seeds beyond the cap ({beyond}) are shown, not used to decide") if x)
         last = r["last"]
         r["seeds_needed"] = None
         if r["verdict"] == "underpowered" and last is not None and last["n"] > 1:

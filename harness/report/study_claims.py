@@ -190,7 +190,8 @@ def _sesoi(design: Design, claim_id: str, spec: PartSpec) -> float:
 
 
 def claims(study: Study, design: Design) -> list:
-    """Every claim with its parts' numbers, verdicts and sequential status."""
+    """Every claim with its parts' numbers, verdicts and sequential status. A claim whose arms
+    did not run, or ran without measuring it on any seed, is 'not run' and outside the family."""
     out, pending = [], []
     for spec in claim_specs(study):
         missing = [a for a in spec.arms if a not in study.arms]
@@ -199,8 +200,11 @@ def claims(study: Study, design: Design) -> list:
         out.append(row)
         if missing:
             continue
-        for i, p in enumerate(spec.parts):
-            data = part_data(study, spec.id, i, p, _sesoi(design, spec.id, p))
+        parts = [part_data(study, spec.id, i, p, _sesoi(design, spec.id, p)) for i, p in enumerate(spec.parts)]
+        if not any(d.values for d in parts):   # the arms ran but never measured it (e.g. no OOD set)
+            row["not_run"] = [f"no data: {', '.join(d.what for d in parts)} in no seed of {', '.join(spec.arms)}"]
+            continue
+        for p, data in zip(spec.parts, parts):
             row["parts"].append({"spec": p, "data": data})
             pending.append((data, analyse_part(data, design)))
     results = iter(decide(pending, design))

@@ -392,3 +392,19 @@ def test_reward_model_arms_and_their_claims(tmp_path):
         want.append(1024.0 - float(np.interp(r, y, SAMPLES)))
     assert [float(v) for v in s7["per_seed"].split()] == pytest.approx(want, rel=1e-5)
     assert s7["boot_scheme"] == "seeds"
+
+
+def test_a_claim_never_measured_is_not_run(tmp_path):
+    """Runs without an out-of-domain set: claim 6 is not run (no data), outside the family."""
+    sweep = make_study_sweep(tmp_path, arms=("grpo", "grpo_ps"))
+    for summary in sweep.glob("*/summary.json"):
+        s = json.loads(summary.read_text())
+        for k in ("initial_eval", "final_eval"):
+            s[k] = {m: v for m, v in s[k].items() if "arith_ood" not in m}
+        summary.write_text(json.dumps(s))
+    build_study_report(sweep, tmp_path / "out", n_boot=5, design=DESIGN2)
+    c = _claims(tmp_path / "out")
+    (row,) = [r for k, r in c.items() if k[0] == "6"]
+    assert row["verdict"] == "not run" and row["what"].startswith("not run: no data: ")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "family** of claims 1, 3: " in md and "m = 6 hypotheses" in md

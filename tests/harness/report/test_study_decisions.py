@@ -195,3 +195,11 @@ def test_problem_values_refuse_missing_or_inconsistent_records(tmp_path):
     assert vals is None and "no records eval/arith_0.jsonl" in why
     vals, why = problem_values(run, "arith", "pass@2", "final")
     assert vals is None and "lacks pass@2" in why
+
+
+def test_seeds_beyond_the_cap_are_shown_not_used():
+    design = Design(first_look=3, cap=4, n_boot=200)
+    part = _part([1.0, 1.2, 0.9, 1.1, -9.0, 30.0])
+    r = decide([(part, analyse_part(part, design))], design)[0]
+    assert [lk["n"] for lk in r["looks"]] == [3, 4] and r["n"] == 6
+    assert r["verdict"] == "reproduced" and "seeds beyond the cap (4 5)" in r["note"]
