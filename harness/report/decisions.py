@@ -17,9 +17,10 @@ claim states its own). The rules (docs/study.md):
   by default). With ``first_look == cap`` it is a fixed design and the p-value is the test's;
 - **Holm** at ``alpha`` over the family: both hypotheses (diff and tost) of every part of every
   claim whose arms were run. At most one of a part's two hypotheses is true, and Holm controls
-  the family-wise error rate under any dependence, so the chance that any verdict of the report
-  is wrong (a sign, an effect, an equivalence) is at most alpha (approximately: the t test is
-  exact for normal per-seed differences, the problem part is a bootstrap estimate);
+  the family-wise error rate under any dependence, so the chance that the report declares an
+  effect or an equivalence that is not there is at most alpha (approximately: the t test is
+  exact for normal per-seed differences, the problem part is a bootstrap estimate; a wrong sign
+  is covered for independent tests, Shaffer 1980);
 - **verdict** of a part: ``reproduced`` / ``contradicted`` when its diff hypothesis is rejected,
   by the sign of the mean at the look that decided it; else ``equivalent`` when its tost
   hypothesis is rejected; else ``underpowered``, with the seeds a fixed design would need
