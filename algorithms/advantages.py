@@ -7,7 +7,7 @@ Conventions (stated, and tested):
   (ddof = 1, ``group_std="sample"``: larger by sqrt(G / (G - 1))), plus ``std_eps``; a group
   whose rewards are all equal gets advantage 0 (its numerator is 0), never NaN.
 - :func:`masked_whiten` is the batch whitening of advantages (PPO's default,
-  ``ResolvedAlgorithm.whiten_advantages``), applied by the learner after the estimator.
+  the resolved section's ``whiten_advantages``), applied by the learner after the estimator.
 """
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ of the update lives here:
 - :func:`reference_kl`: the per-token KL to the reference that every algorithm holding one logs
   as ``train/kl`` (one estimator whatever the objective uses, so the curves overlay).
 
-Components are given by their registered names (``algorithms.presets.ResolvedAlgorithm``'s
-fields); aggregations take the *whole batch's* counts (:class:`AggContext`), so micro-batch
-losses add up to the full-batch loss.
+Components are given by their registered names (the fields of a resolved ``algorithm`` section,
+:func:`algorithms.presets.resolve`); aggregations take the *whole batch's* counts
+(:class:`AggContext`), so micro-batch losses add up to the full-batch loss.
 """
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
 """Named algorithms as compositions of registered parts (DeepSeekMath §4-5, arXiv 2402.03300).
 
-``resolve(algorithm_cfg)`` fills every component left null by the preset of
-``algorithm.name`` and checks every name against its registry, so a typo fails before a run
-starts, with the valid names listed.
+``resolve(section)`` fills every component an ``algorithm`` config section left null from the
+preset of its ``name`` and checks every name against its registry, so a typo fails before a run
+starts, with the valid names listed. The config loader calls it once per config
+(``harness.config.schema.Config.algo``, the resolved section); ``has_critic`` and
+``uses_reference`` say which models a resolved algorithm trains with.
 """
 from __future__ import annotations
 
@@ -64,25 +66,6 @@ COMPONENTS = ("advantage", "policy_loss", "aggregation", "reward", "filter", "kl
               "kl_placement", "whiten_advantages")
 
 
-@dataclasses.dataclass(frozen=True)
-class ResolvedAlgorithm:
-    name: str
-    advantage: str
-    policy_loss: str
-    aggregation: str
-    reward: str
-    filter: str
-    kl_coef: float
-    kl_estimator: str
-    kl_placement: str
-    whiten_advantages: bool
-    critic: bool
-
-    @property
-    def uses_reference(self) -> bool:
-        return self.kl_placement != "none" and self.kl_coef > 0
-
-
 # where each component kind is registered; loaded only to check a component a config names
 # beside its preset's, so reading a config (`harness config`, `--help`) does not import torch
 REGISTRIES = {
@@ -95,7 +78,11 @@ REGISTRIES = {
 KL_PLACEMENTS = ("loss", "reward", "none")
 
 
-def resolve(acfg) -> ResolvedAlgorithm:
+def resolve(acfg):
+    """``acfg`` (a frozen dataclass with ``name`` and the ``COMPONENTS`` fields: the config's
+    ``algorithm`` section) with every component it left null set to the preset's value, each name
+    checked against its registry (``UnknownComponentError`` listing the valid ones): a copy of the
+    same type, every other field as given. A resolved section resolves to an equal one."""
     if acfg.name not in ALGORITHMS:
         raise UnknownComponentError(f"unknown algorithm '{acfg.name}'; valid: {', '.join(sorted(ALGORITHMS))}")
     preset = ALGORITHMS[acfg.name]
@@ -108,5 +95,14 @@ def resolve(acfg) -> ResolvedAlgorithm:
         raise UnknownComponentError(f"unknown KL placement '{vals['kl_placement']}'; valid: {', '.join(KL_PLACEMENTS)}")
     if vals["reward"] not in REWARDS:
         raise UnknownComponentError(f"unknown reward '{vals['reward']}'; valid: {', '.join(REWARDS)}")
-    critic = preset["critic"] or vals["advantage"] == "gae"
-    return ResolvedAlgorithm(name=acfg.name, critic=critic, **vals)
+    return dataclasses.replace(acfg, **vals)
+
+
+def has_critic(algo) -> bool:
+    """Whether a resolved algorithm trains a critic: its preset has one, or its advantage is GAE."""
+    return ALGORITHMS[algo.name]["critic"] or algo.advantage == "gae"
+
+
+def uses_reference(algo) -> bool:
+    """Whether a resolved algorithm holds a reference model: a KL term is on somewhere."""
+    return algo.kl_placement != "none" and algo.kl_coef > 0

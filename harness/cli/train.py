@@ -14,7 +14,6 @@ from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
 from harness.cli.polish import lazy, split_list
 from harness.config import yamlsafe
-from harness.config.base import effective_dict
 from harness.config.schema import config_warnings, describe, load_config
 from harness.engine import numerics
 from harness.report.format import count, percent, percent_or_text
@@ -76,8 +75,8 @@ def check_models(cfg) -> None:
     m = cfg.model
     if m.name_or_path != "tiny" and not m.gguf_file and not m.name_or_path.endswith(".gguf"):
         models.check_model_folder(models.resolve_model_path(m.name_or_path))
-    if cfg.algorithm.prm not in (None, "", "rule"):
-        models.check_model_folder(cfg.algorithm.prm)
+    if cfg.algo.prm not in (None, "", "rule"):
+        models.check_model_folder(cfg.algo.prm)
 
 
 def cmd_train(args) -> int:
@@ -116,7 +115,7 @@ def cmd_quickstart(args) -> int:
     t0 = time.time()
     sw = load_sweep(args.sweep or _quickstart_sweep(), overrides=args.set, output_dir=args.output_dir)
     args.only = split_list(args.only)
-    runs = [r for r in sw.runs if not args.only or r.config.algorithm.name in args.only]
+    runs = [r for r in sw.runs if not args.only or r.config.algo.name in args.only]
     if not runs:
         raise SystemExit(f"--only {','.join(args.only)}: no run of the quickstart sweep matches")
     print("quickstart: a 0.87M-parameter Llama with a character tokenizer learns multi-step arithmetic "
@@ -137,7 +136,7 @@ def cmd_quickstart(args) -> int:
         key = f"eval/{cfg.task.name}/acc"
         a0, a1 = (summ.get("initial_eval") or {}).get(key), (summ.get("final_eval") or {}).get(key)
         if a0 is not None and a1 is not None:
-            print(f"{r.config.algorithm.name:>5}: held-out greedy accuracy {percent(a0)} -> {percent(a1)} "
+            print(f"{r.config.algo.name:>5}: held-out greedy accuracy {percent(a0)} -> {percent(a1)} "
                   f"({100 * (a1 - a0):+.1f} points)")
     print(f"\ntotal wall-clock: {time.time() - t0:.0f} s")
     print(f"tables and plots again, or for a subset of the runs: harness report {sw.sweep_dir}")
@@ -173,7 +172,7 @@ def cmd_config(args) -> int:
         print(format_plan(sw))
         return 0
     if args.show:
-        print(yaml.safe_dump(effective_dict(load_config(args.show, args.set)), sort_keys=False))
+        print(yaml.safe_dump(load_config(args.show, args.set).effective_dict(), sort_keys=False))
         return 0
     for name, default, doc in describe():
         print(f"{name:30s} {default:>14}  {doc}")

@@ -22,17 +22,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
 
-from algorithms.presets import ALGORITHMS, COMPONENTS, resolve
-from algorithms.registry import UnknownComponentError
-
 
 class ConfigError(ValueError):
     """A config could not be loaded; the message names the offending key and value."""
-
-
-NAMED_SECTIONS = ("algorithm", "task")
-"""Top-level sections with the ``section: name`` shorthand (``algorithm: ppo`` is
-``algorithm: {name: ppo}``)."""
 
 
 ECHO_LIMIT = 200
@@ -69,28 +61,6 @@ def expand_shorthand(value: Any) -> Any:
     """The one reading of the ``section: name`` shorthand: a string names the section
     (``"ppo"`` -> ``{"name": "ppo"}``); anything else is returned as is."""
     return {"name": value} if isinstance(value, str) else value
-
-
-def deep_merge(a: dict, b: dict, top: bool = True) -> dict:
-    """``b`` layered onto ``a`` (a new dict; nested mappings merge, other values replace).
-    At the top level a named section given as a string on one side and a mapping on the
-    other merges as ``{name: ...}`` (``algorithm: ppo`` + ``algorithm: {kl_coef: 0}``); a new
-    name keeps the section's other fields as :func:`rename_section` says."""
-    out = dict(a)
-    for k, v in b.items():
-        cur = out.get(k)
-        if top and k in NAMED_SECTIONS:
-            if isinstance(v, dict):
-                cur = expand_shorthand(cur)
-            elif isinstance(cur, dict):
-                v = expand_shorthand(v)
-            if isinstance(v, dict) and isinstance(cur, dict) and "name" in v:
-                cur = rename_section(k, cur, v["name"])
-        if isinstance(v, dict) and isinstance(cur, dict):
-            out[k] = deep_merge(cur, v, top=False)
-        else:
-            out[k] = v
-    return out
 
 
 def _origin(tp):
@@ -277,40 +247,6 @@ def stable_hash(obj: Any, length: int, integral_floats_as_ints: bool = False) ->
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
-def effective_algorithm(section: Any) -> Any:
-    """An ``algorithm`` section (a mapping, or the ``"ppo"`` shorthand) with every component left
-    null filled in from its preset (:func:`algorithms.presets.resolve`): the values the run uses.
-    A section naming an unknown algorithm or component is returned as given."""
-    sec = expand_shorthand(section)
-    if not isinstance(sec, dict) or sec.get("name", "grpo") not in ALGORITHMS:
-        return section
-    sec = {"name": "grpo", **sec}
-    try:
-        algo = resolve(types.SimpleNamespace(**{k: sec.get(k) for k in ("name",) + COMPONENTS}))
-    except UnknownComponentError:
-        return section
-    return {**sec, **{k: getattr(algo, k) for k in COMPONENTS}}
-
-
-def effective_dict(cfg: Any) -> dict:
-    """The config as ``config.yaml``, ``harness config --show`` and the trackers show it: the
-    plain dict of ``cfg`` (a Config or a dict) with the algorithm's preset-filled components
-    written out, so runs of two algorithms differ visibly where they differ. Run ids still hash
-    :func:`to_dict` of the config as given (``harness.rundir.ids``), not this."""
-    d = dict(to_dict(cfg) if not isinstance(cfg, dict) else cfg)
-    if "algorithm" in d:
-        d["algorithm"] = effective_algorithm(d["algorithm"])
-    return d
-
-
-def effective_flat(flat: dict) -> dict:
-    """:func:`effective_dict` for a flattened config (``{"algorithm.kl_coef": None, ...}``)."""
-    if "algorithm.name" not in flat:
-        return flat
-    sec = effective_algorithm({k.split(".", 1)[1]: v for k, v in flat.items() if k.startswith("algorithm.")})
-    return {**flat, **{f"algorithm.{k}": v for k, v in sec.items()}}
-
-
 def flatten(d: Any, prefix: str = "", sep: str = ".", keep_empty: bool = False) -> dict:
     """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: dotted keys, as ``--set``, trackers and reports use
     (``sep="/"``: metric names). An empty mapping inside is dropped, or with ``keep_empty`` kept as
@@ -389,48 +325,3 @@ def check_text(value: str, field: str) -> None:
     except UnicodeEncodeError:
         raise ConfigError(f"{field}={brief(value)} is invalid: it contains a lone surrogate (not text); "
                           f"remove it") from None
-
-
-def rename_section(section: str, current: dict, name: Any) -> dict:
-    """The named section ``current`` (a mapping) given the name ``name``, as ``--set algorithm=ppo``,
-    ``--set algorithm.name=ppo`` or a sweep's ``algorithm`` grid do: every field written in it is kept
-    (``kl_coef: 0.0, clip_eps: 0.1`` stay), except, when an ``algorithm`` section that names one
-    algorithm gets another, the components (``COMPONENTS``: advantage, policy_loss, ..., kl_coef)
-    whose value is the old algorithm's preset: those came with the old name (a run's config.yaml
-    writes them all out) and become the new algorithm's (null)."""
-    out = dict(current)
-    old = out.get("name")
-    out["name"] = name
-    if (section != "algorithm" or not isinstance(old, str) or not isinstance(name, str) or old == name
-            or old not in ALGORITHMS or name not in ALGORITHMS):
-        return out
-    preset = ALGORITHMS[old]
-    for k in COMPONENTS:
-        v = out.get(k)
-        if v is not None and v == preset[k] and isinstance(v, bool) == isinstance(preset[k], bool):
-            out[k] = None
-    return out
-
-
-def set_dotted(data: dict, dotted: str, value: Any) -> None:
-    """Apply ``a.b.c=value`` into nested dict ``data``. A named section set to a name
-    (``algorithm=ppo`` over an ``algorithm`` mapping) keeps the mapping's fields, as
-    :func:`rename_section` says, rather than dropping them."""
-    keys = dotted.split(".")
-    cur = data
-    for k in keys[:-1]:
-        nxt = cur.get(k)
-        nxt = expand_shorthand(nxt)  # `algorithm: grpo` shorthand, now being refined
-        if nxt is None:
-            nxt = {}
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"--set {brief(dotted)[1:-1]}: '{brief(k)[1:-1]}' is not a section")
-        cur[k] = nxt
-        cur = nxt
-    last = keys[-1]
-    if cur is data and last in NAMED_SECTIONS and isinstance(cur.get(last), dict) and isinstance(value, str):
-        cur[last] = rename_section(last, cur[last], value)  # `--set algorithm=ppo` over a mapping
-    elif len(keys) == 2 and keys[0] in NAMED_SECTIONS and last == "name" and cur.get("name") != value:
-        data[keys[0]] = rename_section(keys[0], cur, value)  # `--set algorithm.name=ppo`
-    else:
-        cur[last] = value

@@ -3,10 +3,17 @@
 Load with :func:`load_config` (YAML file + ``--set a.b=v`` overrides), save with
 :func:`save_config`. Unknown keys, wrong types and out-of-range values are errors that
 name the field and the value.
+
+The algorithm is resolved once, here: a loaded :class:`Config` holds ``algorithm`` (the section
+as given, components left null for the preset) and :attr:`Config.algo` (the same section with
+the preset's components filled in: what runs). Everything downstream reads ``cfg.algo``; the
+``algorithm: ppo`` shorthand and section renaming are read only by this package, on the raw
+mappings before a config is built (:func:`deep_merge`, :func:`set_dotted`).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 import re
@@ -16,14 +23,14 @@ from typing import Any, Optional
 
 import yaml
 
-from algorithms.presets import GROUP_ESTIMATORS, resolve
+from algorithms.presets import ALGORITHMS, COMPONENTS, GROUP_ESTIMATORS, has_critic, resolve, uses_reference
 from algorithms.registry import UnknownComponentError
 from evals.arith import HELDOUT_MOD, describe_knobs, held_out_shortfall, problem_space, space_problem
 from evals.catalog import available_tasks, has_step_checker
 from evals.tasks import TaskSpec
 from harness.config import yamlsafe
-from harness.config.base import (ConfigError, brief, check, check_choice, deep_merge, effective_dict, expand_shorthand,
-                                 field_docs, from_dict, set_dotted, stable_hash)
+from harness.config.base import (ConfigError, brief, check, check_choice, expand_shorthand, field_docs, from_dict,
+                                 stable_hash, to_dict)
 from harness.config.yamlsafe import DuplicateKeyError, YamlBadValue, YamlTooLarge
 from harness.rundir.budget import BUDGET_UNITS, stage_samples, threshold_warning
 from harness.rundir.layout import write_text_atomic
@@ -34,7 +41,8 @@ __all__ = [
     "AlgorithmConfig", "BudgetConfig", "EvalConfig", "OodEvalConfig", "TrackingConfig", "RewardModelConfig",
     "ConfigError",
     "load_config", "save_config", "config_hash", "config_from_dict", "field_docs", "algorithm_name", "ood_task_spec",
-    "config_warnings", "dir_path_problem",
+    "config_warnings", "dir_path_problem", "effective_dict", "deep_merge", "set_dotted", "rename_section",
+    "NAMED_SECTIONS",
 ]
 
 
@@ -345,6 +353,17 @@ class AlgorithmConfig:
         check(self.critic_warmup_steps >= 0, "algorithm.critic_warmup_steps", self.critic_warmup_steps, "must be >= 0")
         check(self.dr_grpo_norm >= 0, "algorithm.dr_grpo_norm", self.dr_grpo_norm, "must be >= 0")
 
+    # of the resolved section (Config.algo), whose components are filled in
+    @property
+    def critic(self) -> bool:
+        """Whether the algorithm trains a critic (its preset has one, or its advantage is gae)."""
+        return has_critic(self)
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether the algorithm holds a reference model (a KL term is on)."""
+        return uses_reference(self)
+
 
 REWARD_MODEL_TYPES = ("orm", "prm", "implicit")
 
@@ -543,7 +562,7 @@ class Config:
         check(why is None, "output_dir", self.output_dir, str(why))
         check(self.numerics in NUMERICS_MODES, "numerics", self.numerics, f"must be one of {', '.join(NUMERICS_MODES)}")
         try:
-            algo = resolve(self.algorithm)
+            algo = self.algo
         except UnknownComponentError as e:
             raise ConfigError(f"algorithm: {e}") from None
         check(algo.advantage not in GROUP_ESTIMATORS or self.sampling.samples_per_prompt >= 2,
@@ -554,13 +573,12 @@ class Config:
         check(self.train.prompts_per_step * self.sampling.samples_per_prompt <= MAX_PER_STEP,
               "train.prompts_per_step", self.train.prompts_per_step,
               f"prompts_per_step x sampling.samples_per_prompt must be <= {MAX_PER_STEP} samples per stage")
-        if algo.reward == "process" and self.algorithm.prm in (None, "", "rule") and self.reward_model.type is None:
-            check(has_step_checker(self.task.name), "algorithm.prm", self.algorithm.prm,
-                  f"algorithm '{self.algorithm.name}' uses process rewards, and task '{self.task.name}' has no "
+        if algo.reward == "process" and algo.prm in (None, "", "rule") and self.reward_model.type is None:
+            check(has_step_checker(self.task.name), "algorithm.prm", algo.prm,
+                  f"algorithm '{algo.name}' uses process rewards, and task '{self.task.name}' has no "
                   f"step checker: set algorithm.prm to a process reward model directory, reward_model.type to "
                   f"implicit (PRIME), or use an outcome-reward algorithm")
-        check(self.algorithm.name != "grpo_iter" or self.algorithm.ref_reset_every > 0,
-              "algorithm.ref_reset_every", self.algorithm.ref_reset_every,
+        check(algo.name != "grpo_iter" or algo.ref_reset_every > 0, "algorithm.ref_reset_every", algo.ref_reset_every,
               "grpo_iter (GRPO with reference resets) resets its reference every N steps: set N >= 1")
         self._validate_reward_model(algo)
         ood = None
@@ -593,16 +611,16 @@ class Config:
             return
         wants = "outcome" if rm.type == "orm" else "process"
         check(algo.reward == wants, "reward_model.type", rm.type,
-              f"gives {wants} rewards, and algorithm '{self.algorithm.name}' uses {algo.reward} rewards: use "
+              f"gives {wants} rewards, and algorithm '{algo.name}' uses {algo.reward} rewards: use "
               + ("an outcome-reward algorithm (grpo, rloo, dr_grpo, ppo, ...)" if wants == "outcome"
                  else "a process-reward algorithm (grpo_ps, prime)"))
-        check(self.algorithm.prm in (None, "", "rule"), "algorithm.prm", self.algorithm.prm,
+        check(algo.prm in (None, "", "rule"), "algorithm.prm", algo.prm,
               f"reward_model.type={rm.type} supplies the rewards: leave algorithm.prm null")
         check(rm.type != "implicit" or (rm.rounds == 1 and rm.init is None), "reward_model.type", rm.type,
               "the implicit PRM trains online on every batch: reward_model.rounds and reward_model.init are for "
               "orm and prm")
-        check(rm.rounds == 1 or self.algorithm.ref_reset_every == 0, "algorithm.ref_reset_every",
-              self.algorithm.ref_reset_every, "iterative RL (reward_model.rounds > 1) resets the reference at the "
+        check(rm.rounds == 1 or algo.ref_reset_every == 0, "algorithm.ref_reset_every",
+              algo.ref_reset_every, "iterative RL (reward_model.rounds > 1) resets the reference at the "
               "end of each round: leave algorithm.ref_reset_every at 0")
         G = self.sampling.samples_per_prompt
         check(rm.samples_per_round % G == 0, "reward_model.samples_per_round", rm.samples_per_round,
@@ -620,6 +638,21 @@ class Config:
 
     def replace(self, **sections) -> "Config":
         return dataclasses.replace(self, **sections)
+
+    @functools.cached_property
+    def algo(self) -> AlgorithmConfig:
+        """The algorithm as it runs: the ``algorithm`` section with every component it left null set
+        to its preset's (:func:`algorithms.presets.resolve`), holding every setting of the algorithm.
+        Built once, when the config is validated (loaded); the learner, the loop, run ids,
+        config.yaml, displays and trackers read it. ``algorithm`` stays the section as given (what
+        summary.json and a sweep's plan record)."""
+        return resolve(self.algorithm)
+
+    def effective_dict(self) -> dict:
+        """The config as it runs, as a plain dict: :func:`to_dict` of it with the ``algorithm``
+        section resolved (:attr:`algo`). What config.yaml, ``harness config --show`` and the
+        trackers show, and what a run id hashes (``harness.rundir.ids``)."""
+        return {**to_dict(self), "algorithm": to_dict(self.algo)}
 
 
 def dir_path_problem(value: Any) -> Optional[str]:
@@ -667,6 +700,105 @@ def ood_task_spec(cfg: Config) -> TaskConfig:
     except ConfigError as e:
         raise ConfigError(f"eval.ood: {e}") from None
     return spec
+
+
+NAMED_SECTIONS = ("algorithm", "task")
+"""Top-level sections with the ``section: name`` shorthand (``algorithm: ppo`` is
+``algorithm: {name: ppo}``)."""
+
+
+def deep_merge(a: dict, b: dict, top: bool = True) -> dict:
+    """``b`` layered onto ``a`` (a new dict; nested mappings merge, other values replace).
+    At the top level a named section given as a string on one side and a mapping on the
+    other merges as ``{name: ...}`` (``algorithm: ppo`` + ``algorithm: {kl_coef: 0}``); a new
+    name keeps the section's other fields as :func:`rename_section` says."""
+    out = dict(a)
+    for k, v in b.items():
+        cur = out.get(k)
+        if top and k in NAMED_SECTIONS:
+            if isinstance(v, dict):
+                cur = expand_shorthand(cur)
+            elif isinstance(cur, dict):
+                v = expand_shorthand(v)
+            if isinstance(v, dict) and isinstance(cur, dict) and "name" in v:
+                cur = rename_section(k, cur, v["name"])
+        if isinstance(v, dict) and isinstance(cur, dict):
+            out[k] = deep_merge(cur, v, top=False)
+        else:
+            out[k] = v
+    return out
+
+
+def rename_section(section: str, current: dict, name: Any) -> dict:
+    """The named section ``current`` (a mapping) given the name ``name``, as ``--set algorithm=ppo``,
+    ``--set algorithm.name=ppo`` or a sweep's ``algorithm`` grid do: every field written in it is kept
+    (``kl_coef: 0.0, clip_eps: 0.1`` stay), except, when an ``algorithm`` section that names one
+    algorithm gets another, the components (``COMPONENTS``: advantage, policy_loss, ..., kl_coef)
+    whose value is the old algorithm's preset: those came with the old name (a run's config.yaml
+    writes them all out) and become the new algorithm's (null)."""
+    out = dict(current)
+    old = out.get("name")
+    out["name"] = name
+    if (section != "algorithm" or not isinstance(old, str) or not isinstance(name, str) or old == name
+            or old not in ALGORITHMS or name not in ALGORITHMS):
+        return out
+    preset = ALGORITHMS[old]
+    for k in COMPONENTS:
+        v = out.get(k)
+        if v is not None and v == preset[k] and isinstance(v, bool) == isinstance(preset[k], bool):
+            out[k] = None
+    return out
+
+
+def set_dotted(data: dict, dotted: str, value: Any) -> None:
+    """Apply ``a.b.c=value`` into nested dict ``data``. A named section set to a name
+    (``algorithm=ppo`` over an ``algorithm`` mapping) keeps the mapping's fields, as
+    :func:`rename_section` says, rather than dropping them."""
+    keys = dotted.split(".")
+    cur = data
+    for k in keys[:-1]:
+        nxt = cur.get(k)
+        nxt = expand_shorthand(nxt)  # `algorithm: grpo` shorthand, now being refined
+        if nxt is None:
+            nxt = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"--set {brief(dotted)[1:-1]}: '{brief(k)[1:-1]}' is not a section")
+        cur[k] = nxt
+        cur = nxt
+    last = keys[-1]
+    if cur is data and last in NAMED_SECTIONS and isinstance(cur.get(last), dict) and isinstance(value, str):
+        cur[last] = rename_section(last, cur[last], value)  # `--set algorithm=ppo` over a mapping
+    elif len(keys) == 2 and keys[0] in NAMED_SECTIONS and last == "name" and cur.get("name") != value:
+        data[keys[0]] = rename_section(keys[0], cur, value)  # `--set algorithm.name=ppo`
+    else:
+        cur[last] = value
+
+
+def effective_dict(cfg: Config | dict) -> dict:
+    """The config as it runs, as a plain dict: :meth:`Config.effective_dict` of a loaded config; a
+    config read back as a mapping (a run's config.yaml or summary) with its ``algorithm`` section
+    (a mapping or the ``"ppo"`` shorthand) resolved the same way, every other key as written. An
+    algorithm section naming an unknown algorithm or component is left as written."""
+    if isinstance(cfg, Config):
+        return cfg.effective_dict()
+    d = dict(cfg)
+    if "algorithm" in d:
+        d["algorithm"] = _effective_section(d["algorithm"])
+    return d
+
+
+def _effective_section(section: Any) -> Any:
+    """An ``algorithm`` section as written (a mapping or the shorthand) with its null components
+    filled from the preset (values as written, unchecked but for their names)."""
+    sec = expand_shorthand(section)
+    if not isinstance(sec, dict) or sec.get("name", AlgorithmConfig.name) not in ALGORITHMS:
+        return section
+    sec = {"name": AlgorithmConfig.name, **sec}
+    try:
+        algo = resolve(AlgorithmConfig(**{k: sec.get(k) for k in ("name",) + COMPONENTS}))
+    except UnknownComponentError:
+        return section
+    return {**sec, **{k: getattr(algo, k) for k in COMPONENTS}}
 
 
 def config_from_dict(data: dict | None) -> Config:
@@ -760,10 +892,11 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
 
 
 def save_config(cfg: Config, path: str | os.PathLike) -> None:
-    """``config.yaml``: the effective config (:func:`harness.config.base.effective_dict`, the
-    algorithm's preset-filled components written out); the run id hashes ``cfg`` as given."""
+    """``config.yaml``: the effective config (:meth:`Config.effective_dict`, the algorithm's
+    preset-filled components written out), which is also what the run id hashes: a config.yaml
+    loads back as the same run."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, yaml.safe_dump(effective_dict(cfg), sort_keys=False))
+    write_text_atomic(path, yaml.safe_dump(cfg.effective_dict(), sort_keys=False))
 
 
 def config_hash(obj: Any, length: int = 10) -> str:

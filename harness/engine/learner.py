@@ -58,7 +58,6 @@ from algorithms.advantages import (ADVANTAGES, AdvantageInput, gae, group_token_
 from algorithms.filters import FILTERS
 from algorithms.losses import AggContext
 from algorithms.objective import clip_stats, kl_reward_token_rewards, policy_objective, reference_kl, value_objective
-from algorithms.presets import ResolvedAlgorithm
 from harness.engine import fastlm, logprobs
 
 
@@ -180,13 +179,14 @@ def _chunks(n: int, size: int):
 
 
 class Learner:
-    def __init__(self, policy, algo: ResolvedAlgorithm, cfg, device, perf, reference=None, critic=None, dist=None):
+    def __init__(self, policy, algo, cfg, device, perf, reference=None, critic=None, dist=None):
+        """``algo``: the resolved algorithm (``cfg.algo``), which every algorithm setting is read from."""
         self.algo, self.cfg, self.device, self.perf = algo, cfg, device, perf
         self.dist = dist
         self.distributed = dist is not None and dist.is_distributed
         tc = cfg.train
         opt = torch.optim.AdamW(policy.parameters(), lr=tc.lr, weight_decay=tc.weight_decay, betas=(0.9, 0.99))
-        critic_opt = (torch.optim.AdamW(critic.parameters(), lr=cfg.algorithm.critic_lr, betas=(0.9, 0.99))
+        critic_opt = (torch.optim.AdamW(critic.parameters(), lr=algo.critic_lr, betas=(0.9, 0.99))
                       if critic is not None else None)
         if dist is not None:  # single process: .to(device), the same objects
             policy, opt = dist.prepare(policy, opt)
@@ -276,7 +276,7 @@ class Learner:
         advantages (whitened where the algorithm says so) and returns -> this rank's kept rows and
         mini-batches -> ``inner_epochs`` passes of one policy (and critic) optimizer step per
         mini-batch -> metrics."""
-        acfg = self.cfg.algorithm
+        acfg = self.algo
         m: dict[str, float] = {}
         raw: dict[str, float] = {}  # local sums, combined over ranks at the end (several processes)
         keep, valid = self._keep(rewards, rollouts, valid, m, raw)
@@ -406,7 +406,7 @@ class Learner:
     def _fused_critic_pass(self, b: Batch, inp: AdvantageInput, const_len: int, step: int) -> tuple[float, torch.Tensor]:
         """The critic's one training pass over the whole batch, each micro-batch's GAE targets
         computed from its own values before the update. Returns (value loss, values [B, T])."""
-        acfg, B = self.cfg.algorithm, b.input_ids.shape[0]
+        acfg, B = self.algo, b.input_ids.shape[0]
         vctx = AggContext(num_seqs=B, num_tokens=int(b.mask.sum().item()), const_len=const_len)
 
         def fused_targets(sl, mb, v):  # (old values, returns) of a micro-batch from its own values
@@ -508,7 +508,7 @@ class Learner:
     def _policy_step(self, k: "_Kept", mini: "_Mini", step: int, epoch: int, sums: dict, m: dict) -> None:
         """One optimizer step of the policy over the micro-batches of ``mini``; the loss of each
         is :func:`algorithms.objective.policy_objective`, normalised by ``mini.ctx``."""
-        acfg, algo = self.cfg.algorithm, self.algo
+        acfg, algo = self.algo, self.algo
         if not self.distributed:
             self.opt.zero_grad(set_to_none=True)
         for i, part in enumerate(mini.slices):
@@ -585,7 +585,7 @@ class Learner:
         """One optimizer step of the critic over the micro-batches ``slices`` of ``b``.
         ``targets(sl, mb, v)`` gives (old values, returns) of micro-batch ``sl`` from its current
         values ``v``. Returns the summed value loss and each micro-batch's old values."""
-        acfg = self.cfg.algorithm
+        acfg = self.algo
         if not self.distributed:
             self.critic_opt.zero_grad(set_to_none=True)
         total, seen = 0.0, []

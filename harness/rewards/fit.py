@@ -31,7 +31,7 @@ from typing import Optional
 
 from evals.catalog import get_task
 from evals.prm import split_steps
-from harness.config.base import effective_dict, stable_hash
+from harness.config.base import stable_hash
 from harness.engine import numerics
 from harness.engine.models import load_policy, resolve_device
 from harness.engine.sampling import sample
@@ -46,7 +46,7 @@ METRICS_FILE = "metrics.json"
 def default_out(cfg, kind: str, settings: dict) -> Path:
     """``<output_dir>/reward_models/<kind>-s<seed>-<hash8>`` (the hash over the config that makes
     the data and the model, and the command's settings)."""
-    d = effective_dict(cfg)
+    d = cfg.effective_dict()
     for k in ("name", "output_dir", "tracking"):
         d.pop(k, None)
     return Path(cfg.output_dir) / "reward_models" / f"{kind}-s{cfg.seed}-{stable_hash([d, settings], 8)}"

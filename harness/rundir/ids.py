@@ -1,24 +1,25 @@
-"""Run ids, defined once: ``<algorithm>-s<seed>-<hash8>`` made from a resolved config, and parsed back.
+"""Run ids, defined once: ``<algorithm>-s<seed>-<hash8>`` made from a loaded config, and parsed back.
 
 The hash covers every field that changes what a run computes; ``name``, ``output_dir`` and
 ``tracking`` (and ``warmup.cache_dir``, ``train.checkpoint_minutes``, and a ``reward_model``
-section left at its defaults) do not, so the same cell in two sweeps (or a re-launch with a tracker switched
-on) is the same run. The algorithm's components are hashed with their preset values filled in
-(:func:`harness.config.base.effective_dict`), so a run's own ``config.yaml``, which writes them
-out, names the same run as the config it was made from. It is the first 8 hex digits of the SHA-256 of the remaining config as
-sorted JSON, integral floats written as ints (:func:`harness.config.base.stable_hash`, which the
-cache keys' :func:`harness.config.schema.config_hash` also uses, without that step).
+section left at its defaults) do not, so the same cell in two sweeps (or a re-launch with a
+tracker switched on) is the same run. The algorithm is hashed resolved, its components with their
+preset values filled in (``cfg.effective_dict()``: the config with ``cfg.algo``, which config.yaml
+writes out), so a run's own ``config.yaml`` names the same run as the config it was made from. It
+is the first 8 hex digits of the SHA-256 of the remaining config as sorted JSON, integral floats
+written as ints (:func:`harness.config.base.stable_hash`, which the cache keys'
+:func:`harness.config.schema.config_hash` also uses, without that step).
 
 :func:`parse_run_id` is the inverse used wherever only the id is at hand (a run directory
 without a summary, a tracker given a bare id). Imports nothing of the project but
-:mod:`harness.config.base`.
+:func:`harness.config.base.stable_hash` (the config is resolved when it is loaded, not here).
 """
 from __future__ import annotations
 
 import re
 from typing import NamedTuple, Optional
 
-from harness.config.base import effective_dict, stable_hash
+from harness.config.base import stable_hash
 
 __all__ = ["run_id", "format_run_id", "parse_run_id", "RunIdParts", "HASH_LENGTH", "NOT_HASHED"]
 
@@ -46,8 +47,8 @@ def format_run_id(algorithm: str, seed: int, digest: str) -> str:
 
 
 def run_id(cfg) -> str:
-    """Run id of a resolved :class:`~harness.config.schema.Config` (its algorithm, seed and hash)."""
-    d = effective_dict(cfg)  # preset-filled: a config.yaml written out (effective values) is the same run
+    """Run id of a loaded :class:`~harness.config.schema.Config` (its algorithm, seed and hash)."""
+    d = cfg.effective_dict()  # the algorithm preset-filled: a config.yaml written out is the same run
     for k in NOT_HASHED:
         d.pop(k, None)
     if isinstance(d.get("warmup"), dict):
@@ -56,7 +57,7 @@ def run_id(cfg) -> str:
         d["train"].pop("checkpoint_minutes", None)  # how often it saves, not what it computes
     if d.get("reward_model") == DEFAULT_REWARD_MODEL:
         d.pop("reward_model")  # off (its defaults): the section came later, so runs without it keep their ids
-    return format_run_id(cfg.algorithm.name, cfg.seed, stable_hash(d, HASH_LENGTH, integral_floats_as_ints=True))
+    return format_run_id(cfg.algo.name, cfg.seed, stable_hash(d, HASH_LENGTH, integral_floats_as_ints=True))
 
 
 def parse_run_id(rid: str) -> RunIdParts:

@@ -364,9 +364,7 @@ def _load_run(run_dir: Path) -> RunData:
     except (RunFileError, OSError) as e:
         problems.append(_problem(e, METRICS))
         rows = []
-    algo = summary.get("algorithm") or config.get("algorithm")
-    if isinstance(algo, dict):
-        algo = algo.get("name")
+    algo = summary.get("algorithm") or _d(config.get("algorithm")).get("name")  # config.yaml: a mapping
     run_id = summary.get("run_id") or run_dir.name
     if not isinstance(algo, str) or not algo:
         algo = parse_run_id(str(run_id)).algorithm

@@ -9,7 +9,8 @@ are absent, a launcher's placeholder fills them with empty values):
 - ``status``      ``running`` | ``finished`` | ``failed`` | ``interrupted``
 - ``error``       ``"<ExceptionType>: <message>"`` (or the launcher's reason) when not
   finished, else None; the traceback is in ``error.txt``
-- ``config``      the resolved config as a nested dict
+- ``config``      the loaded config as a nested dict, its ``algorithm`` section as given (components
+  left to the preset are null; ``config.yaml`` writes them out)
 - ``started``     unix time the (latest) attempt started (trainer only); ``ended`` when it
   finished or failed (trainer only)
 - ``phase``       while running, what the attempt does besides training steps (``initial
@@ -89,8 +90,8 @@ def _best_effort(what: str, path: Path, write, *args) -> bool:
 
 
 def new_summary(cfg, rid: str, distributed: Optional[dict] = None) -> dict:
-    """A ``running`` summary for a training attempt that starts now (``cfg``: a resolved Config)."""
-    summary = {"run_id": rid, "name": cfg.name, "algorithm": cfg.algorithm.name, "seed": cfg.seed,
+    """A ``running`` summary for a training attempt that starts now (``cfg``: a loaded Config)."""
+    summary = {"run_id": rid, "name": cfg.name, "algorithm": cfg.algo.name, "seed": cfg.seed,
                "status": "running", "error": None, "config": to_dict(cfg), "started": time.time(),
                "budget": {"unit": cfg.budget.unit, "amount": cfg.budget.amount}}
     if distributed:
@@ -161,11 +162,12 @@ def _consumed(run_dir: Path) -> dict:
 
 
 def placeholder_summary(run_dir: Path, run_id: str, config: dict) -> dict:
-    """The summary of a run that never wrote one (``config``: the resolved config as a dict)."""
+    """The summary of a run that never wrote one (``config``: the loaded config as a dict,
+    ``to_dict(cfg)``, whose ``algorithm`` section is a mapping)."""
     b = config.get("budget", {})
-    alg = config.get("algorithm", {})
+    alg = config.get("algorithm")
     return {"run_id": run_id, "name": config.get("name"),
-            "algorithm": alg.get("name") if isinstance(alg, dict) else alg, "seed": config.get("seed"),
+            "algorithm": alg.get("name") if isinstance(alg, dict) else None, "seed": config.get("seed"),
             "status": "running", "budget": {"unit": b.get("unit"), "amount": b.get("amount"),
                                             "consumed": _consumed(run_dir)},
             "initial_eval": {}, "final_eval": {}, "peak": {}, "params": {}, "wall_seconds": None,

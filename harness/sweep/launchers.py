@@ -74,7 +74,7 @@ class RunSpec:
     run_id: str
     run_dir: str
     config: dict
-    """The resolved config as a plain dict (``to_dict(cfg)``)."""
+    """The loaded config as a plain dict (``to_dict(cfg)``, its algorithm section as given)."""
     label: str = ""
 
 

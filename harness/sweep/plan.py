@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from harness.config.base import ConfigError, brief, deep_merge, flatten, set_dotted, to_dict
-from harness.config.schema import (Config, algorithm_name, config_from_dict, config_warnings, dir_path_problem,
-                                   parse_overrides)
+from harness.config.base import ConfigError, brief, flatten, to_dict
+from harness.config.schema import (Config, algorithm_name, config_from_dict, config_warnings, deep_merge,
+                                   dir_path_problem, parse_overrides, set_dotted)
 from harness.report.format import table
 from harness.rundir.budget import eval_points, stage_samples
 from harness.rundir.ids import NOT_HASHED, run_id
@@ -270,7 +270,7 @@ def format_plan(sw: Sweep, *, workers: Optional[int] = None) -> str:
     rows = []
     for r in sw.runs:
         flat = flatten(r.config_dict)
-        rows.append([r.run_id, r.config.algorithm.name, str(r.config.seed)] + [fmt_value(flat.get(c)) for c in cols]
+        rows.append([r.run_id, r.config.algo.name, str(r.config.seed)] + [fmt_value(flat.get(c)) for c in cols]
                     + [per_step(r.config), _STATE_NOTE.get(r.state, r.state)])
     out.append(table(headers, rows))
     todo = sum(r.state != "finished" for r in sw.runs)

@@ -134,7 +134,7 @@ def _write_sweep_json(sw: Sweep, results: dict, status: str) -> None:
         "name": sw.name, "source": sw.source, "description": sw.description, "status": status,
         "budget": sw.budget, "varying": sw.varying, "launcher": launcher, "report_columns": list(sw.report_columns),
         "updated": time.time(),
-        "runs": [{"run_id": r.run_id, "algorithm": r.config.algorithm.name, "seed": r.config.seed,
+        "runs": [{"run_id": r.run_id, "algorithm": r.config.algo.name, "seed": r.config.seed,
                   "cell": r.cell, "dir": str(r.run_dir),
                   "state": (results[r.run_id].status if r.run_id in results else r.state)} for r in sw.runs],
     }

@@ -67,8 +67,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from algorithms.presets import ALGORITHMS
-from harness.config.base import ConfigError, deep_merge, did_you_mean, flatten
-from harness.config.schema import NAME_RULE, Config, config_from_dict, is_safe_name, load_yaml, read_yaml_file
+from harness.config.base import ConfigError, did_you_mean, flatten
+from harness.config.schema import (NAME_RULE, Config, config_from_dict, deep_merge, is_safe_name, load_yaml,
+                                   read_yaml_file)
 from harness.report.format import number
 from harness.rundir.budget import BUDGET_UNITS
 

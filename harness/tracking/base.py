@@ -3,7 +3,7 @@
 The trainer talks to one :class:`TrackerSet`:
 
     ts = open_trackers(cfg, run_dir, run_id, sweep=cfg.name)
-    ts.start(params=flat_config, tags={...})
+    ts.start(params=flatten(cfg.effective_dict()), tags={...})   # the algorithm's effective components
     ts.log(row, step=budget_consumed)     # row: the dict also written to metrics.jsonl
     ts.log_artifact(path)
     ts.finish(summary, status)            # status: finished | failed | killed
@@ -31,7 +31,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.config.base import effective_dict, effective_flat, expand_shorthand
+from harness.config.schema import effective_dict
 from harness.rundir.layout import METRICS, SUMMARY, RunFileError, open_regular, read_json
 
 PERCENT_PREFIX = "accuracy_pct"
@@ -67,7 +67,7 @@ class TrackerSet:
                 self.trackers.remove(t)
 
     def start(self, params: dict, tags: dict) -> None:
-        self._call("start", effective_flat(params or {}), tags)  # the algorithm's effective components
+        self._call("start", params or {}, tags)
 
     def log(self, row: dict, step: float) -> None:
         self._call("log", row, step)
@@ -80,7 +80,8 @@ class TrackerSet:
 
 
 def cfg_get(cfg: Any, dotted: str, default: Any = None) -> Any:
-    """``cfg_get(cfg, "tracking.mlflow_uri")`` on a Config dataclass or a plain dict."""
+    """``cfg_get(cfg, "tracking.mlflow_uri")`` on a Config dataclass or a plain dict (a run's config
+    read back, whose ``algorithm`` section is a mapping: ``harness.tracking.sync`` resolves it)."""
     cur = cfg
     for part in dotted.split("."):
         if cur is None:
@@ -89,14 +90,12 @@ def cfg_get(cfg: Any, dotted: str, default: Any = None) -> Any:
             cur = cur.get(part)
         else:
             cur = getattr(cur, part, None)
-        if isinstance(cur, str) and part == "algorithm" and dotted != "algorithm":
-            cur = expand_shorthand(cur)  # `algorithm: ppo`
     return default if cur is None else cur
 
 
 def config_dict(cfg: Any) -> dict:
     """The config a mirror records (params, wandb config): the effective one, with the
-    algorithm's preset-filled components written out (:func:`harness.config.base.effective_dict`)."""
+    algorithm's preset-filled components written out (:func:`harness.config.schema.effective_dict`)."""
     if cfg is None:
         return {}
     return effective_dict(cfg)

@@ -47,6 +47,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
+from harness.config.schema import effective_dict
 from harness.rundir import provenance
 from harness.rundir.layout import CONFIG, ERROR_TXT, METRICS, SUMMARY
 from harness.rundir.read import RunData, find_run_dirs, load_run
@@ -146,6 +147,9 @@ def run_dirs(root: str | os.PathLike) -> list[Path]:
 # sync
 # ---------------------------------------------------------------------------------------------
 def _tracker_cfg(run: RunData) -> dict:
+    """The run's config as the mirrors take it: as written, with the name, seed, budget unit and
+    algorithm the run directory records where it lacks them, and its algorithm section resolved
+    (:func:`harness.config.schema.effective_dict`)."""
     cfg = dict(run.config or {})
     cfg.setdefault("name", run.sweep)
     cfg.setdefault("seed", run.seed)
@@ -155,7 +159,7 @@ def _tracker_cfg(run: RunData) -> dict:
     algo = cfg.get("algorithm")
     if not algo:
         cfg["algorithm"] = {"name": run.algorithm}
-    return cfg
+    return effective_dict(cfg)
 
 
 def _num(v: Any) -> Optional[float]:

@@ -207,7 +207,7 @@ def _save_dist_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: 
     folder = ckpt.parent / tag
     folder.mkdir(parents=True, exist_ok=True)
     dist.save_state(folder)
-    ref = learner.reference_state() if cfg.algorithm.ref_reset_every else None
+    ref = learner.reference_state() if cfg.algo.ref_reset_every else None
     if dist.is_main and ref is not None:
         save_torch(ref, folder / DIST_REFERENCE)
     dist.barrier()  # every rank's shard is on disk before state.pt names the folder
@@ -246,7 +246,7 @@ def _load_dist_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: 
         raise CheckpointError(ckpt, meta["error"], _restart_todo(ckpt))
     folder = ckpt.parent / meta["dist_state"]
     dist.load_state(folder)  # weights, optimizers, RNG of every rank
-    if cfg.algorithm.ref_reset_every and learner.reference is not None:
+    if cfg.algo.ref_reset_every and learner.reference is not None:
         ref = None
         if dist.is_main or not dist.zero3:
             ref = load_state(folder / DIST_REFERENCE)

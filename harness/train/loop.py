@@ -50,9 +50,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from algorithms.presets import resolve
 from evals.catalog import get_task
-from harness.config.base import flatten, to_dict
+from harness.config.base import flatten
 from harness.config.schema import Config, save_config
 from harness.engine import numerics
 from harness.engine.distributed import Distributed
@@ -254,9 +253,9 @@ def _train_run(cfg: Config, dist: Distributed, out: Path, resume: bool, progress
     writer = None
     try:
         writer = MetricsWriter(out / METRICS) if main else None
-        trackers.start(flatten(to_dict(cfg)), {"algorithm": cfg.algorithm.name, "sweep": cfg.name,
-                                               "seed": str(cfg.seed), "run_id": rid,
-                                               **provenance.tags(summary["provenance"])})
+        trackers.start(flatten(cfg.effective_dict()), {"algorithm": cfg.algo.name, "sweep": cfg.name,
+                                                       "seed": str(cfg.seed), "run_id": rid,
+                                                       **provenance.tags(summary["provenance"])})
         summary = _train(_Run(cfg, out, dist, summary, writer, trackers, t_start=t_start), resume, progress)
         summary["status"] = "finished"
         if main:
@@ -360,11 +359,11 @@ def _setup(run: _Run, progress: bool) -> None:
     cfg, dist = run.cfg, run.dist  # threads: set with the numerics (`train`)
     run.device = dist.device if dist.is_distributed else resolve_device(cfg.device)
     run.perf = PerfTracker(run.device)
-    algo = resolve(cfg.algorithm)
+    algo = cfg.algo
     run.task = get_task(cfg.task)
     run.ood = ood_task(cfg)
     # the exact step rewards (or algorithm.prm); with a learned reward model they are its labels and statistics
-    run.prm = (load_prm(cfg.algorithm.prm, run.task, str(run.device)) if algo.reward == "process" and
+    run.prm = (load_prm(algo.prm, run.task, str(run.device)) if algo.reward == "process" and
                (cfg.reward_model.type is None or run.task.has_process_rewards) else None)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
@@ -440,7 +439,7 @@ def _train_to_budget(run: _Run, progress: bool) -> tuple[dict, list]:
     warning = threshold_warning(cfg.budget, per_stage)
     if warning and run.dist.is_main and run.passed == 0:
         log_.warning(warning)
-    bar = tqdm(total=amount, initial=min(consumed(counters, unit), amount), desc=f"{cfg.algorithm.name} [{unit}]",
+    bar = tqdm(total=amount, initial=min(consumed(counters, unit), amount), desc=f"{cfg.algo.name} [{unit}]",
                disable=not progress or not run.dist.is_main, dynamic_ncols=True)
     last_eval: dict = {}
     step_times = []
@@ -546,7 +545,7 @@ def _stage(run: _Run, k: int) -> tuple[dict, _StageStats]:
     st = run_stage(run.learner, cfg, task, run.tok, k, problems, scorer, perf=run.perf, dist=run.dist, prm=run.prm,
                    valid=valid, progress=consumed(run.counters, cfg.budget.unit) / cfg.budget.amount)
     _check_finite(run, st.metrics, k)
-    if ref_reset_due(k, cfg.algorithm.ref_reset_every):
+    if ref_reset_due(k, cfg.algo.ref_reset_every):
         run.learner.reset_reference()
     dt = time.perf_counter() - t_stage
     secs = run.perf.pop_seconds()

@@ -5,7 +5,8 @@ import pytest
 
 from harness.config.schema import Config, ConfigError, config_from_dict, load_config, save_config
 from harness.rundir.ids import run_id
-from harness.config.base import effective_dict, field_docs
+from harness.config.base import field_docs
+from harness.config.schema import effective_dict
 
 
 def err(overrides=None, data=None):

@@ -13,7 +13,8 @@ import pytest
 
 from evals.arith import ArithTask, problem_space
 from evals.tasks import TaskSpec
-from harness.config.base import brief, deep_merge
+from harness.config.base import brief
+from harness.config.schema import deep_merge
 from harness.config.schema import (Config, ConfigError, TaskConfig, config_from_dict, config_warnings, load_config,
                                    parse_overrides, save_config, strict_yaml_load)
 from harness.config.yamlsafe import MAX_VALUES, YamlBadValue, YamlTooLarge

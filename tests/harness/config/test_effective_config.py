@@ -1,12 +1,13 @@
 """The effective config: config.yaml, `harness config --show` and the trackers' params write out the
-algorithm's preset-filled components (no nulls), while run ids keep hashing the config as given."""
+algorithm's preset-filled components (no nulls, ``cfg.algo``), and run ids hash the same effective
+config, so a run's config.yaml names the same run as the config it came from."""
 import pytest
 import yaml
 
 from algorithms.presets import COMPONENTS
 from harness.cli.main import main
-from harness.config.base import effective_dict, effective_flat, flatten, to_dict
-from harness.config.schema import config_from_dict, load_config, save_config
+from harness.config.base import flatten, to_dict
+from harness.config.schema import config_from_dict, effective_dict, load_config, save_config
 from harness.rundir.ids import run_id
 from harness.tracking.base import TrackerSet, config_dict
 
@@ -65,6 +66,18 @@ def test_trackers_get_effective_params_and_config():
             self.params = params
 
     rec = Rec()
-    TrackerSet([rec]).start(flatten(to_dict(cfg)), {})  # what the trainer passes
+    TrackerSet([rec]).start(flatten(cfg.effective_dict()), {})  # what the trainer passes
     assert rec.params["algorithm.advantage"] == "grpo" and rec.params["algorithm.kl_coef"] == 0.04
-    assert effective_flat({"train.lr": 1.0}) == {"train.lr": 1.0}  # no algorithm section: unchanged
+    assert rec.params == flatten(effective_dict(to_dict(cfg)))  # the same as the config read back resolves to
+
+
+def test_the_algorithm_is_resolved_once_when_the_config_is_loaded():
+    from algorithms.presets import resolve
+    cfg = load_config(None, ["algorithm=ppo", "algorithm.kl_coef=0.1"])
+    assert "algo" in vars(cfg)  # built by the validation that loading runs
+    assert cfg.algo is cfg.algo and cfg.algo == resolve(cfg.algorithm) == resolve(cfg.algo)
+    assert (cfg.algo.advantage, cfg.algo.kl_coef, cfg.algo.kl_placement, cfg.algo.clip_eps) == ("gae", 0.1, "reward", 0.2)
+    assert cfg.algo.critic and cfg.algo.uses_reference
+    assert cfg.algorithm.advantage is None and to_dict(cfg)["algorithm"]["advantage"] is None  # as given
+    rft = load_config(None, ["algorithm=rft"]).algo
+    assert not rft.critic and not rft.uses_reference and rft.filter == "correct"
