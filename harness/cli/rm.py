@@ -84,7 +84,7 @@ def cmd_rm_train(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("rm", help="reward models: train one on a policy's labelled samples",
                        description="Reward models (docs/reward_models.md).")
-    rsub = p.add_subparsers(dest="rm_command", metavar="COMMAND")
+    rsub = p.add_subparsers(dest="rm_command", metavar="COMMAND", help="what to do (train)")
     t = rsub.add_parser("train", help="train an outcome / process reward model and report its held-out accuracy",
                         description=DESCRIPTION)
     t.add_argument("config", help="run config YAML (model, task, sampling, reward_model settings)")

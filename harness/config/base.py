@@ -169,14 +169,18 @@ def did_you_mean_dotted(key: Any, cls, where: str = "", exact: bool = False) -> 
     return f"; did you mean {', '.join(repr(c) for c in close[:3])}?" if close else ""
 
 
-SECTION_ORDER = ("train", "algorithm", "sampling", "budget", "task", "model", "eval", "warmup", "tracking")
+SECTION_ORDER = ("train", "algorithm", "sampling", "budget", "task", "model", "eval", "warmup", "tracking",
+                 "reward_model")
 """Which section's field a bare name most likely means first (``lr``: train.lr before warmup.lr)."""
 
 
 def section_rank(key: str) -> int:
-    """Sort key of a dotted field by `SECTION_ORDER` (top-level fields first)."""
+    """Sort key of a dotted field by `SECTION_ORDER` (top-level fields first, a section missing
+    from the order last)."""
     head = key.split(".", 1)[0]
-    return SECTION_ORDER.index(head) if "." in key and head in SECTION_ORDER else -1
+    if "." not in key:
+        return -1
+    return SECTION_ORDER.index(head) if head in SECTION_ORDER else len(SECTION_ORDER)
 
 
 ALIASES = {"learning_rate": "lr", "num_generations": "samples_per_prompt", "group_size": "samples_per_prompt",
