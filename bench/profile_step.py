@@ -381,8 +381,12 @@ def class_rows(res: dict) -> list[dict]:
         xs = [p["wall"] if c == "total" else p["classes"].get(c, 0.0) for p in steps]
         s = m["wall"] if c == "total" else m["classes"].get(c, 0.0)
         f = sum(res["flops"].values()) if c == "total" else res["flops"].get(c, 0)
-        rows.append({"class": c, "seconds": s, "all": xs, "share": s / m["wall"], "gflop": f / 1e9,
-                     "floor_s": f / 1e9 / roof if f else None, "x_floor": s / (f / 1e9 / roof) if f else None})
+        row = {"class": c, "seconds": s, "all": xs, "share": s / m["wall"], "gflop": f / 1e9,
+               "floor_s": f / 1e9 / roof if f else None, "x_floor": s / (f / 1e9 / roof) if f else None}
+        if m.get("cpu_seconds") and res.get("cpu_roof_gflops"):  # the share of the step's CPU time per thread
+            row["cpu_est_s"] = row["share"] * m["cpu_seconds"] / res["threads"]
+            row["cpu_x_floor"] = row["cpu_est_s"] / (f / 1e9 / res["cpu_roof_gflops"]) if f else None
+        rows.append(row)
     return rows
 
 
@@ -406,9 +410,23 @@ def report(res: dict) -> None:
               f"({cpu_s / res['threads']:.3f} per thread) against a CPU-time sgemm roof of {croof:.1f} GFLOP/s: "
               f"{cpu_s / res['threads'] / (gflop / croof):.1f} x floor")
     sp = ".3f" if m["wall"] < 10 else ".2f"
+    fb = res["flops_by_phase"]
+    fwd, bwd = fb.get("policy_forward", {}).get("matmul", 0), fb.get("backward", {}).get("matmul", 0)
+    if fwd:
+        print(f"backward's matmul FLOPs = {bwd / fwd:.2f} x the policy forward's (2.00: no recomputation; above: "
+              f"layers recomputed in backward, fastlm.checkpoint_layers, {(bwd - 2 * fwd) / 1e9:.1f} GFLOP counted "
+              f"in the floor though the maths does not need them)")
+    cr = class_rows(res)
+    cpu = "cpu_est_s" in cr[0]
     rows = [[r["class"], fmt(r["seconds"], sp), f"[{fmt(min(r['all']), sp)}-{fmt(max(r['all']), sp)}]",
-             f"{r['share']:.1%}", *_floor_cells(r["seconds"], r["gflop"] * 1e9, roof, sp)] for r in class_rows(res)]
-    print_table(["class", "s (median step)", "[min-max over steps]", "share", "GFLOP", "floor s", "x floor"], rows)
+             f"{r['share']:.1%}", *_floor_cells(r["seconds"], r["gflop"] * 1e9, roof, sp),
+             *([fmt(r["cpu_est_s"], sp), fmt(r["cpu_x_floor"], ".1f")] if cpu else [])] for r in cr]
+    print_table(["class", "s (median step)", "[min-max over steps]", "share", "GFLOP", "floor s", "x floor",
+                 *(["CPU-time est. s", "x floor (CPU)"] if cpu else [])], rows)
+    if cpu:
+        print("(CPU-time est.: the class's share of the median profiled step times that step's process CPU seconds "
+              "per thread; x floor (CPU): against the CPU-time sgemm roof. On a loaded machine, a rough picture of a "
+              "quiet one: shares from wall-clock self times, waits for the core included)")
     phases = [p for p in (*grpo_step.PHASES_OURS, *sorted(m["phases"])) if p in m["phases"]]
     phases = list(dict.fromkeys(phases))
     print("\nseconds per phase and class (median step); floor and x floor from the phase's counted FLOPs")
@@ -453,6 +471,7 @@ def parse_args(argv=None):
     ap.add_argument("--quiet-check", action="store_true", help="refuse to run when the load average exceeds the CPUs")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per worker")
     ap.add_argument("--json", metavar="OUT", help="also write the figures to this JSON file")
+    ap.add_argument("--report", metavar="JSON", help="print the tables of a --json file written earlier, run nothing")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
@@ -480,6 +499,12 @@ def main(argv=None) -> int:
     if a.worker:
         res = profile_shape(shape_args(a, a.shape))
         Path(a.worker_out).write_text(json.dumps(res))
+        return 0
+    if a.report:
+        saved = json.loads(Path(a.report).read_text())
+        print(f"# from {a.report}: loadavg at start {saved['loadavg_start']}, at end {saved.get('loadavg_end')}")
+        for res in saved["shapes"].values():
+            report(res)
         return 0
     shapes = [s.strip() for s in a.shape.split(",") if s.strip()]
     bad = [s for s in shapes if s not in SHAPES]
