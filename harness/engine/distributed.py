@@ -72,7 +72,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 from harness.config.base import flatten
 
-__all__ = ["Distributed", "deepspeed_config", "DEEPSPEED_DIR", "ENV_ZERO_STAGE", "ENV_DEEPSPEED_CONFIG"]
+__all__ = ["Distributed", "deepspeed_config", "full_state", "load_full_state", "DEEPSPEED_DIR", "ENV_ZERO_STAGE",
+           "ENV_DEEPSPEED_CONFIG"]
 
 DEEPSPEED_DIR = Path(__file__).resolve().parents[1] / "configs" / "deepspeed"
 ENV_ZERO_STAGE = "HARNESS_ZERO_STAGE"
@@ -369,6 +370,31 @@ class Distributed:
         box = [obj]
         tdist.broadcast_object_list(box, src=src)
         return box[0]
+
+
+def full_state(dist: Distributed, model) -> Optional[dict]:
+    """A prepared model's full state dict on the CPU (a copy; None on the other ranks under
+    ZeRO-3, where the main rank gathers it); every rank calls."""
+    mod = dist.unwrap(model)
+    if dist.zero3:
+        import deepspeed
+        with deepspeed.zero.GatheredParameters(list(mod.parameters())):
+            return ({k: v.detach().cpu().clone() for k, v in mod.state_dict().items()}
+                    if dist.is_main else None)
+    return {k: v.detach().cpu().clone() for k, v in mod.state_dict().items()}
+
+
+def load_full_state(dist: Distributed, model, sd: Optional[dict]) -> None:
+    """Load a full state dict into a prepared model (needed on the main rank only under ZeRO-3,
+    which scatters it); every rank calls."""
+    mod = dist.unwrap(model)
+    if dist.zero3:
+        import deepspeed
+        with deepspeed.zero.GatheredParameters(list(mod.parameters()), modifier_rank=0):
+            if dist.is_main:
+                mod.load_state_dict(sd)
+    else:
+        mod.load_state_dict(sd)
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from harness.config.schema import Config
-from harness.engine.distributed import Distributed
+from harness.engine.distributed import Distributed, full_state, load_full_state
 from harness.engine.learner import Learner
 from harness.rundir.budget import COUNTERS, STEP
 from harness.rundir.layout import RunFileError, open_regular, save_torch, writing
@@ -140,7 +140,31 @@ def save_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config
         _save_dist_checkpoint(ckpt, dist, learner, cfg, state)
         return
     ckpt.parent.mkdir(parents=True, exist_ok=True)
-    _save_atomic({"learner": learner.state_dict(), **state, "rng": _rng_state()}, ckpt)
+    _save_atomic({"learner": learner_state(learner), **state, "rng": _rng_state()}, ckpt)
+
+
+def learner_state(learner: Learner) -> dict:
+    """One process: the learner's part of the resume point (its models, their optimizers and its
+    update count). Several processes: ``dist.save_state`` plus the reference's full weights."""
+    d = {"policy": learner.policy.state_dict(), "opt": learner.opt.state_dict(), "updates": learner.updates}
+    if learner.reference is not None:
+        d["reference"] = learner.reference.state_dict()
+    if learner.critic is not None:
+        d["critic"] = learner.critic.state_dict()
+        d["critic_opt"] = learner.critic_opt.state_dict()
+    return d
+
+
+def load_learner_state(learner: Learner, d: dict) -> None:
+    """:func:`learner_state`'s inverse (a reference missing from ``d`` stays as it is)."""
+    learner.policy.load_state_dict(d["policy"])
+    learner.opt.load_state_dict(d["opt"])
+    learner.updates = d.get("updates", 0)
+    if learner.reference is not None and "reference" in d:
+        learner.reference.load_state_dict(d["reference"])
+    if learner.critic is not None:
+        learner.critic.load_state_dict(d["critic"])
+        learner.critic_opt.load_state_dict(d["critic_opt"])
 
 
 def _save_atomic(obj: dict, ckpt: Path) -> None:
@@ -172,7 +196,7 @@ def load_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config
     state = load_state(ckpt)
     _check_state(ckpt, state)
     try:
-        learner.load_state_dict(state["learner"])
+        load_learner_state(learner, state["learner"])
     except (KeyError, RuntimeError, ValueError, TypeError, IndexError, AttributeError) as e:
         raise CheckpointError(ckpt, f"does not fit this run's models (another model size or algorithm?): "
                                     f"{_mismatch(e)}", _restart_todo(ckpt)) from None
@@ -207,7 +231,7 @@ def _save_dist_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: 
     folder = ckpt.parent / tag
     folder.mkdir(parents=True, exist_ok=True)
     dist.save_state(folder)
-    ref = learner.reference_state() if cfg.algo.ref_reset_every else None
+    ref = full_state(dist, learner.reference) if cfg.algo.ref_reset_every and learner.reference is not None else None
     if dist.is_main and ref is not None:
         save_torch(ref, folder / DIST_REFERENCE)
     dist.barrier()  # every rank's shard is on disk before state.pt names the folder
@@ -250,6 +274,6 @@ def _load_dist_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: 
         ref = None
         if dist.is_main or not dist.zero3:
             ref = load_state(folder / DIST_REFERENCE)
-        learner.load_reference_state(ref)
+        load_full_state(dist, learner.reference, ref)
     learner.updates = meta.get("updates", 0)
     return meta

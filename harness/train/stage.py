@@ -3,6 +3,7 @@
 The trainer (:func:`harness.train.loop._stage`) and every bench script that times a step call
 :func:`build_models` and :func:`run_stage`, so what a benchmark measures is the trainer's stage:
 
+    algo = cfg.algo                                          # the resolved algorithm, built on loading
     models = build_models(policy, algo, device)             # + reference, + critic, as algo says
     learner = Learner(models.policy, algo, cfg, device, perf, reference=models.reference,
                       critic=models.critic)
@@ -92,6 +93,5 @@ def run_stage(learner, cfg, task, tok, k: int, problems: list, score: Callable, 
     with perf.phase("score"):
         rewards, step_rewards = score(task, reps, ro, prm)
     torch.manual_seed(stage_seed(cfg.seed, k))
-    learner.progress = progress
-    metrics = learner.step(ro, rewards, step_rewards, k, valid=valid)
+    metrics = learner.step(ro, rewards, step_rewards, k, valid=valid, progress=progress)
     return Stage(ro, reps, rewards, step_rewards, metrics)

@@ -40,24 +40,20 @@ def test_crafted_pickle_is_refused(tmp_path, monkeypatch):
 
 
 def test_save_then_load_checkpoint_with_optimizer_state(tmp_path):
-    class FakeLearner:
-        def __init__(self):
+    class FakeLearner:  # what checkpoint.learner_state reads of a Learner
+        reference = critic = critic_opt = None
+
+        def __init__(self, updates=0):
             self.policy = torch.nn.Linear(3, 2)
             self.opt = torch.optim.AdamW(self.policy.parameters(), lr=1e-3)
             self.policy(torch.ones(1, 3)).sum().backward()
             self.opt.step()
-
-        def state_dict(self):
-            return {"policy": self.policy.state_dict(), "opt": self.opt.state_dict(), "updates": 1}
-
-        def load_state_dict(self, d):
-            self.policy.load_state_dict(d["policy"])
-            self.opt.load_state_dict(d["opt"])
+            self.updates = updates
 
     class OneProcess:
         is_distributed, is_main = False, True
 
-    a, b = FakeLearner(), FakeLearner()
+    a, b = FakeLearner(updates=1), FakeLearner()
     p = ck.checkpoint_path(tmp_path)
     counters = {"step": 2, "samples": 8, "tokens": 40, "seconds": 1.5}
     ck.save_checkpoint(p, OneProcess(), a, None, {"counters": counters, "passed": 1, "initial_eval": {"x": 0.5}})
@@ -65,6 +61,7 @@ def test_save_then_load_checkpoint_with_optimizer_state(tmp_path):
     assert state["counters"] == counters and state["initial_eval"] == {"x": 0.5}
     assert torch.equal(a.policy.weight, b.policy.weight)
     assert b.opt.state_dict()["state"][0]["step"] == a.opt.state_dict()["state"][0]["step"]
+    assert b.updates == 1
 
 
 def test_a_finished_run_keeps_no_empty_checkpoint_folder(tmp_path):

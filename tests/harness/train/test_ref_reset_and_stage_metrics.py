@@ -18,6 +18,7 @@ from harness.engine.learner import Learner, make_batch
 from harness.engine.models import build_char_tokenizer, build_tiny_model, load_prm
 from harness.engine.perf import PerfTracker
 from harness.engine.sampling import sample
+from harness.engine.step_metrics import StepMetrics, group_advantage_sums
 from harness.rundir.layout import read_jsonl
 from harness.train import loop
 from harness.train.loop import ref_reset_due, run_dir, short_outputs, train
@@ -98,11 +99,19 @@ def test_group_advantage_metrics_by_hand():
     assert group_token_sums(adv, mask, 2).tolist() == pytest.approx([3.0, -1.0, 32.0])
     # as the update uses them: row 1 dropped (group 0 sums to 1), group 2 has no kept row (not counted)
     keep = torch.tensor([True, False, True, True, False, False])
-    m, raw = {}, {}
-    Learner._group_advantage_metrics(adv, mask, keep, 2, m, raw)
-    assert raw["adv_groups"] == 2.0
+    sums = group_advantage_sums(adv, mask, keep, 2)
+    assert sums.numel() == 2
+    m = _group_metrics(sums).values()
     assert m["train/adv_group_sum_mean"] == pytest.approx(0.0)      # (1 + -1) / 2
     assert m["train/adv_group_sum_abs_mean"] == pytest.approx(1.0)  # (1 + 1) / 2
+
+
+def _group_metrics(sums: torch.Tensor) -> StepMetrics:
+    """The group-sum metrics as the learner records them."""
+    m = StepMetrics()
+    m.mean("train/adv_group_sum_mean", sums)
+    m.mean("train/adv_group_sum_abs_mean", sums.abs())
+    return m
 
 
 def test_grpo_ps_step_logs_its_group_sums_and_kl():
@@ -134,13 +143,9 @@ def test_group_sums_combine_over_ranks_as_one_process():
     adv = torch.tensor([[1.0, 0.0], [1.0, 1.0], [-2.0, -2.0], [3.0, 5.0], [7.0, 7.0], [9.0, 9.0]])
     mask = torch.tensor([[1, 0], [1, 1], [1, 1], [1, 0], [1, 1], [1, 1]])
     keep = torch.ones(6, dtype=torch.bool)
-    parts = []
-    for rows in (slice(0, 2), slice(2, 6)):  # rank 0 holds group 0, rank 1 groups 1 and 2
-        m, raw = {}, {}
-        Learner._group_advantage_metrics(adv[rows], mask[rows], keep[rows], 2, m, raw)
-        parts.append((m, raw))
-    fake = SimpleNamespace(dist=SimpleNamespace(gather_objects=lambda mine: parts),
-                           cfg=SimpleNamespace(train=SimpleNamespace(inner_epochs=1)))
-    out = Learner._combine(fake, *parts[0])
+    ranks = [_group_metrics(group_advantage_sums(adv[rows], mask[rows], keep[rows], 2))
+             for rows in (slice(0, 2), slice(2, 6))]  # rank 0 holds group 0, rank 1 groups 1 and 2
+    fake = SimpleNamespace(is_distributed=True, gather_objects=lambda mine: [r.share() for r in ranks])
+    out = ranks[0].values(fake)
     assert out["train/adv_group_sum_mean"] == pytest.approx((3 - 1 + 32) / 3)
     assert out["train/adv_group_sum_abs_mean"] == pytest.approx((3 + 1 + 32) / 3)
