@@ -39,8 +39,10 @@ def _is_pct(metric: str) -> bool:
     return "/" in metric
 
 
-def format_cell(metric: str, mean: float, half: float) -> str:
-    """``mean ± half`` of one aggregate cell in the metric's unit ("—" without a value)."""
+def format_cell(metric: str, mean: float, half: float, clip: bool = True) -> str:
+    """``mean ± half`` of one aggregate cell in the metric's unit ("—" without a value). A rate's
+    interval that crosses 0% or 100% is shown cut there, as ``[lo, hi]``, unless ``clip`` is off
+    (a difference of rates, which may be negative)."""
     if mean is None or not np.isfinite(mean):
         return MISSING
     if metric == "seeds":
@@ -55,7 +57,7 @@ def format_cell(metric: str, mean: float, half: float) -> str:
         scale, spec = 1.0, ".1f"
     s = number(mean * scale, spec, int_spec=spec)
     if half is not None and np.isfinite(half) and not (metric == "budget_consumed" and half == 0):
-        if _is_pct(metric) and (mean - half < 0.0 or mean + half > 1.0):  # the interval, cut to 0-100%
+        if clip and _is_pct(metric) and (mean - half < 0.0 or mean + half > 1.0):  # the interval, cut to 0-100%
             lo, hi = max(mean - half, 0.0), min(mean + half, 1.0)
             return f"{s} [{number(lo * scale, spec)}, {number(hi * scale, spec)}]"
         half_spec = spec if metric != "budget_consumed" else ".1f"
@@ -99,7 +101,7 @@ def format_diff(metric: str, d: dict) -> str:
     for task metrics) and the number of seed pairs; no ± below two pairs."""
     if d["n"] == 0 or not np.isfinite(d["mean"]):
         return MISSING
-    cell = format_cell(metric, abs(d["mean"]), d["half"] if d["n"] > 1 else float("nan"))
+    cell = format_cell(metric, abs(d["mean"]), d["half"] if d["n"] > 1 else float("nan"), clip=False)
     return ("-" if d["mean"] < 0 else "+") + cell + f" (n={d['n']})"
 
 

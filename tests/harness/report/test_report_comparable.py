@@ -13,7 +13,7 @@ from _fake_results import make_run
 from harness.report.aggregate import group_runs, load_sweep_runs, paired_differences, warmup_cost
 from harness.report.build import build_report
 from harness.report.stats import mean_ci, paired_diff_ci
-from harness.report.tables import format_cell, formatted_table
+from harness.report.tables import format_cell, format_diff, formatted_table
 
 LRS = {"grpo": 4e-4, "ppo": 3e-4, "rft": 2e-4}
 
@@ -133,3 +133,15 @@ def test_warmup_built_before_the_runs_shows_its_build_time(tmp_path):
     assert list(res["runs"]["warmup_seconds"]) == [41.5, 41.5]
     assert warmup_cost({"start": {"source": "HuggingFaceTB/SmolLM2"}}) is None
     assert warmup_cost({"start": {"source": "x"}, "warmup_seconds": 2.0}) == 2.0  # an older summary
+
+
+def test_a_paired_difference_of_rates_keeps_its_negative_side():
+    """A difference of accuracies may be negative: its interval is never cut at 0 as an accuracy's
+    is. Seeds differ by +0.5, -1.0, +0.5 points: mean 0, s = 0.866, t(0.975, 2) = 4.303,
+    half-width 2.15 points."""
+
+    d = paired_diff_ci({0: 0.730, 1: 0.720, 2: 0.710}, {0: 0.725, 1: 0.730, 2: 0.705})
+    assert abs(d["half"] - 4.302653 * 0.00866025 / 3 ** 0.5) < 1e-6
+    assert format_diff("final_eval.eval/arith/acc", d) == "+0.0 ± 2.2 (n=3)"
+    # an accuracy's own interval is still cut at 0%
+    assert format_cell("final_eval.eval/arith/acc", 0.01, 0.03) == "1.0 [0.0, 4.0]"
