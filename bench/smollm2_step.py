@@ -35,7 +35,7 @@ import torch
 from algorithms.presets import resolve
 from evals.catalog import get_task
 from harness.config.schema import load_config
-from harness.engine import logprobs
+from harness.engine import fastlm, logprobs
 from harness.engine.learner import Learner
 from harness.engine.models import load_policy
 from harness.engine.perf import PerfTracker
@@ -61,6 +61,10 @@ def parse(argv=None):
                    help="plain: the learner forms the whole micro-batch's logits at once (the computation "
                         "before chunked log-probs), to compare peak memory; auto: chunked above "
                         "harness.engine.logprobs.FULL_LOGITS_MAX_BYTES")
+    p.add_argument("--recompute", choices=("auto", "off"), default="auto",
+                   help="off: the learner keeps every decoder layer's activations for backward (the computation "
+                        "before layer recomputation), to compare peak memory; auto: each layer is recomputed in "
+                        "backward above harness.engine.fastlm.CHECKPOINT_MIN_BYTES of estimated activations")
     p.add_argument("--malloc-trim", action="store_true",
                    help="call glibc's malloc_trim(0) before and after each learner step (diagnostic: how much "
                         "of the RSS is freed heap that glibc keeps; the trainer does not do this; the call before "
@@ -84,6 +88,8 @@ def run_backend(backend: str, a) -> dict:
                                f"sampling.backend={backend}"])
     if a.logprobs == "plain":
         logprobs.FULL_LOGITS_MAX_BYTES = 1 << 62  # never chunked
+    if a.recompute == "off":
+        fastlm.CHECKPOINT_MIN_BYTES = 1 << 62  # never recomputed
     algo = resolve(cfg.algorithm)
     perf = PerfTracker(torch.device("cpu"))
     with perf.phase("load"):
@@ -179,7 +185,7 @@ def main(argv=None) -> int:
     a.roof = sgemm_roof(a.threads)
     print_floor({a.threads: a.roof})
     print(f"SmolLM2-135M-Instruct GRPO step: G={a.group}, {a.prompts} prompts, <= {a.max_new_tokens} new tokens, "
-          f"micro-batch {a.micro_batch or a.group * a.prompts}, log-probs {a.logprobs}, "
+          f"micro-batch {a.micro_batch or a.group * a.prompts}, log-probs {a.logprobs}, recompute {a.recompute}, "
           f"{a.threads} threads, {a.steps} timed steps (+{a.warmup} warm-up); load {loadavg()}")
     results = [run_backend(b.strip(), a) for b in a.backends.split(",") if b.strip()]
     _fill_uncounted_generate(results, a.roof)
