@@ -170,21 +170,25 @@ def parse_threads(text: str) -> list[int]:
     return out
 
 
-def sgemm_roof(threads: int, n: int = 1024, reps: int = 7) -> float:
+def sgemm_roof(threads: int, n: int = 1024, reps: int = 7, cpu_time: bool = False) -> float:
     """Measured float32 matmul roof of this machine at ``threads`` torch threads, GFLOP/s: the best of
     ``reps`` timed ``torch.mm`` of two [n, n] matrices (2·n³ FLOPs each), after one untimed call.
-    The best, not the median: the floor is what the machine can do, and load only slows it down."""
+    The best, not the median: the floor is what the machine can do, and load only slows it down.
+    ``cpu_time``: timed in process CPU seconds per thread instead of wall seconds (on a shared machine
+    a timed op also counts the time others held the core; its CPU time does not)."""
     prev = torch.get_num_threads()
     torch.set_num_threads(threads)
+    clock = time.process_time if cpu_time else time.perf_counter
+    per = threads if cpu_time else 1
     try:
         a, b = torch.randn(n, n), torch.randn(n, n)
         torch.mm(a, b)
         best = float("inf")
         for _ in range(reps):
-            t0 = time.perf_counter()
+            t0 = clock()
             torch.mm(a, b)
-            best = min(best, time.perf_counter() - t0)
-        return 2 * n ** 3 / best / 1e9
+            best = min(best, (clock() - t0) / per)
+        return 2 * n ** 3 / max(best, 1e-9) / 1e9
     finally:
         torch.set_num_threads(prev)
 

@@ -278,21 +278,8 @@ def setup(a, mdir: str):
 
 def cpu_roof(threads: int, n: int = 1024, reps: int = 7) -> float:
     """:func:`_common.sgemm_roof` timed in process CPU seconds per thread instead of wall seconds (GFLOP/s):
-    on a shared machine a timed op also counts the time others held the core; its CPU time does not.
-    A diagnostic beside the wall-time figures (at 2 threads OpenMP's spinning counts as CPU time)."""
-    prev = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        a, b = torch.randn(n, n), torch.randn(n, n)
-        torch.mm(a, b)
-        best = float("inf")
-        for _ in range(reps):
-            c0 = time.process_time()
-            torch.mm(a, b)
-            best = min(best, (time.process_time() - c0) / threads)
-        return 2 * n ** 3 / max(best, 1e-9) / 1e9
-    finally:
-        torch.set_num_threads(prev)
+    a diagnostic beside the wall-time figures (at 2 threads OpenMP's spinning counts as CPU time)."""
+    return sgemm_roof(threads, n, reps, cpu_time=True)
 
 
 def profile_shape(a, keep_stage: bool = False) -> dict:
