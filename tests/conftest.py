@@ -39,5 +39,12 @@ def data_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def warm_cache(tmp_path_factory) -> Path:
-    """One warm-up cache for the whole session (tests share the starting checkpoint)."""
-    return tmp_path_factory.mktemp("warmup_cache")
+    """One warm-up cache for the whole session (tests share the starting checkpoint), shared by the
+    test processes of a parallel run (pytest-xdist): the cache's lock makes the second builder of an
+    entry wait for the first and read it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, above each worker's own
+    path = base / "warmup_cache"
+    path.mkdir(exist_ok=True)
+    return path
