@@ -12,12 +12,27 @@ this module grades completions into records and turns records into flat metrics:
     eval/<task>/sample_answered, eval/<task>/sample_truncated, eval/<task>/sample_gen_tokens
     eval/<task>/num_problems, eval/<task>/seconds
 
+Tasks with process rewards (``task.has_process_rewards``, e.g. ``arith``) add valid-step
+metrics beside these (the ones above are unchanged): a completion is *valid* when it is
+correct **and** every process step reward (``task.step_rewards``) is 1, so a right answer over
+a skipped or wrong step (a coincidental answer) is correct but not valid::
+
+    eval/<task>/valid_acc        greedy completions that are valid
+    eval/<task>/valid_mean_acc   samples that are valid (= valid_pass@1)
+    eval/<task>/valid_pass@k     k = 1..n, pass@k counting valid samples only
+    eval/<task>/valid_maj@k      k = 1..n, maj@k where a correct but invalid sample votes for
+                                 a wrong answer of its own (its key marked invalid), so only
+                                 valid samples can carry the right answer to the majority
+
 Per-problem records (JSONL, one line per problem, in problem order)::
 
     {"id", "question", "gold",
      "greedy": {"completion", "answer", "key", "correct", "finished", "num_tokens"} | null,
      "samples": [{"completion", "answer", "key", "correct", "finished", "num_tokens"}, ...],
      "num_correct", "pass@k": [...], "maj@k": [...]}
+
+Items of a task with process rewards also hold ``"valid"`` (bool, see above), and the record
+``"num_valid"``.
 
 ``answer`` is the answer that counts for grading (None when nothing was extracted or the
 completion was truncated), ``key`` its voting key (:func:`evals.grading.answer_key`). With
@@ -33,7 +48,8 @@ from typing import Optional, Sequence
 from evals.grading import answer_key
 from evals.metrics import aggregate_curves, maj_at_k_curve, pass_at_k_curve, problem_curves
 
-__all__ = ["summarize", "write_records", "read_records", "counted_answer", "grade", "record_item"]
+__all__ = ["summarize", "write_records", "read_records", "counted_answer", "grade", "record_item", "valid_steps",
+           "valid_keys"]
 
 
 def counted_answer(task, completion: str, finished: bool) -> Optional[str]:
@@ -56,11 +72,35 @@ def grade(task, completion: str, problem, finished: bool) -> bool:
         return False
 
 
+def valid_steps(task, completion: str, problem, finished: bool) -> bool:
+    """Every process step reward of ``completion`` is 1 (False when there are none or the task
+    raises). Valid = correct and this."""
+    try:
+        steps = task.step_rewards(completion, problem, finished)
+        return bool(steps) and all(float(s.reward) == 1.0 for s in steps)
+    except Exception:
+        return False
+
+
 def record_item(task, completion, problem, finished, ntok, keep_text: bool) -> dict:
     ans = counted_answer(task, completion, finished)
-    return {"completion": completion if keep_text else None, "answer": ans, "key": answer_key(ans),
-            "correct": grade(task, completion, problem, finished), "finished": bool(finished),
-            "num_tokens": int(ntok)}
+    ok = grade(task, completion, problem, finished)
+    item = {"completion": completion if keep_text else None, "answer": ans, "key": answer_key(ans),
+            "correct": ok, "finished": bool(finished), "num_tokens": int(ntok)}
+    if getattr(task, "has_process_rewards", False):
+        item["valid"] = bool(ok and valid_steps(task, completion, problem, finished))
+    return item
+
+
+def valid_keys(items: Sequence[dict]) -> list:
+    """Voting keys for valid-step maj@k: a correct but invalid item votes for ``("invalid", key)``,
+    a wrong answer of its own; the others keep their key."""
+    return [("invalid", s["key"]) if s["correct"] and not s["valid"] and s["key"] is not None else s["key"]
+            for s in items]
+
+
+def _has_valid(items) -> bool:
+    return bool(items) and all("valid" in s for s in items)
 
 
 def summarize(records: Sequence[dict], task_name: str) -> dict:
@@ -74,6 +114,8 @@ def summarize(records: Sequence[dict], task_name: str) -> dict:
         out[f"{ns}/answered"] = sum(g["answer"] is not None for g in greedy) / m
         out[f"{ns}/truncated"] = sum(not g["finished"] for g in greedy) / m
         out[f"{ns}/gen_tokens"] = sum(g["num_tokens"] for g in greedy) / m
+        if _has_valid(greedy):
+            out[f"{ns}/valid_acc"] = sum(bool(g["valid"]) for g in greedy) / m
     sampled = [r["samples"] for r in records if r.get("samples")]
     if sampled:
         ns_set = {len(s) for s in sampled}
@@ -91,6 +133,14 @@ def summarize(records: Sequence[dict], task_name: str) -> dict:
             out[f"{ns}/pass@{k}"] = v
         for k, v in enumerate(aggregate_curves(maj_curves), 1):
             out[f"{ns}/maj@{k}"] = v
+        if _has_valid(flat):
+            out[f"{ns}/valid_mean_acc"] = sum(bool(s["valid"]) for s in flat) / len(flat)
+            vpass = [pass_at_k_curve(n, sum(bool(s["valid"]) for s in ss)) for ss in sampled]
+            vmaj = [maj_at_k_curve(valid_keys(ss), [bool(s["valid"]) for s in ss]) for ss in sampled]
+            for k, v in enumerate(aggregate_curves(vpass), 1):
+                out[f"{ns}/valid_pass@{k}"] = v
+            for k, v in enumerate(aggregate_curves(vmaj), 1):
+                out[f"{ns}/valid_maj@{k}"] = v
     return out
 
 

@@ -116,6 +116,8 @@ def evaluate(model, tokenizer, task, problems: Optional[Sequence] = None, *, gre
             rec["num_correct"] = curves["num_correct"]
             rec["pass@k"] = curves["pass@k"]
             rec["maj@k"] = curves["maj@k"]
+            if rec["samples"] and all("valid" in s for s in rec["samples"]):
+                rec["num_valid"] = sum(bool(s["valid"]) for s in rec["samples"])
         records.append(rec)
     metrics = summarize(records, name)
     metrics[f"eval/{name}/seconds"] = time.time() - t0
