@@ -7,7 +7,10 @@ them as JSONL and returns flat ``eval/<task>/...`` metrics.
 
 Sampling is deterministic given ``seed`` and ``batch_size``: prompts are processed in
 chunks of ``batch_size`` sequences and chunk ``c`` is sampled with seed
-``seed * 1_000_003 + c``.
+``seed * 1_000_003 + c``. More than `N_DRAW_MAX` samples per problem (and more than
+``batch_size``) are drawn one problem at a time in draws of at most `N_DRAW_MAX` sequences,
+draw ``j`` with seed ``(seed * 1_000_003 + c) * 4_099 + j``, so memory stays that of a
+256-sequence batch whatever ``n`` (n <= 256 is sampled exactly as before).
 
 Side effect: ``evaluate`` binds ``tokenizer`` to the task (``task.bind_tokenizer``) when the
 task supports it, so prompts use the tokenizer's chat template; the trainer binds the same
@@ -34,6 +37,10 @@ from evals.records import record_item, summarize, write_records
 from harness.engine.sampling import sample
 
 
+N_DRAW_MAX = 256
+"""Most sequences one problem's samples are decoded in at once (see the module doc)."""
+
+
 def _run_sampler(sampler, model, tokenizer, prompts, *, n, greedy, temperature, top_p, max_new_tokens, seed,
                  batch_size, bar_desc, progress, stop=()):
     """Chunks of prompts through the sampler; returns [(completion, finished, ntok)] per prompt.
@@ -51,16 +58,30 @@ def _run_sampler(sampler, model, tokenizer, prompts, *, n, greedy, temperature, 
     out: list[list[tuple[str, bool, int]]] = []
     for c, s in enumerate(it):
         part = prompts[s:s + per_chunk]
+        if n > N_DRAW_MAX and n > batch_size:  # one problem (per_chunk is 1), in draws of <= N_DRAW_MAX
+            row: list[tuple[str, bool, int]] = []
+            for j, lo in enumerate(range(0, n, N_DRAW_MAX)):
+                m = min(N_DRAW_MAX, n - lo)
+                ro = sampler(model, tokenizer, part, n=m, max_new_tokens=max_new_tokens, temperature=temperature,
+                             top_p=top_p, greedy=greedy, seed=(seed * 1_000_003 + c) * 4_099 + j,
+                             batch_size=batch_size, **extra)
+                row += _rows(ro, part, m)[0]
+            out.append(row)
+            continue
         ro = sampler(model, tokenizer, part, n=n, max_new_tokens=max_new_tokens, temperature=temperature,
                      top_p=top_p, greedy=greedy, seed=seed * 1_000_003 + c, batch_size=batch_size, **extra)
-        lengths = ro.completion_mask.sum(1).tolist() if getattr(ro, "completion_mask", None) is not None \
-            else [0] * len(ro.completions)
-        if len(ro.completions) != len(part) * n:
-            raise RuntimeError(f"sampler returned {len(ro.completions)} completions for {len(part)} prompts x {n}")
-        for i in range(len(part)):
-            out.append([(ro.completions[i * n + j], bool(ro.finished[i * n + j]), int(lengths[i * n + j]))
-                        for j in range(n)])
+        out += _rows(ro, part, n)
     return out
+
+
+def _rows(ro, part, n) -> list[list[tuple[str, bool, int]]]:
+    """[(completion, finished, ntok)] * n per prompt of ``part`` from one sampler call."""
+    lengths = ro.completion_mask.sum(1).tolist() if getattr(ro, "completion_mask", None) is not None \
+        else [0] * len(ro.completions)
+    if len(ro.completions) != len(part) * n:
+        raise RuntimeError(f"sampler returned {len(ro.completions)} completions for {len(part)} prompts x {n}")
+    return [[(ro.completions[i * n + j], bool(ro.finished[i * n + j]), int(lengths[i * n + j]))
+             for j in range(n)] for i in range(len(part))]
 
 
 def _item(view, completion, problem, finished, ntok, keep_completions) -> dict:

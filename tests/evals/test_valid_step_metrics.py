@@ -1,10 +1,13 @@
 """Valid-step metrics (issue 30 item 5): a sample counts for valid_pass@k / valid_maj@k /
 valid_acc only when it is correct and every process step reward is 1. Values worked by hand."""
+from types import SimpleNamespace
+
 import pytest
 
 from evals.arith import ArithTask
 from evals.metrics import maj_at_k_bruteforce
 from evals.records import record_item, summarize, valid_keys
+from harness.engine.evaluate import N_DRAW_MAX, evaluate
 
 TASK = ArithTask()
 P = TASK.make_problem("3+4*2-5")  # = 6, K = 3 operations
@@ -78,3 +81,24 @@ def test_old_records_without_valid_give_old_metrics_only():
     m = summarize([{"greedy": None, "samples": samples}], "arith")
     assert m["eval/arith/mean_acc"] == 1.0
     assert not any("valid" in k for k in m)
+
+
+def test_large_n_is_drawn_in_bounded_draws():
+    """n > 256 (and > batch_size): one problem at a time, in draws of <= 256 sequences; n <= 256
+    keeps the one call per chunk of before (same seeds)."""
+    calls = []
+
+    def sampler(model, tokenizer, prompts, *, n, max_new_tokens, temperature, top_p, greedy, seed, batch_size):
+        calls.append((len(prompts), n, seed))
+        return SimpleNamespace(completions=[VALID if (seed + j) % 2 else SKIPPED for j in range(len(prompts) * n)],
+                               finished=[True] * (len(prompts) * n), completion_mask=None)
+
+    probs = [P, TASK.make_problem("1+2")]
+    m = evaluate(None, None, TASK, probs, greedy=False, n=600, batch_size=64, sampler=sampler)
+    assert N_DRAW_MAX == 256
+    assert [(k, n) for k, n, _ in calls] == [(1, 256), (1, 256), (1, 88)] * 2
+    assert len({s for *_, s in calls}) == 6  # a seed per draw
+    assert m["eval/arith/num_problems"] == 2 and "eval/arith/valid_pass@600" in m
+    calls.clear()
+    evaluate(None, None, TASK, probs, greedy=False, n=64, batch_size=128, sampler=sampler)
+    assert calls == [(2, 64, 1 * 1_000_003 + 0)]  # as before: seed + 1 for samples, chunk 0
