@@ -52,7 +52,13 @@ def parse(argv=None):
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the figures and per-problem counts here")
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    for name in ("problems", "group", "max_new_tokens", "threads", "batch_size"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1, not {getattr(a, name)}")
+    if a.split == "test" and a.max_calc is not None:
+        p.error("--max-calc slices the training split; --split test takes the first test problems")
+    return a
 
 
 def calc_steps(problem) -> int:
@@ -76,6 +82,8 @@ def main(argv=None) -> int:
     model, tok = load_policy(cfg.model.name_or_path, cfg.model.gguf_file, cfg.model.dtype)
     task = get_task(cfg.task).bind_tokenizer(tok)
     problems = select(task, a)
+    if not problems:
+        raise SystemExit(f"smollm2_signal: no training problem has at most {a.max_calc} calculator steps")
     t0, load0 = time.perf_counter(), loadavg()
     with tempfile.TemporaryDirectory() as tmp:
         m = evaluate(model, tok, task, problems, greedy=a.greedy, n=a.group, temperature=temperature,

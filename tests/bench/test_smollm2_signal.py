@@ -2,7 +2,9 @@
 docs/results.md and the script's docstring quote."""
 import types
 
-from smollm2_signal import calc_steps, select
+import pytest
+
+from smollm2_signal import calc_steps, parse, select
 
 from evals.catalog import get_task
 from evals.tasks import TaskSpec
@@ -20,3 +22,14 @@ def test_calculator_step_slices_of_gsm8k_train(data_dir):
     assert easy[0] == next(p for p in train if calc_steps(p) <= 1)  # file order
     assert [p.id for p in select(task, types.SimpleNamespace(split="test", max_calc=None, problems=3))] == \
         ["test/0", "test/1", "test/2"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--problems", "0"], "--problems must be at least 1, not 0"),
+    (["--group", "0"], "--group must be at least 1, not 0"),
+    (["--split", "test", "--max-calc", "1"], "--max-calc slices the training split"),
+])
+def test_bad_arguments_are_named_before_the_model_loads(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
