@@ -49,7 +49,12 @@ reduction of the state, one step missing, final 0), though its outcome reward is
 :meth:`ArithTask.short_output` flags a finished completion with fewer steps than K.
 
 The train/held-out split is a hash of the expression text (10% held out), so it is the
-same whatever the generator's seed or difficulty knobs.
+same whatever the generator's seed or difficulty knobs. With ``task.disjoint_validation`` a
+second hash splits the held-out bucket in two halves (:func:`is_validation`): the test set
+draws only from one and the validation set only from the other, so the two are disjoint by
+construction whatever ``eval_size`` and seed each run uses. Off (the default, which older runs
+used), the validation set is the held-out problems the test set did not draw, which overlap
+the test set of a run with a larger ``eval_size``.
 """
 from __future__ import annotations
 
@@ -77,6 +82,12 @@ def is_heldout(expr: str) -> bool:
     return int(hashlib.sha256(expr.encode()).hexdigest()[:8], 16) % HELDOUT_MOD == 0
 
 
+def is_validation(expr: str) -> bool:
+    """With ``task.disjoint_validation``: is a held-out expression in the validation half (by a
+    second hash, independent of the first), rather than the test half?"""
+    return int(hashlib.sha256(b"validation:" + expr.encode()).hexdigest()[:8], 16) % 2 == 1
+
+
 COUNT_EXACTLY = 50_000
 """Problem spaces of at most this many expressions are enumerated to count their held-out
 problems exactly (~0.1 s); larger ones hold about 1 in ``HELDOUT_MOD`` held out (the hash is
@@ -93,6 +104,9 @@ class ProblemSpace(NamedTuple):
     """Of them in the held-out bucket (the test and validation sets draw from it; training never)."""
     exact: bool
     """``heldout`` counted (a small space), or estimated as total / HELDOUT_MOD."""
+    validation: int = 0
+    """Of the held-out ones, in the validation half (:func:`is_validation`; counted, or estimated as
+    half of ``heldout``): what the validation set draws from with ``task.disjoint_validation``."""
 
     @property
     def train(self) -> int:
@@ -125,14 +139,27 @@ def _problem_space(min_ops: int, max_ops: int, lo: int, hi: int, ops: str) -> Pr
                 total = _COUNT_CAP
                 break
     if total > COUNT_EXACTLY:
-        return ProblemSpace(total, total // HELDOUT_MOD, False)
-    held = 0
+        return ProblemSpace(total, total // HELDOUT_MOD, False, total // HELDOUT_MOD // 2)
+    held = val = 0
     operands = [str(v) for v in range(lo, hi + 1)]
     for k in range(min_ops, max_ops + 1):
         for nums in itertools.product(operands, repeat=k + 1):
             for chosen in itertools.product(ops, repeat=k):
-                held += is_heldout("".join(a + o for a, o in zip(nums, chosen)) + nums[-1])
-    return ProblemSpace(total, held, True)
+                e = "".join(a + o for a, o in zip(nums, chosen)) + nums[-1]
+                if is_heldout(e):
+                    held += 1
+                    val += is_validation(e)
+    return ProblemSpace(total, held, True, val)
+
+
+def split_sizes(cfg) -> tuple[int, int]:
+    """(problems the test set may draw, problems the validation set may draw) under ``cfg``'s
+    knobs: the two halves of the held-out bucket with ``disjoint_validation``, else the whole
+    bucket for both (the validation set then takes what the test set leaves)."""
+    space = problem_space(cfg)
+    if getattr(cfg, "disjoint_validation", False):
+        return space.heldout - space.validation, space.validation
+    return space.heldout, space.heldout
 
 
 def admissible(ops: list[str], i: int) -> bool:
@@ -218,7 +245,8 @@ def held_out_shortfall(cfg, wanted: int) -> Optional[int]:
     ``wanted`` (None otherwise, or when the space is too large to count: then about 1 in
     ``HELDOUT_MOD`` of :func:`problem_space`'s total)."""
     space = problem_space(cfg)
-    return space.heldout if space.exact and wanted > space.heldout else None
+    have = split_sizes(cfg)[0]
+    return have if space.exact and wanted > have else None
 
 
 class ArithTask(Task):
@@ -265,25 +293,36 @@ class ArithTask(Task):
 
     def eval_problems(self) -> list[Problem]:
         if self._eval is None:
-            self._eval = self._draw_heldout(f"arith-eval-{self.cfg.seed}", set())
+            half = False if self._disjoint else None
+            self._eval = self._draw_heldout(f"arith-eval-{self.cfg.seed}", set(), half)
         return self._eval
 
-    def _draw_heldout(self, stream: str, exclude: set) -> list[Problem]:
+    @property
+    def _disjoint(self) -> bool:
+        return bool(getattr(self.cfg, "disjoint_validation", False))
+
+    def _draw_heldout(self, stream: str, exclude: set, half: Optional[bool] = None) -> list[Problem]:
         """Up to ``eval_size`` distinct held-out-bucket problems from generator ``stream``,
-        none of whose expressions is in ``exclude``."""
+        none of whose expressions is in ``exclude``; ``half`` True/False: only those of the
+        validation/test half (:func:`is_validation`), None: either."""
         rng = random.Random(stream)
         seen, out = set(exclude), []
         tries = 0
         space = problem_space(self.cfg)
+
+        def wanted(e: str) -> bool:
+            return is_heldout(e) and (half is None or is_validation(e) == half)
+
         # a small space's held-out bucket is counted: stop once all of it is drawn (the same problems
         # as drawing on to the tries limit, without the wait)
-        left = space.heldout - sum(map(is_heldout, seen)) if space.exact else None
+        size = space.heldout if half is None else space.validation if half else space.heldout - space.validation
+        left = size - sum(map(wanted, seen)) if space.exact else None
         while len(out) < self.cfg.eval_size and tries < 200 * self.cfg.eval_size:
             if left is not None and len(out) >= left:
                 return out  # every held-out problem there is (`held_out_shortfall` told the user)
             tries += 1
             e = self.random_expr(rng)
-            if is_heldout(e) and e not in seen:
+            if wanted(e) and e not in seen:
                 seen.add(e)
                 out.append(self.make_problem(e))
         if len(out) < self.cfg.eval_size:
@@ -295,9 +334,13 @@ class ArithTask(Task):
         """``eval_size`` problems of the held-out hash bucket that are not in
         :meth:`eval_problems`: never trained on (the bucket is excluded from training and
         warm-up) and disjoint from the test set, which stays exactly as it was. Its own
-        generator stream (``arith-val-<seed>``)."""
+        generator stream (``arith-val-<seed>``). With ``disjoint_validation``: drawn from the
+        validation half of the bucket only, which no test set of any size or seed draws from."""
         if self._val is None:
-            self._val = self._draw_heldout(f"arith-val-{self.cfg.seed}", {p.id for p in self.eval_problems()})
+            if self._disjoint:
+                self._val = self._draw_heldout(f"arith-val-{self.cfg.seed}", set(), True)
+            else:
+                self._val = self._draw_heldout(f"arith-val-{self.cfg.seed}", {p.id for p in self.eval_problems()})
         return self._val
 
     # -- prompting --------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, ClassVar, Optional
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,16 @@ class TaskSpec:
     """Dataset tasks: local jsonl file (or a hub dataset name when online)."""
     few_shot: int = 0
     """Dataset tasks: number of worked examples prepended to each prompt."""
+    disjoint_validation: bool = False
+    """arith: split the held-out bucket by a second hash into a test half and a validation half
+    (``eval.validation`` scores the latter), so the validation set is disjoint from every test
+    set by construction, whatever eval_size or seed; off: the validation set is the held-out
+    problems this run's test set did not draw (older runs; it overlaps a larger test set).
+    Left out of config.yaml, run ids and cache keys while off."""
+
+    OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("disjoint_validation",)
+    """Fields that came later: left out of :func:`harness.config.base.to_dict` (so of config.yaml,
+    run ids and cache keys) at their default, so configs without them keep their ids and caches."""
 
 
 @dataclass(frozen=True)

@@ -220,9 +220,13 @@ def from_dict(cls, data: dict, where: str = ""):
 
 
 def to_dict(obj) -> Any:
-    """Plain nested dict (lists, not tuples) for YAML/JSON."""
+    """Plain nested dict (lists, not tuples) for YAML/JSON. A dataclass's fields named in its
+    ``OMITTED_AT_DEFAULT`` class attribute are left out while they hold their default (knobs that
+    came later: configs without them keep their run ids, cache keys and config.yaml)."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        omit = getattr(obj, "OMITTED_AT_DEFAULT", ())
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not (f.name in omit and getattr(obj, f.name) == f.default)}
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):

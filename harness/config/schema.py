@@ -19,13 +19,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import yaml
 
 from algorithms.presets import ALGORITHMS, COMPONENTS, GROUP_ESTIMATORS, has_critic, resolve, uses_reference
 from algorithms.registry import UnknownComponentError
-from evals.arith import HELDOUT_MOD, describe_knobs, held_out_shortfall, problem_space, space_problem
+from evals.arith import HELDOUT_MOD, describe_knobs, held_out_shortfall, problem_space, space_problem, split_sizes
 from evals.catalog import available_tasks, has_step_checker
 from evals.tasks import TaskSpec
 from harness.config import yamlsafe
@@ -126,6 +126,9 @@ class TaskConfig(TaskSpec):
         check(0.0 <= self.demo_error_rate <= 1.0, "task.demo_error_rate", self.demo_error_rate, "must be in [0, 1]")
         if self.name == "arith":
             self._validate_arith(evaluate_only)
+        else:
+            check(not self.disjoint_validation, "task.disjoint_validation", self.disjoint_validation,
+                  f"splits arith's held-out bucket; task '{self.name}' has its own test set: remove it")
 
     def _validate_arith(self, evaluate_only: bool):
         """Dataset knobs are refused (arith would ignore them, and they would still change the run
@@ -144,9 +147,11 @@ class TaskConfig(TaskSpec):
         if why:
             raise ConfigError(f"task: {why}")
         space = problem_space(self)
-        check(space.exact or self.eval_size <= space.heldout, "task.eval_size", self.eval_size,
-              f"these arith knobs ({describe_knobs(self)}) allow about {space.heldout:,} held-out problems "
-              f"(1 in {HELDOUT_MOD} of {space.total:,} expressions): set task.eval_size <= {space.heldout:,} "
+        test = split_sizes(self)[0]
+        half = " in the test half (task.disjoint_validation)" if self.disjoint_validation else ""
+        check(space.exact or self.eval_size <= test, "task.eval_size", self.eval_size,
+              f"these arith knobs ({describe_knobs(self)}) allow about {test:,} held-out problems{half} "
+              f"(1 in {HELDOUT_MOD} of {space.total:,} expressions held out): set task.eval_size <= {test:,} "
               f"or widen the task (max_operand, operators, max_ops)")
 
 
@@ -175,6 +180,18 @@ class WarmupConfig:
     """Train one warm-up per run seed (the seed initialises the model and orders its data),
     shared by every algorithm of that seed; false: one warm-up (seed 0) for every run. A
     study with per-seed warm-ups measures the spread that comes from the starting point too."""
+    long_share: float = 0.0
+    """arith: the share of warm-up worked solutions drawn with ``long_ops`` operations instead of
+    the task's min_ops..max_ops (each example independently; from the training bucket, with the
+    task's demo_error_rate): a small share of longer supervised solutions, so that an
+    out-of-domain set of longer problems is one the start solves in part. 0: off (left out of
+    config.yaml, run ids and the warm-up's cache key)."""
+    long_ops: int = 4
+    """arith: operations in the warm-up's longer solutions (``long_share``)."""
+
+    OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("long_share", "long_ops")
+    """Later knobs left out of config.yaml, run ids and cache keys at their defaults
+    (:func:`harness.config.base.to_dict`)."""
 
     def validate(self):
         check(self.steps >= 0, "warmup.steps", self.steps, "must be >= 0")
@@ -182,6 +199,8 @@ class WarmupConfig:
         check(self.lr > 0, "warmup.lr", self.lr, "must be > 0")
         check(0 <= self.final_lr_fraction <= 1, "warmup.final_lr_fraction", self.final_lr_fraction, "must be in [0, 1]")
         check(1 <= self.threads <= 1024, "warmup.threads", self.threads, "must be between 1 and 1024")
+        check(0.0 <= self.long_share <= 1.0, "warmup.long_share", self.long_share, "must be in [0, 1]")
+        check(1 <= self.long_ops <= 16, "warmup.long_ops", self.long_ops, "must be between 1 and 16")
         if self.cache_dir is not None:
             why = dir_path_problem(self.cache_dir)
             check(why is None, "warmup.cache_dir", self.cache_dir, f"{why} (or null: <output_dir>/_cache/warmup)")
@@ -586,13 +605,28 @@ class Config:
             check(self.task.name == "arith", "eval.ood.enabled", True,
                   f"the out-of-domain knobs are arith's; task '{self.task.name}' has none")
             ood = ood_task_spec(self)  # validates the changed knobs
-        if self.eval.validation and self.task.name == "arith":
+        if self.eval.validation and self.task.name == "arith" and self.task.disjoint_validation:
+            space = problem_space(self.task)
+            check(space.validation >= 1 if space.exact else space.validation >= self.task.eval_size,
+                  "eval.validation", True,
+                  f"the validation set draws task.eval_size={self.task.eval_size} problems from the validation half "
+                  f"of the held-out bucket (task.disjoint_validation), and these arith knobs allow "
+                  f"{'about ' if not space.exact else ''}{space.validation:,}: lower task.eval_size or widen the "
+                  f"task (max_operand, operators, max_ops)")
+        elif self.eval.validation and self.task.name == "arith":
             space = problem_space(self.task)
             check(space.heldout > self.task.eval_size if space.exact else space.heldout >= 2 * self.task.eval_size,
                   "eval.validation", True,
                   f"the validation split draws task.eval_size={self.task.eval_size} more held-out problems than "
                   f"the test set's, and these arith knobs allow {'about ' if not space.exact else ''}"
                   f"{space.heldout:,}: lower task.eval_size or widen the task (max_operand, operators, max_ops)")
+        if self.warmup.enabled and self.warmup.long_share > 0:
+            check(self.task.name == "arith", "warmup.long_share", self.warmup.long_share,
+                  f"adds longer arith solutions to the warm-up; task '{self.task.name}' has none: set it to 0")
+            long = warmup_long_spec(self)
+            check(problem_space(long).train > 0, "warmup.long_ops", self.warmup.long_ops,
+                  f"these arith knobs ({describe_knobs(long)}) leave no expression outside the held-out bucket "
+                  f"for the warm-up's longer solutions: change warmup.long_ops or widen the task")
         if self.model.name_or_path == "tiny" and self.task.name == "arith":
             tasks = [self.task] + ([ood] if ood is not None else [])
             prompt = max(arith_prompt_tokens(t) for t in tasks)
@@ -684,12 +718,24 @@ def config_warnings(cfg: Config) -> list[str]:
                 out.append(f"{label}.eval_size={spec.eval_size}: these arith knobs ({describe_knobs(spec)}) allow "
                            f"only {have} held-out problem{'s' if have != 1 else ''}, so the evaluation set "
                            f"holds {have}")
-    if cfg.eval.validation and cfg.task.name == "arith":
+    if cfg.eval.validation and cfg.task.name == "arith" and cfg.task.disjoint_validation:
+        space = problem_space(cfg.task)
+        if space.exact and space.validation < cfg.task.eval_size:
+            out.append(f"eval.validation: the validation half of the held-out bucket holds {space.validation} "
+                       f"problems, fewer than task.eval_size={cfg.task.eval_size}, so the validation set holds "
+                       f"{space.validation}")
+    elif cfg.eval.validation and cfg.task.name == "arith":
         have = held_out_shortfall(cfg.task, 2 * cfg.task.eval_size)
         if have is not None and have > cfg.task.eval_size:
             out.append(f"eval.validation: the validation split gets the {have - cfg.task.eval_size} held-out "
                        f"problems the test set leaves, fewer than task.eval_size={cfg.task.eval_size}")
     return out
+
+
+def warmup_long_spec(cfg: Config) -> TaskConfig:
+    """The task the warm-up's longer solutions (``warmup.long_share``) are drawn from: the run's
+    task with exactly ``warmup.long_ops`` operations."""
+    return dataclasses.replace(cfg.task, min_ops=cfg.warmup.long_ops, max_ops=cfg.warmup.long_ops)
 
 
 def ood_task_spec(cfg: Config) -> TaskConfig:

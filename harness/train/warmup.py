@@ -30,7 +30,8 @@ from typing import Optional
 
 import torch
 
-from harness.config.schema import Config, config_hash
+from evals.catalog import get_task
+from harness.config.schema import Config, config_hash, warmup_long_spec
 from harness.config.base import to_dict
 from harness.engine.models import build_char_tokenizer, build_tiny_model, load_policy, save_policy
 from harness.rundir.layout import NO_PERMISSION, NO_SPACE, RunFileError, load_json, save_torch, writing
@@ -170,6 +171,16 @@ def sft_loss(model, ids, mask, pos, labels):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
 
 
+def _warmup_examples(task, long_task, rng: random.Random, w) -> list:
+    """One warm-up step's worked solutions: ``examples_per_step`` of the task's, of which each is,
+    with probability ``long_share``, one of ``long_task``'s instead (the long ones last). With
+    ``long_share`` 0 the generator draws exactly what it always did."""
+    if long_task is None:
+        return task.sample_train(rng, w.examples_per_step)
+    n_long = sum(rng.random() < w.long_share for _ in range(w.examples_per_step))
+    return task.sample_train(rng, w.examples_per_step - n_long) + long_task.sample_train(rng, n_long)
+
+
 def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) -> dict:
     """Train the warm-up into ``out`` with ``warmup.threads`` threads (the caller's count is
     restored after), in this process's numerics."""
@@ -199,6 +210,7 @@ def _train_warmup(cfg: Config, task, out: Path, device, progress: bool) -> dict:
         f = w.final_lr_fraction
         return w.lr * (f + (1 - f) * 0.5 * (1 + math.cos(math.pi * frac)))
 
+    long_task = get_task(warmup_long_spec(cfg)) if w.long_share > 0 else None
     rng = random.Random(f"warmup-{seed}")
     torch.manual_seed(seed)
     model.train()
@@ -208,7 +220,7 @@ def _train_warmup(cfg: Config, task, out: Path, device, progress: bool) -> dict:
     for s in bar:
         for g in opt.param_groups:
             g["lr"] = lr_at(s)
-        probs = task.sample_train(rng, w.examples_per_step)
+        probs = _warmup_examples(task, long_task, rng, w)
         batch = sft_batch(tok, [task.format_prompt(p) for p in probs], [p.solution for p in probs], device)
         loss = sft_loss(model, *batch)
         if not torch.isfinite(loss):

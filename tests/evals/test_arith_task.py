@@ -216,3 +216,37 @@ def test_short_output(task):
         assert task.short_output(c, p), c
     assert not task.short_output("4*2=8", p, finished=False)  # truncated: not a choice to skip
     assert Task().short_output("#6", p) is None  # a task that does not know (the default)
+
+
+def test_disjoint_validation_halves_never_overlap_whatever_the_sizes():
+    """task.disjoint_validation: the test set draws from one half of the held-out bucket and the
+    validation set from the other (a second hash), so a validation set of one eval_size never
+    meets the test set of another (the old split overlaps: its validation set is only disjoint
+    from a test set of its own size)."""
+    from evals.arith import is_validation
+    small = ArithTask(TaskConfig(min_ops=2, max_ops=3, eval_size=200, disjoint_validation=True))
+    large = ArithTask(TaskConfig(min_ops=2, max_ops=3, eval_size=1000, disjoint_validation=True))
+    val, test = {p.id for p in small.validation_problems()}, {p.id for p in large.eval_problems()}
+    assert len(val) == 200 and len(test) == 1000 and not val & test
+    assert all(is_heldout(e) and is_validation(e) for e in val)
+    assert all(is_heldout(e) and not is_validation(e) for e in test)
+    # the old split, the same sizes: the smaller run's validation set overlaps the larger test set
+    old_val = {p.id for p in ArithTask(TaskConfig(min_ops=2, max_ops=3, eval_size=200)).validation_problems()}
+    old_test = {p.id for p in ArithTask(TaskConfig(min_ops=2, max_ops=3, eval_size=1000)).eval_problems()}
+    assert len(old_val & old_test) > 0
+    # the second hash is independent of the first: about half the held-out expressions are validation
+    held = [e for e in (f"{a}+{b}*{c}" for a in range(1, 10) for b in range(1, 10) for c in range(1, 10))
+            if is_heldout(e)]
+    share = sum(map(is_validation, held)) / len(held)
+    assert 0.35 < share < 0.65, share
+
+
+def test_disjoint_validation_in_a_counted_space_stops_at_each_half():
+    from evals.arith import is_validation, problem_space
+    spec = TaskConfig(min_ops=1, max_ops=1, max_operand=9, operators="+", eval_size=50, disjoint_validation=True)
+    space = problem_space(spec)
+    held = [f"{a}+{b}" for a in range(1, 10) for b in range(1, 10) if is_heldout(f"{a}+{b}")]
+    assert space.exact and space.heldout == len(held) and space.validation == sum(map(is_validation, held))
+    t = ArithTask(spec)
+    assert sorted(p.id for p in t.validation_problems()) == sorted(e for e in held if is_validation(e))
+    assert sorted(p.id for p in t.eval_problems()) == sorted(e for e in held if not is_validation(e))
