@@ -32,7 +32,7 @@ import numpy as np
 
 __all__ = [
     "MAJ_EXACT_MAX_N", "accuracy", "aggregate_curves", "maj_at_k", "maj_at_k_bruteforce", "maj_at_k_curve",
-    "majority_key", "pass_at_k", "pass_at_k_curve", "problem_curves",
+    "maj_curve_from_groups", "majority_key", "pass_at_k", "pass_at_k_curve", "problem_curves",
 ]
 
 MAJ_EXACT_MAX_N = 256
@@ -130,6 +130,12 @@ def _maj_curve_exact(n: int, sizes: list[int], good: list[bool], m_none: int) ->
             w = math.comb(m_c, t)
             hits[t: t + len(poly)] += w * poly
     return [float(hits[k] / math.comb(n, k)) for k in range(1, n + 1)]
+
+
+def maj_curve_from_groups(n: int, sizes: Sequence[int], good: Sequence[bool], m_none: int) -> list[float]:
+    """[maj@1, ..., maj@n], exact, from the answer groups alone: their sizes and whether each is
+    right, in order of first appearance (it breaks ties), and the samples without an answer."""
+    return _maj_curve_exact(n, list(sizes), list(good), m_none)
 
 
 def _maj_curve_sampled(keys, correct, num_subsets: int, seed: int) -> list[float]:

@@ -46,9 +46,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from evals.grading import answer_key
-from evals.metrics import aggregate_curves, maj_at_k_curve, pass_at_k_curve, problem_curves
+from evals.metrics import aggregate_curves, maj_curve_from_groups, maj_at_k_curve, pass_at_k_curve, problem_curves
 
 __all__ = ["summarize", "write_records", "read_records", "counted_answer", "grade", "record_item", "valid_steps",
+           "compact_record", "compact_curves", "compact_ks", "COMPACT_FIELDS",
            "valid_keys"]
 
 
@@ -164,3 +165,87 @@ def write_records(path: os.PathLike | str, records: Sequence[dict]) -> Path:
 def read_records(path: os.PathLike | str) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+# --------------------------------------------------------------------------- compact records
+
+COMPACT_FIELDS = ("pass@k", "maj@k", "valid_pass@k", "valid_maj@k")
+"""Per-problem curves a compact record keeps, at the k of its ``ks`` only."""
+
+
+def compact_ks(n: int) -> list[int]:
+    """The k a compact record keeps its curves at: the powers of two up to n, and n."""
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return ks + [n] if n >= 1 else []
+
+
+def _histogram(keys: Sequence, correct: Sequence[bool]) -> tuple[list, int]:
+    """([[key, count, any correct], ...] in order of first appearance, samples without a key): the
+    sufficient statistic of maj@k (``evals.metrics.maj_curve_from_groups``: group sizes, which group is
+    right, and the rank order that breaks ties)."""
+    order: dict = {}
+    groups: list = []
+    none = 0
+    for key, ok in zip(keys, correct):
+        if key is None:
+            none += 1
+            continue
+        if key not in order:
+            order[key] = len(groups)
+            groups.append([key, 0, False])
+        g = groups[order[key]]
+        g[1] += 1
+        g[2] = g[2] or bool(ok)
+    return groups, none
+
+
+def compact_record(rec: dict) -> dict:
+    """A per-problem record without completion texts or per-sample items, small enough to commit:
+    ``id``, ``gold``, ``greedy`` (its answer, key, correct, valid, finished, num_tokens), and for the
+    n samples ``n``, ``num_correct`` (``num_valid``), the answer-key histograms ``answers`` (and
+    ``valid_answers``: keys as :func:`valid_keys` makes them) with the samples that have no key
+    (``no_answer``), and the curves of :data:`COMPACT_FIELDS` at ``ks`` (:func:`compact_ks`).
+    From it pass@k and maj@k at every k are exact again (:func:`compact_curves`); the curves at
+    ``ks`` are kept so a report does not recompute them."""
+    out = {k: rec[k] for k in ("id", "gold") if k in rec}
+    g = rec.get("greedy")
+    out["greedy"] = None if g is None else {k: g[k] for k in ("answer", "key", "correct", "valid", "finished",
+                                                                "num_tokens") if k in g}
+    samples = rec.get("samples") or []
+    if not samples:
+        return out
+    n = len(samples)
+    keys, correct = [s["key"] for s in samples], [bool(s["correct"]) for s in samples]
+    out["n"] = n
+    out["num_correct"] = sum(correct)
+    out["answers"], out["no_answer"] = _histogram(keys, correct)
+    ks = compact_ks(n)
+    out["ks"] = ks
+    curves = {"pass@k": pass_at_k_curve(n, sum(correct)), "maj@k": maj_at_k_curve(keys, correct)}
+    if _has_valid(samples):
+        valid = [bool(s["valid"]) for s in samples]
+        out["num_valid"] = sum(valid)
+        out["valid_answers"], _ = _histogram(valid_keys(samples), valid)
+        curves["valid_pass@k"] = pass_at_k_curve(n, sum(valid))
+        curves["valid_maj@k"] = maj_at_k_curve(valid_keys(samples), valid)
+    for name, curve in curves.items():
+        out[name] = [curve[k - 1] for k in ks]
+    return out
+
+
+def compact_curves(rec: dict) -> dict:
+    """The full curves (k = 1..n) of :data:`COMPACT_FIELDS` from a compact record's counts and
+    histograms: exactly what :func:`summarize`'s per-problem curves are for the samples it came from."""
+    n = rec["n"]
+    hist = rec["answers"]
+    out = {"pass@k": pass_at_k_curve(n, rec["num_correct"]),
+           "maj@k": maj_curve_from_groups(n, [c for _, c, _ in hist], [bool(ok) for _, _, ok in hist], rec["no_answer"])}
+    if "valid_answers" in rec:
+        vh = rec["valid_answers"]
+        out["valid_pass@k"] = pass_at_k_curve(n, rec["num_valid"])
+        out["valid_maj@k"] = maj_curve_from_groups(n, [c for _, c, _ in vh], [bool(ok) for _, _, ok in vh],
+                                              rec["no_answer"])
+    return out
