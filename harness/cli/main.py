@@ -25,6 +25,7 @@ numerics.pin_process()  # before anything imports torch: portable unless GRPO_HA
 
 from evals.datasets import DatasetError  # noqa: E402 (after the numerics pins)
 from harness.cli import eval as eval_cmd
+from harness.cli import export as export_cmd
 from harness.cli import report as report_cmd
 from harness.cli import rm as rm_cmd
 from harness.cli import sweep as sweep_cmd
@@ -44,6 +45,7 @@ GROUPS = (
     report_cmd,     # report
     tracking_cmd,   # sync, ui
     rm_cmd,         # rm train
+    export_cmd,     # export
 )
 COMMAND_MODULES = [m.__name__ for m in GROUPS]
 EXIT_NO_SPACE = 3

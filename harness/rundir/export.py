@@ -1,0 +1,279 @@
+"""Exporting finished run folders, trimmed to what the report and a resume need, small enough to commit (`harness export`).
+
+A sweep's results folder (``results/<sweep>/``) holds run folders (``<algorithm>-s<seed>-<hash8>/``)
+beside ``sweep.json``, ``report/``, ``study/`` and the like. :func:`export_runs` copies each
+*finished* run folder (summary.json says ``finished`` and its files bear it out:
+:func:`harness.rundir.read.finished_problem`) into ``DEST/<run_id>/`` with:
+
+- ``config.yaml``, ``summary.json``, ``metrics.jsonl``: byte for byte;
+- of ``eval/``: the start (step 0) and final evaluation records, ``<task>_<step>.jsonl`` and
+  ``<task>_<step>_samples.jsonl`` (every task: in-domain, ``_ood``), and the validation records
+  ``<task>_validation.jsonl``; the intermediate evaluations' records are left out (the report
+  reads only the start and the end: :mod:`harness.report.problems`; the curves come from
+  metrics.jsonl). Each record keeps only :data:`RECORD_KEYS` (``question``, every completion
+  and extracted answer text dropped), its greedy item :data:`GREEDY_KEYS`, each sample
+  :data:`SAMPLE_KEYS`; values and key order are the original's, written as compact JSON lines;
+- nothing else: no weights (``final_model/``), ``checkpoint/``, optimizer state, caches, logs.
+
+The sweep folder's ``sweep.json`` is copied too. Unfinished runs are skipped (one line each).
+Exporting again writes the same bytes (files whose bytes are already right are left alone).
+Bad inputs (RUNS_DIR missing, DEST inside it, no finished run) raise :class:`ExportError`
+before anything is copied.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from harness.config.base import ConfigError
+from harness.rundir.layout import CONFIG, METRICS, SUMMARY, RunFileError, load_json
+from harness.rundir.read import finished_problem
+
+__all__ = ["ExportError", "ExportResult", "RunChoice", "RECORD_KEYS", "GREEDY_KEYS", "SAMPLE_KEYS", "COPIED",
+           "SWEEP_JSON", "trim_record", "trim_records", "kept_eval_files", "choose_runs", "plan_export",
+           "export_runs"]
+
+COPIED = (CONFIG, SUMMARY, METRICS)
+"""The run files copied as they are."""
+SWEEP_JSON = "sweep.json"
+EVAL_DIR = "eval"
+RECORD_KEYS = ("id", "gold", "greedy", "samples", "num_correct", "num_valid", "pass@k", "maj@k",
+               "valid_pass@k", "valid_maj@k", "n")
+"""What a trimmed record keeps (in the record's own order): everything but the question text."""
+GREEDY_KEYS = ("key", "correct", "valid", "finished")
+"""What a trimmed greedy item keeps: no completion, no extracted answer text, no token count."""
+SAMPLE_KEYS = ("key", "correct", "valid")
+"""What a trimmed sample item keeps: the voting key and the grades (pass@k / maj@k rebuild from them)."""
+_STEP_FILE = re.compile(r"^(?P<task>.+)_(?P<step>\d+)(?P<samples>_samples)?\.jsonl$")
+_VALIDATION_FILE = re.compile(r"^.+_validation\.jsonl$")
+_SKIP_DIRS = {"_cache", "report", "study", "plots", "mlartifacts", "mlruns", "wandb"}
+
+
+class ExportError(ConfigError):
+    """Export inputs that cannot work (named before anything is copied)."""
+
+
+@dataclass
+class RunChoice:
+    """The run folders of RUNS_DIR: finished ones to export, the others with why they are skipped."""
+    finished: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+    """``(folder name, why)`` per run folder that is not exported."""
+
+
+@dataclass
+class ExportResult:
+    exported: list = field(default_factory=list)
+    """Run ids exported."""
+    skipped: list = field(default_factory=list)
+    """``(folder name, why)``."""
+    bytes: int = 0
+    """Total bytes of every file the export holds (written now or already right)."""
+    written: int = 0
+    """Files whose bytes changed (0 when exporting again over the same export)."""
+
+
+# --------------------------------------------------------------------------- trimming records
+
+
+def _pick(d: dict, keys) -> dict:
+    """The entries of ``d`` whose key is in ``keys``, in ``d``'s order."""
+    return {k: v for k, v in d.items() if k in keys}
+
+
+def trim_record(rec: Any) -> Any:
+    """One evaluation record without texts: :data:`RECORD_KEYS`, the greedy item's
+    :data:`GREEDY_KEYS`, each sample's :data:`SAMPLE_KEYS` (a non-mapping is returned as it is)."""
+    if not isinstance(rec, dict):
+        return rec
+    out = _pick(rec, RECORD_KEYS)
+    if isinstance(out.get("greedy"), dict):
+        out["greedy"] = _pick(out["greedy"], GREEDY_KEYS)
+    elif out.get("greedy") is not None:  # not an item (a bare completion text): dropped
+        del out["greedy"]
+    if isinstance(out.get("samples"), list):
+        out["samples"] = [_pick(s, SAMPLE_KEYS) if isinstance(s, dict) else s for s in out["samples"]]
+    return out
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def trim_records(path: str | os.PathLike) -> bytes:
+    """The bytes of a trimmed copy of the JSONL records file ``path`` (one compact line per record)."""
+    lines = []
+    with open(path, "r", encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise RunFileError(f"{path}: line {i} is not JSON ({e.msg}); the run's records are damaged") from None
+            lines.append(_dump(trim_record(rec)) + "\n")
+    return "".join(lines).encode("utf-8")
+
+
+def kept_eval_files(eval_dir: str | os.PathLike) -> list[Path]:
+    """The evaluation records an export keeps, sorted: the start's (step 0) and the final
+    evaluation's (the largest step), plain and ``_samples``, of every task, and the validation
+    records; intermediate steps are left out."""
+    d = Path(eval_dir)
+    if not d.is_dir():
+        return []
+    steps: dict[Path, int] = {}
+    validation = []
+    for p in d.iterdir():
+        if not p.is_file():
+            continue
+        m = _STEP_FILE.match(p.name)
+        if m:
+            steps[p] = int(m.group("step"))
+        elif _VALIDATION_FILE.match(p.name):
+            validation.append(p)
+    final = max(steps.values(), default=0)
+    return sorted([p for p, s in steps.items() if s in (0, final)] + validation)
+
+
+# --------------------------------------------------------------------------- choosing and checking
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def _task_name(summary: dict) -> str:
+    cfg = summary.get("config")
+    task = cfg.get("task") if isinstance(cfg, dict) else None
+    name = task.get("name") if isinstance(task, dict) else None
+    return name if isinstance(name, str) else "task"
+
+
+def choose_runs(runs_dir: str | os.PathLike, pattern: Optional[str] = None) -> RunChoice:
+    """The run folders directly in ``runs_dir`` (each holding summary.json or metrics.jsonl;
+    ``_cache``, ``report``, ``study`` and hidden folders are not runs), matching the glob
+    ``pattern`` when given: finished ones, and the rest with why they are skipped."""
+    root = Path(runs_dir)
+    choice = RunChoice()
+    for d in sorted(root.iterdir()):
+        if not d.is_dir() or d.is_symlink() or d.name in _SKIP_DIRS or d.name.startswith("."):
+            continue
+        if not ((d / SUMMARY).exists() or (d / METRICS).exists()):
+            continue
+        if pattern is not None and not fnmatch.fnmatch(d.name, pattern):
+            continue
+        try:
+            s = load_json(d / SUMMARY)
+        except FileNotFoundError:
+            choice.skipped.append((d.name, "no summary.json (never finished)"))
+            continue
+        except (RunFileError, OSError) as e:
+            choice.skipped.append((d.name, f"summary.json cannot be read ({getattr(e, 'problem', None) or e})"))
+            continue
+        st = s.get("status")
+        if st != "finished":
+            choice.skipped.append((d.name, f"status {st!r}, not finished"))
+            continue
+        why = finished_problem(d, s, task=_task_name(s))
+        if why:
+            choice.skipped.append((d.name, f"summary.json says finished, but {why}"))
+            continue
+        choice.finished.append(d)
+    return choice
+
+
+def plan_export(runs_dir: str | os.PathLike, dest: str | os.PathLike, pattern: Optional[str] = None) -> RunChoice:
+    """Check the inputs and choose the runs; raises :class:`ExportError` (one line naming the
+    problem) when RUNS_DIR is missing or not a folder, DEST is RUNS_DIR, inside it or a file,
+    or no run is finished. Copies nothing."""
+    src = Path(runs_dir).expanduser()
+    if not src.exists():
+        raise ExportError(f"RUNS_DIR={str(runs_dir)!r} is invalid: no such directory")
+    if not src.is_dir():
+        raise ExportError(f"RUNS_DIR={str(runs_dir)!r} is invalid: not a directory")
+    out = Path(dest).expanduser()
+    src_r, out_r = src.resolve(), out.resolve()
+    if _is_within(out_r, src_r):
+        raise ExportError(f"DEST={str(dest)!r} is invalid: it is inside RUNS_DIR {str(runs_dir)!r} (the export "
+                          f"would be exported again next time); choose a folder outside it")
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"DEST={str(dest)!r} is invalid: it is a file, not a directory")
+    choice = choose_runs(src, pattern)
+    if not choice.finished:
+        what = f" matching --runs {pattern!r}" if pattern is not None else ""
+        first = (f": {choice.skipped[0][0]}: {choice.skipped[0][1]}" + (", ..." if len(choice.skipped) > 1 else "")
+                 if choice.skipped else "")
+        seen = f" ({len(choice.skipped)} run folder(s){what}, none finished{first})" if choice.skipped else \
+            f" (no run folders{what}: a run folder holds summary.json)"
+        raise ExportError(f"RUNS_DIR={str(runs_dir)!r} has no finished runs to export{seen}")
+    return choice
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _put(path: Path, data: bytes) -> bool:
+    """Write ``data`` to ``path`` atomically unless it already holds exactly these bytes; True if written."""
+    try:
+        if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError) and (not e.filename or e.filename == tmp):
+            e.filename = str(path)
+        raise
+    return True
+
+
+def _run_files(run_dir: Path) -> list[tuple[str, bytes]]:
+    """``(relative path, bytes)`` of one run's export."""
+    files = [(name, (run_dir / name).read_bytes()) for name in COPIED if (run_dir / name).is_file()]
+    for p in kept_eval_files(run_dir / EVAL_DIR):
+        files.append((f"{EVAL_DIR}/{p.name}", trim_records(p)))
+    return files
+
+
+def export_runs(runs_dir: str | os.PathLike, dest: str | os.PathLike, pattern: Optional[str] = None,
+                choice: Optional[RunChoice] = None) -> ExportResult:
+    """Export the finished runs of ``runs_dir`` (matching ``pattern``) into ``dest`` (see the
+    module doc); ``choice``: :func:`plan_export`'s answer when already checked. Files already in
+    ``dest`` that are not part of the export are left alone."""
+    choice = choice if choice is not None else plan_export(runs_dir, dest, pattern)
+    out = Path(dest).expanduser()
+    res = ExportResult(skipped=list(choice.skipped))
+    for run_dir in choice.finished:
+        for rel, data in _run_files(run_dir):
+            res.written += _put(out / run_dir.name / rel, data)
+            res.bytes += len(data)
+        res.exported.append(run_dir.name)
+    sj = Path(runs_dir).expanduser() / SWEEP_JSON
+    if sj.is_file():
+        data = sj.read_bytes()
+        res.written += _put(out / SWEEP_JSON, data)
+        res.bytes += len(data)
+    return res
