@@ -1,4 +1,4 @@
-"""`harness report RESULTS_DIR/<sweep> [--output-dir DIR] [--study]`: the paper-style table and plots of one sweep, or its study report."""
+"""`harness report RESULTS_DIR/<sweep> [--output-dir DIR] [--study [--selection DIR]]`: the paper-style table and plots of one sweep, or its study report."""
 from __future__ import annotations
 
 import argparse
@@ -52,7 +52,10 @@ def _cmd_study(args) -> int:
     """`harness report SWEEP_DIR --study`: the DeepSeekMath small-study report (harness.report.study)."""
     out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "study"
     check_output_dir(out, "--output-dir")
-    path = study.build_study_report(args.sweep_dir, out)
+    selection = getattr(args, "selection", None)
+    if selection is not None:
+        check_runs_folder(selection, "--selection")
+    path = study.build_study_report(args.sweep_dir, out, selection_dir=selection)
     print(f"wrote {path}, {out / 'claims.csv'}, {out / 'table5.csv'}, {out / 'compute_curves.csv'} "
           f"and the plots in {out / 'plots'}")
     return 0
@@ -68,4 +71,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", dest="out", default=None, help=argparse.SUPPRESS)  # the old spelling
     p.add_argument("--study", action="store_true",
                    help="the DeepSeekMath small-study report (Table 5, Figs. 5-7, compute curves, claims) instead")
+    p.add_argument("--selection", default=None, metavar="DIR",
+                   help="with --study: the learning-rate selection sweep's runs folder (default: <sweep_dir>/selection "
+                        "when it exists, else the sweep's report.selection)")
     p.set_defaults(func=cmd_report)

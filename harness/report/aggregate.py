@@ -268,3 +268,70 @@ def selection_notes(selection: list[dict]) -> list[str]:
             + ", ".join(f"{value_text(v)}: {a:.3f}" for v, a in s["candidates"].items()) + ")"
             for s in selection]
 
+
+
+SELECTION_KNOBS = ("train.lr", "algorithm.kl_coef", "algorithm.beta")
+"""Config keys a learning-rate selection sweeps: the learning rate always, the others (the KL
+coefficient beta: ``algorithm.kl_coef``; ``algorithm.beta`` read too) where they vary."""
+
+
+def knob_value(r: RunData, key: str):
+    """A run's value of a config key as written, else its effective value (the preset's);
+    None when neither has it."""
+    v = flatten(r.config if isinstance(r.config, dict) else {}, keep_empty=True).get(key)
+    return v if v is not None else run_settings(r).get(key)
+
+
+def _val_acc(r: RunData) -> Optional[tuple]:
+    """``(task, validation accuracy)`` of a finished run: ``final_val_eval`` ``eval/<task>/acc``
+    of its own task, else the only ``eval/*/acc`` there; None without one."""
+    val = r.summary.get("final_val_eval")
+    if not isinstance(val, dict):
+        return None
+    accs = {k.split("/")[1]: v for k, v in val.items()
+            if k.startswith("eval/") and k.endswith("/acc") and k.count("/") == 2 and is_number(v)}
+    if r.task in accs:
+        return r.task, float(accs[r.task])
+    return next(iter(accs.items())) if len(accs) == 1 else None
+
+
+def _sort_key(v):
+    return (0, float(v), "") if is_number(v) else (1, 0.0, repr(v))
+
+
+def validation_selection(runs: list[RunData], group, knobs: tuple = SELECTION_KNOBS) -> dict:
+    """Per group (``group(run)``: e.g. the study arm), the candidate settings of ``knobs`` scored
+    on the validation split: the mean over seeds of each candidate's ``final_val_eval``
+    ``eval/<task>/acc`` (finished runs only; a second run of a seed and candidate is ignored).
+    The knobs of a group are ``knobs[0]`` (the learning rate) and those of the others whose value
+    varies between its runs. Winner: the highest mean (compared to 12 decimals); ties to the
+    smaller first knob, then the smaller next ones. Never reads a test-split metric.
+
+    Returns ``{"groups": [{"group", "task", "knobs", "candidates": [{"values", "per_seed":
+    {seed: acc}, "mean", "n"}], "winner", "val_acc"}], "skipped": ["run_id (why)"]}``."""
+    by: dict = {}
+    skipped = []
+    for r in runs:
+        va = _val_acc(r) if r.status == "finished" else None
+        if va is None:
+            skipped.append(f"{r.run_id} ({r.status if r.status != 'finished' else 'no final_val_eval accuracy'})")
+            continue
+        by.setdefault(group(r), []).append((r, va))
+    out = []
+    for g in sorted(by):
+        items = by[g]
+        vals = [{k: knob_value(r, k) for k in knobs} for r, _ in items]
+        used = [knobs[0]] + [k for k in knobs[1:] if len({repr(v[k]) for v in vals}) > 1]
+        cands: dict = {}
+        for (r, (task, acc)), v in zip(items, vals):
+            key = tuple(v[k] for k in used)
+            seed = r.seed if r.seed is not None else r.run_id
+            cands.setdefault(key, {}).setdefault(seed, acc)
+        rows = []
+        for key in sorted(cands, key=lambda t: tuple(_sort_key(x) for x in t)):
+            per = dict(sorted(cands[key].items(), key=lambda kv: _sort_key(kv[0])))
+            rows.append({"values": key, "per_seed": per, "mean": float(np.mean(list(per.values()))), "n": len(per)})
+        best = max(rows, key=lambda c: round(c["mean"], 12))   # rows in ascending knob order: the first max wins
+        out.append({"group": g, "task": items[0][1][0], "knobs": used, "candidates": rows,
+                    "winner": best["values"], "val_acc": best["mean"]})
+    return {"groups": out, "skipped": skipped}

@@ -227,8 +227,9 @@ def claim_verdict(rule: str, verdicts: list) -> str:
     ("RL lifts Maj@K but not Pass@K": part 1 maj@K gain, predicted > 0; part 2 pass@K gain,
     predicted < 0): reproduced when maj is reproduced and pass is reproduced (below 0) or
     equivalent; contradicted when pass is contradicted (a lift), or maj is contradicted or
-    equivalent (no lift); otherwise underpowered."""
-    if rule == "simple":
+    equivalent (no lift); otherwise underpowered. ``first_part`` (claim 6 with its valid-step
+    part): the first part's; the others are reported beside it."""
+    if rule in ("simple", "first_part"):   # first_part: later parts are tested and shown, not decisive
         return verdicts[0]
     if rule == "maj_pass":
         maj, pas = verdicts

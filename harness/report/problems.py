@@ -11,7 +11,11 @@ recomputed from ``num_correct`` (`evals.metrics.pass_at_k_curve`) and a missing 
 the samples' keys (`evals.metrics.maj_at_k_curve`).
 
 `problem_values` returns ``{problem id: value}`` for one run, task, metric (``acc``: greedy
-correct as 0/1; ``pass@K``, ``maj@K``: the problem's unbiased estimate at K) and side
+correct as 0/1; ``pass@K``, ``maj@K``: the problem's unbiased estimate at K; the valid-step
+forms ``valid_acc`` (greedy ``valid``), ``valid_pass@K`` (from ``num_valid``, else the samples'
+``valid`` flags) and ``valid_maj@K`` (the samples' keys, a correct but invalid sample voting for
+a wrong answer of its own: `evals.records.valid_keys`), as `evals.records.summarize` counts
+them) and side
 (``initial``: step 0; ``final``: the run's last evaluation row), or the reason why there are
 none. The values are checked against the run's summary: their mean must equal the metric the
 summary reports (to ``TOLERANCE``), else the records are not used (the report says why).
@@ -22,7 +26,9 @@ import math
 from pathlib import Path
 from typing import Optional
 
+from evals.grading import answer_key
 from evals.metrics import maj_at_k_curve, pass_at_k_curve
+from evals.records import valid_keys
 from harness.rundir.layout import RunFileError, read_jsonl
 from harness.rundir.read import RunData, is_number, k_of
 
@@ -47,7 +53,9 @@ def _compact(rec: dict) -> Optional[dict]:
     g = rec.get("greedy")
     samples = [s for s in rec.get("samples") or [] if isinstance(s, dict)] if isinstance(rec.get("samples"), list) else []
     out = {"id": str(rec["id"]),
-           "greedy": float(g["correct"]) if isinstance(g, dict) and isinstance(g.get("correct"), bool) else None}
+           "greedy": float(g["correct"]) if isinstance(g, dict) and isinstance(g.get("correct"), bool) else None,
+           "greedy_valid": float(g["valid"]) if isinstance(g, dict) and isinstance(g.get("valid"), bool) else None,
+           "gold": answer_key(str(rec["gold"])) if rec.get("gold") is not None else None}
     for kind in ("pass", "maj"):
         curve = rec.get(f"{kind}@k")
         out[kind] = [float(v) for v in curve] if isinstance(curve, list) and all(is_number(v) for v in curve) else None
@@ -58,6 +66,15 @@ def _compact(rec: dict) -> Optional[dict]:
     out["n"], out["c"] = (int(n), int(c)) if is_number(n) and is_number(c) else (None, None)
     out["keys"] = ([s.get("key") for s in samples], [bool(s.get("correct")) for s in samples]) \
         if samples and out["maj"] is None else None
+    has_valid = bool(samples) and all(isinstance(s.get("valid"), bool) for s in samples)
+    nv = rec.get("num_valid")
+    if not is_number(nv) and has_valid:
+        nv = sum(s["valid"] for s in samples)
+    out["v"] = int(nv) if is_number(nv) and out["n"] is not None else None
+    out["vkeys"] = None
+    if has_valid:
+        items = [{"key": s.get("key"), "correct": bool(s.get("correct")), "valid": s["valid"]} for s in samples]
+        out["vkeys"] = (valid_keys(items), [s["valid"] for s in samples])
     return out
 
 
@@ -75,6 +92,15 @@ def _read(path: Path, cache: dict) -> Optional[list]:
 def _value(rec: dict, metric: str) -> Optional[float]:
     if metric == "acc":
         return rec["greedy"]
+    if metric == "valid_acc":
+        return rec["greedy_valid"]
+    if metric.startswith("valid_"):
+        kind, k = k_of(metric[len("valid_"):])
+        if kind == "pass" and rec["v"] is not None and 0 < k <= rec["n"]:
+            return float(pass_at_k_curve(rec["n"], rec["v"])[k - 1])
+        if kind == "maj" and rec["vkeys"] and 0 < k <= len(rec["vkeys"][0]):
+            return float(maj_at_k_curve(*rec["vkeys"])[k - 1])
+        return None
     kind, k = k_of(metric)
     curve = rec[kind]
     if curve is not None and len(curve) >= k:
@@ -93,8 +119,8 @@ def problem_values(run: RunData, task: str, metric: str, side: str, cache: Optio
     step = eval_step(run, side)
     if step is None:
         return None, f"{run.run_id}: no final evaluation row"
-    kk = k_of(metric)
-    if metric == "acc":
+    kk = k_of(metric.removeprefix("valid_"))
+    if metric in ("acc", "valid_acc"):
         files = [f"{task}_{step}.jsonl"]
     elif kk:
         files = [f"{task}_{step}_samples.jsonl", f"{task}_{step}.jsonl"]
@@ -115,3 +141,31 @@ def problem_values(run: RunData, task: str, metric: str, side: str, cache: Optio
         return None, (f"{run.run_id}: eval records' mean {metric} {mean:.6f} differs from the summary's "
                       f"{summary} (step {step})")
     return out, ""
+
+
+def gold_keys(run: RunData, task: str, cache: Optional[dict] = None) -> dict:
+    """``{problem id: answer key of its gold answer}`` from the run's start and final greedy
+    records of ``task`` (``gold`` through `evals.grading.answer_key`); empty without records."""
+    cache = {} if cache is None else cache
+    out: dict = {}
+    for side in ("initial", "final"):
+        step = eval_step(run, side)
+        recs = _read(run.run_dir / "eval" / f"{task}_{step}.jsonl", cache) if step is not None else None
+        for rec in recs or []:
+            if rec is not None and rec["gold"] is not None:
+                out.setdefault(rec["id"], rec["gold"])
+    return out
+
+
+def guessing_floor(golds: dict) -> Optional[dict]:
+    """The accuracy of the best constant answer on a set: the share of its problems whose gold
+    answer key is the most frequent one. ``golds``: ``{problem id: gold key}``. Returns
+    ``{"floor", "answer", "count", "problems"}`` (ties between answers: the smallest key, as a
+    string), or None for an empty set."""
+    if not golds:
+        return None
+    counts: dict = {}
+    for g in golds.values():
+        counts[g] = counts.get(g, 0) + 1
+    answer = min(counts, key=lambda a: (-counts[a], str(a)))
+    return {"floor": counts[answer] / len(golds), "answer": answer, "count": counts[answer], "problems": len(golds)}

@@ -23,19 +23,19 @@ from pathlib import Path
 import numpy as np
 
 from harness.report.aggregate import per_seed_initial
-from harness.report.build import provenance_lines
 from harness.report.curvefit import N_BOOT, TOLERANCE, study_curves
 from harness.report.decisions import Design
-from harness.report.format import plus_minus, table, with_interval
+from harness.report.format import plus_minus, table, value_text, with_interval
+from harness.report.problems import gold_keys, guessing_floor
 from harness.report.stats import mean_ci, mean_curve, paired_diff_ci
 from harness.report.study_claims import claims, claims_csv_rows, claims_markdown
-from harness.report.study_data import (Study, acc_curves, arm_name, axes_of, final, initial, load_study, per_seed,
-                                       uncontended)
+from harness.report.study_data import (Study, acc_curves, arm_name, arm_of, axes_of, final, find_selection_dir,
+                                       initial, load_selection, load_study, per_seed, selection_check, uncontended)
 from harness.report.study_plots import colors_for, plot_accuracy, plot_fits, plot_k
 from harness.rundir.read import RunData, is_number
 
 __all__ = ["build_study_report", "load_study", "table5", "large_k_check", "compute_curves", "run_seconds",
-           "time_summary", "Design"]
+           "time_summary", "Design", "guessing_floors", "selection_markdown", "provenance_summary", "phase_walls"]
 
 LEVEL = 0.95
 DESIGN = Design()
@@ -117,6 +117,81 @@ def _records_line(study: Study) -> str:
             f"only (the test set's sampling is not counted there; say so per claim below)")
 
 
+def _counted(values: list, missing: str = "not recorded") -> str:
+    """``"a (3 runs); b (1 run)"`` over the distinct values (sorted as text), ``missing`` for None."""
+    counts: dict = {}
+    for v in values:
+        t = missing if v is None or v == "" else str(v)
+        counts[t] = counts.get(t, 0) + 1
+    return "; ".join(f"{t} ({n} run{'s' if n != 1 else ''})" for t, n in sorted(counts.items()))
+
+
+PROVENANCE_VERSIONS = ("torch", "transformers", "numpy", "scipy", "python")
+
+
+def provenance_summary(runs: list) -> dict:
+    """What the runs were made with, from each summary's ``provenance``: ``{"runs", "recorded",
+    "commits": [(commit, clean, runs)], "cpu", "numerics", "versions": {name: text}}`` (texts:
+    each distinct value with its number of runs)."""
+    provs = []
+    for r in runs:
+        p = (r.summary or {}).get("provenance")
+        provs.append(p if isinstance(p, dict) and p else None)
+    rec = [p for p in provs if p is not None]
+    commits: dict = {}
+    for p in rec:
+        code = p.get("code") if isinstance(p.get("code"), dict) else {}
+        key = (str(code.get("commit") or "not a git checkout"),
+               "unknown" if not code else ("dirty tree" if code.get("dirty") else "clean tree"))
+        commits[key] = commits.get(key, 0) + 1
+    sub = lambda p, k: p.get(k) if isinstance(p.get(k), dict) else {}
+    return {"runs": len(runs), "recorded": len(rec),
+            "commits": [(c, clean, n) for (c, clean), n in sorted(commits.items())],
+            "cpu": _counted([sub(p, "cpu").get("model") for p in rec]),
+            "numerics": _counted([sub(p, "numerics").get("mode") for p in rec]),
+            "versions": {k: _counted([sub(p, "versions").get(k) for p in rec]) for k in PROVENANCE_VERSIONS}}
+
+
+def _provenance_lines(label: str, runs: list) -> list[str]:
+    p = provenance_summary(runs)
+    if not p["recorded"]:
+        return [f"- **{label} provenance:** not recorded ({p['runs']} runs from before provenance was recorded)"]
+    head = f"- **{label} provenance** ({p['recorded']} of {p['runs']} runs record it"
+    head += "):" if p["recorded"] == p["runs"] else "; the others predate it):"
+    commits = p["commits"]
+    ctext = (f"{commits[0][0]} ({commits[0][1]})" if len(commits) == 1 else
+             f"{len(commits)} commits: " + "; ".join(f"{c} ({clean}): {n} run{'s' if n != 1 else ''}"
+                                                    for c, clean, n in commits))
+    vers = "; ".join(f"{k} {v}" for k, v in p["versions"].items())
+    return [head, f"  - commit: {ctext}", f"  - CPU: {p['cpu']}", f"  - numerics: {p['numerics']}",
+            f"  - versions: {vers}"]
+
+
+def phase_walls(study: Study) -> dict:
+    """Summed wall-clock seconds (`run_seconds` ``wall``) of the study's runs and of the
+    selection's finished runs, each in all and per arm: ``{"study": (total, {arm: s}, runs),
+    "selection": (total, {arm: s}, runs) or None}``."""
+    def walls(pairs):
+        per: dict = {}
+        for arm, r in pairs:
+            per[arm] = per.get(arm, 0.0) + (run_seconds(r)["wall"] or 0.0)
+        return sum(per.values()), per, len(pairs)
+    out = {"study": walls([(a, r) for a, rs in study.arms.items() for r in rs.values()]), "selection": None}
+    if study.selection is not None:
+        sel = [r for r in study.selection["runs"] if r.status == "finished"]
+        pairs = [(arm_of(r), r) for r in sel]
+        order = {a: i for i, a in enumerate(study.arms)}
+        pairs.sort(key=lambda ar: (order.get(ar[0], len(order)), ar[0]))
+        out["selection"] = walls(pairs)
+    return out
+
+
+def _walls_text(name: str, w) -> str:
+    total, per, n = w
+    return (f"{name}: {total:.0f} s over {n} runs (" + ", ".join(f"{arm_name(a)} {v:.0f} s" for a, v in per.items())
+            + ")")
+
+
 def header(study: Study, design: Design) -> list[str]:
     """The report's opening: the command, the runs' provenance, seeds, methods and the time
     (nothing of the machine that builds the report but the statistics' library versions)."""
@@ -125,11 +200,13 @@ def header(study: Study, design: Design) -> list[str]:
     sweep_wall = f"{t['sweep_wall']:.0f} s ({t['sweep_wall_from']})" if t["sweep_wall"] is not None else \
         "not recorded (no start and end time in sweep.json or the summaries)"
     timed = [r for r in study.runs() if uncontended(r, study.sweep_json)]
+    walls = phase_walls(study)
+    sel_opt = f" --selection <folder {study.selection['name']}>" if study.selection is not None else ""
     lines = [
         f"# DeepSeekMath small study: {study.sweep_dir.name}", "",
-        f"- **Command:** `harness report <sweep folder {study.sweep_dir.name}> --study --output-dir <folder>`",
-        "- **Runs' provenance:** " + "; ".join(line.removeprefix("provenance: ")
-                                               for line in provenance_lines(study.runs())),
+        f"- **Command:** `harness report <sweep folder {study.sweep_dir.name}> --study{sel_opt} --output-dir <folder>`",
+        *_provenance_lines("Runs'", study.runs()),
+        *(_provenance_lines("Selection runs'", study.selection["runs"]) if study.selection is not None else []),
         f"- **Statistics computed with:** numpy {_version('numpy')}, scipy {_version('scipy')}",
         f"- **Seeds per algorithm (finished runs):** {seeds or 'none'}",
         f"- **In-domain set:** `{study.task}`; **out-of-domain set:** `{study.ood or 'not evaluated'}`",
@@ -143,6 +220,10 @@ def header(study: Study, design: Design) -> list[str]:
         f"{t['eval']:.0f} s, other {t['other']:.0f} s; runs' wall-clock {t['wall']:.0f} s; the sweep's "
         f"wall-clock: {sweep_wall}. Timed on an uncontended machine: {len(timed)} of {len(study.runs())} runs "
         "(the others' seconds are not used as a compute axis).",
+        "- **Wall time per phase** (runs' wall-clock seconds, summed): "
+        + (_walls_text("learning-rate selection", walls["selection"]) if walls["selection"] else
+           "learning-rate selection: no selection runs in this report")
+        + "; " + _walls_text("study", walls["study"]),
     ]
     if study.excluded:
         lines.append(f"- **Excluded runs:** {', '.join(study.excluded)}")
@@ -152,14 +233,24 @@ def header(study: Study, design: Design) -> list[str]:
 # --------------------------------------------------------------------------- Table 5
 
 
+def _has_valid_acc(study: Study, task) -> bool:
+    """Whether any run carries ``<task>/valid_acc`` (greedy correct with every step valid)."""
+    return bool(task) and any(is_number(r.final_eval.get(f"{task}/valid_acc"))
+                              or is_number(r.initial_eval.get(f"{task}/valid_acc")) for r in study.runs())
+
+
 def table5(study: Study) -> list[dict]:
     """Per arm: greedy accuracy (%) at the start and after RL, in-domain and out-of-domain,
-    mean and CI over seeds, and the paired gain."""
+    mean and CI over seeds, and the paired gain; the same for the valid-step accuracy
+    (``valid_acc``, columns ``<set>_valid_*``) of a set whose runs carry it."""
     rows = []
+    metrics = [(p, t, m) for p, t in (("id", study.task), ("ood", study.ood))
+               for m in ("acc", "valid_acc") if m == "acc" or _has_valid_acc(study, t)]
     for arm, runs in study.arms.items():
         row = {"algorithm": arm, "seeds": len(runs)}
-        for prefix, task in (("id", study.task), ("ood", study.ood)):
-            key = f"{task}/acc"
+        for set_prefix, task, metric in metrics:
+            prefix = set_prefix if metric == "acc" else f"{set_prefix}_valid"
+            key = f"{task}/{metric}"
             a = per_seed(runs, final(key), 100.0) if task else {}
             b = per_seed(runs, initial(key), 100.0) if task else {}
             for name, vals in (("start", b), ("after", a)):
@@ -173,21 +264,93 @@ def table5(study: Study) -> list[dict]:
 
 
 def table5_markdown(study: Study, rows: list[dict]) -> list[str]:
-    heads = ["algorithm", "seeds", f"{study.task} start", f"{study.task} after RL", "paired gain",
-             f"{study.ood or 'OOD'} start", f"{study.ood or 'OOD'} after RL", "paired gain"]
+    sets = [("id", study.task or "in-domain"), ("ood", study.ood or "OOD")]
+    heads, cols = ["algorithm", "seeds"], []
+    for p, name in sets:
+        heads += [f"{name} start", f"{name} after RL", "paired gain"]
+        cols.append(p)
+        if rows and f"{p}_valid_start_mean" in rows[0]:
+            heads += [f"{name} valid start", f"{name} valid after RL", "paired gain (valid)"]
+            cols.append(f"{p}_valid")
     body = []
     for r in rows:
         cells = [arm_name(r["algorithm"]), r["seeds"]]
-        for p in ("id", "ood"):
+        for p in cols:
             gain = {"mean": r[f"{p}_gain_mean"], "lo": r[f"{p}_gain_lo"], "hi": r[f"{p}_gain_hi"],
                     "n": r[f"{p}_gain_n"], "half": r[f"{p}_gain_hi"] - r[f"{p}_gain_mean"]}
             cells += [plus_minus(r[f"{p}_start_mean"], r[f"{p}_start_ci95"]),
                       plus_minus(r[f"{p}_after_mean"], r[f"{p}_after_ci95"]), with_interval(gain)]
         body.append(cells)
+    valid = ("; **valid**: greedy correct and every step of the derivation valid (the task's process rewards "
+             "all 1: `valid_acc`), beside the accuracy for each set whose runs record it") if any(
+        c.endswith("_valid") for c in cols) else ""
     return ["## Table 5 analogue: greedy accuracy before and after RL (%)", "",
             "Mean ± 95% CI over seeds; the start is each arm's own starting checkpoint (its runs' "
-            "`initial_eval`); the gain is paired by seed, shown as mean [95% CI] in points.", "",
+            "`initial_eval`); the gain is paired by seed, shown as mean [95% CI] in points" + valid + ".", "",
             table(heads, body, style="markdown"), ""]
+
+
+# --------------------------------------------------------------------------- guessing floor
+
+
+def guessing_floors(study: Study) -> list[dict]:
+    """Per evaluation set (in-domain, out-of-domain): the guessing floor (`problems.guessing_floor`:
+    the accuracy of always answering the set's most frequent gold answer, from the runs'
+    per-problem records, every run's problems pooled) and per arm the mean over seeds of the
+    greedy accuracy, of acc − valid_acc (correct answers over an invalid derivation) at the start
+    and after RL, and of the accuracy after RL above the floor (all in points)."""
+    out = []
+    for task in [t for t in (study.task, study.ood) if t]:
+        golds: dict = {}
+        for r in study.runs():
+            for i, g in gold_keys(r, task, study.records_cache).items():
+                golds.setdefault(i, g)
+        fl = guessing_floor(golds)
+        row = {"task": task, "floor": fl, "arms": []}
+        for arm, runs in study.arms.items():
+            a = {}
+            for side, get in (("start", initial), ("after", final)):
+                acc = per_seed(runs, get(f"{task}/acc"), 100.0)
+                val = per_seed(runs, get(f"{task}/valid_acc"), 100.0)
+                both = sorted(set(acc) & set(val))
+                a[f"{side}_acc"] = float(np.mean(list(acc.values()))) if acc else None
+                a[f"{side}_invalid"] = float(np.mean([acc[s] - val[s] for s in both])) if both else None
+            a["above_floor"] = a["after_acc"] - 100.0 * fl["floor"] if fl and a["after_acc"] is not None else None
+            row["arms"].append({"algorithm": arm, **a})
+        out.append(row)
+    return out
+
+
+def _pts(v, sign: bool = False) -> str:
+    return "—" if v is None else format(v, "+.1f" if sign else ".1f")
+
+
+def guessing_floor_markdown(study: Study, rows: list[dict]) -> list[str]:
+    lines = ["## Guessing floor and valid steps", "",
+             "**Guessing floor**: the accuracy of the best constant answer, the share of a set's problems whose gold "
+             "answer (its answer key) is the set's most frequent one, from the per-problem records. **Correct, step "
+             "invalid**: acc − valid_acc, the share of problems answered correctly by greedy decoding over a "
+             "derivation with an invalid step, at the start and after RL. Means over seeds, in points.", ""]
+    for row in rows:
+        fl, task = row["floor"], row["task"]
+        if fl is None:
+            lines += [f"`{task}`: no per-problem records with gold answers: no guessing floor.", ""]
+            continue
+        lines += [f"**`{task}`**: guessing floor {100 * fl['floor']:.1f}% ({fl['count']} of {fl['problems']} problems "
+                  f"have the most frequent gold answer, {fl['answer']}).", ""]
+        body = [[arm_name(a["algorithm"]), _pts(a["start_acc"]), _pts(a["start_invalid"]), _pts(a["after_acc"]),
+                 _pts(a["after_invalid"]), _pts(a["above_floor"], True)] for a in row["arms"]]
+        lines += [table(["algorithm", "start acc", "start: correct, step invalid", "after RL acc",
+                         "after RL: correct, step invalid", "after RL − floor"], body, style="markdown"), ""]
+        if task == study.ood:
+            g = next((a for a in row["arms"] if a["algorithm"] == "grpo"), None) or (row["arms"] or [None])[0]
+            if g is not None and g["above_floor"] is not None:
+                lines += [f"Out-of-domain: {arm_name(g['algorithm'])}'s accuracy after RL, {g['after_acc']:.1f}%, is "
+                          f"{g['above_floor']:+.1f} points above the guessing floor of {100 * fl['floor']:.1f}% (the "
+                          f"start: {_pts(g['start_acc'])}%, "
+                          f"{_pts(None if g['start_acc'] is None else g['start_acc'] - 100 * fl['floor'], True)} "
+                          "points).", ""]
+    return lines
 
 
 # --------------------------------------------------------------------------- large-K check
@@ -201,27 +364,39 @@ def _cross(start: list, arm: list, ks: list) -> object:
     return next((k for k, s, a in zip(ks, start, arm) if s > a), None)
 
 
+def valid_pass_prefix(study: Study, task: str) -> str:
+    """``"valid_"`` when every run carries ``<task>/valid_pass@K`` for K = 1..n at the start and
+    the end (the large-K check then counts valid-step solutions only), else ``""``."""
+    n = study.ks.get(task)
+    ok = bool(n) and all(is_number(e.get(f"{task}/valid_pass@{k}")) for r in study.runs()
+                         for e in (r.initial_eval, r.final_eval) for k in range(1, n + 1))
+    return "valid_" if ok else ""
+
+
 def large_k_check(study: Study, task: str) -> list[dict]:
     """Per arm: does the start's pass@K cross above the arm's as K grows, and at which K, on
-    the means over seeds and per seed; and the paired pass@n difference arm - start."""
+    the means over seeds and per seed; and the paired pass@n difference arm - start. Over
+    valid-step solutions (``valid_pass@K``) when every run carries them (`valid_pass_prefix`)."""
     n = study.ks.get(task)
     out = []
     if not n:
         return out
     ks = list(range(1, n + 1))
+    v = valid_pass_prefix(study, task)
     for arm, runs in study.arms.items():
-        fin = {k: per_seed(runs, final(f"{task}/pass@{k}")) for k in ks}
-        ini = {k: per_seed(runs, initial(f"{task}/pass@{k}")) for k in ks}
+        fin = {k: per_seed(runs, final(f"{task}/{v}pass@{k}")) for k in ks}
+        ini = {k: per_seed(runs, initial(f"{task}/{v}pass@{k}")) for k in ks}
         seeds = sorted(set.intersection(*[set(fin[k]) & set(ini[k]) for k in ks]))
         if not seeds:
-            out.append({"algorithm": arm, "n": n, "seeds": [], "mean_cross": None, "per_seed": {}, "diff_at_n": None})
+            out.append({"algorithm": arm, "n": n, "seeds": [], "mean_cross": None, "per_seed": {}, "diff_at_n": None,
+                        "metric": f"{v}pass"})
             continue
         ms = [float(np.mean([ini[k][s] for s in seeds])) for k in ks]
         ma = [float(np.mean([fin[k][s] for s in seeds])) for k in ks]
         per = {s: _cross([ini[k][s] for k in ks], [fin[k][s] for k in ks], ks) for s in seeds}
         d = paired_diff_ci({s: 100 * fin[n][s] for s in seeds}, {s: 100 * ini[n][s] for s in seeds}, LEVEL)
         out.append({"algorithm": arm, "n": n, "seeds": seeds, "mean_cross": _cross(ms, ma, ks), "per_seed": per,
-                    "diff_at_n": d, "start_mean": ms, "arm_mean": ma})
+                    "diff_at_n": d, "start_mean": ms, "arm_mean": ma, "metric": f"{v}pass"})
     return out
 
 
@@ -240,14 +415,57 @@ def large_k_markdown(study: Study) -> list[str]:
         body = [[arm_name(r["algorithm"]), len(r["seeds"]), _k_text(r["mean_cross"]),
                  ", ".join(f"s{s}: {_k_text(k)}" for s, k in r["per_seed"].items()) or "—",
                  with_interval(r["diff_at_n"]) if r["diff_at_n"] else "no data"] for r in rows]
-        lines += [f"**`{task}`** (K = 1..{rows[0]['n']})", "",
+        metric = rows[0]["metric"]
+        what = ("valid-step solutions only (valid_pass@K: a sample with an invalid step counts as wrong)"
+                if metric == "valid_pass" else
+                "all correct answers: the runs carry no valid_pass@K (older evaluator), so invalid derivations count")
+        lines += [f"**`{task}`** (K = 1..{rows[0]['n']}; {what})", "",
                   table(["algorithm", "seeds", "crossing K (means)", "crossing K per seed",
-                         f"pass@{rows[0]['n']} arm − start"], body, style="markdown"), ""]
+                         f"{metric}@{rows[0]['n']} arm − start"], body, style="markdown"), ""]
     return lines
 
 
 def _k_text(k) -> str:
     return "never" if k is None else str(k)
+
+
+# --------------------------------------------------------------------------- learning-rate selection
+
+
+def _knob(k: str) -> str:
+    return {"train.lr": "lr", "algorithm.kl_coef": "beta (kl_coef)", "algorithm.beta": "beta"}.get(k, k)
+
+
+def selection_markdown(study: Study, where: str) -> list[str]:
+    """The learning-rate selection table (every candidate per arm with its per-seed validation
+    accuracies, mean, seeds and the winner) and the check of the study's arms against it."""
+    head = ["## Learning-rate selection (validation split)", ""]
+    sel = study.selection
+    if sel is None:
+        return head + [f"The learning rates were not selected in this report ({where}).", ""]
+    groups = sel["groups"]
+    task = groups[0]["task"] if groups else study.task
+    lines = head + [
+        f"Selection runs: folder `{sel['name']}` ({where}); {len(sel['runs'])} runs, "
+        f"{sel['disjoint']} trained with `task.disjoint_validation: true`. Each arm (named as the study names it) "
+        f"was trained at every candidate; a candidate's score is its runs' `final_val_eval` `eval/{task}/acc` "
+        "(the validation split), averaged over seeds; the winner has the highest mean, ties to the smaller "
+        "learning rate (then the smaller beta). The selection reads only the validation split, never the test "
+        "split's results. Accuracies in %.", ""]
+    body = []
+    for g in groups:
+        for c in g["candidates"]:
+            body.append([arm_name(g["group"]),
+                         ", ".join(f"{_knob(k)} {value_text(v)}" for k, v in zip(g["knobs"], c["values"])),
+                         ", ".join(f"s{s}: {100 * a:.1f}" for s, a in c["per_seed"].items()), f"{100 * c['mean']:.2f}",
+                         c["n"], "**winner**" if c["values"] == g["winner"] else ""])
+    lines += [table(["arm", "candidate", "validation acc per seed", "mean", "seeds", ""], body, style="markdown")
+              if body else "No selection run has a validation accuracy.", ""]
+    if sel["skipped"]:
+        lines += [f"- not scored (no validation accuracy, or not finished): {', '.join(sel['skipped'])}"]
+    for arm, text in selection_check(study):
+        lines.append(f"- {arm_name(arm)} ({arm}): " + (text or "runs at the selection's winner"))
+    return lines + [""]
 
 
 # --------------------------------------------------------------------------- compute curves
@@ -397,15 +615,20 @@ def _cell(v):
 
 
 def build_study_report(sweep_dir, out_dir=None, n_boot: int = N_BOOT, seed: int = 0,
-                       design: Design | None = None) -> Path:
+                       design: Design | None = None, selection_dir=None) -> Path:
     """Write the study report of a finished sweep into ``out_dir`` (default
     ``<sweep_dir>/study``): report.md, claims.csv, table5.csv, compute_curves.csv and
     plots/*.png. ``n_boot``/``seed``: the compute curves' bootstrap; ``design``: the claims'
-    decision rules (default `DESIGN`). Returns the path of report.md."""
+    decision rules (default `DESIGN`); ``selection_dir``: the learning-rate selection's runs
+    (default: ``<sweep_dir>/selection``, else sweep.json's ``report.selection``; see
+    `study_data.find_selection_dir`). Returns the path of report.md."""
     design = design or DESIGN
     study = load_study(sweep_dir)
     if not study.arms:
         raise FileNotFoundError(f"no finished runs with a seed in {sweep_dir}")
+    sel_dir, where = find_selection_dir(sweep_dir, selection_dir, study.sweep_json)
+    if sel_dir is not None:
+        study.selection = load_selection(sel_dir)
     out = Path(out_dir) if out_dir is not None else Path(sweep_dir) / "study"
     (out / "plots").mkdir(parents=True, exist_ok=True)
     t5, curve_rows, claim_rows = table5(study), compute_curves(study, n_boot, seed), claims(study, design)
@@ -417,7 +640,8 @@ def build_study_report(sweep_dir, out_dir=None, n_boot: int = N_BOOT, seed: int 
     _write_csv(out / "table5.csv", t5)
     _write_csv(out / "claims.csv", claims_csv_rows(claim_rows))
     _write_csv(out / "compute_curves.csv", curve_rows)
-    lines = (header(study, design) + table5_markdown(study, t5) + figures_markdown(plots) + large_k_markdown(study)
-             + compute_curves_markdown(study, curve_rows) + claims_markdown(claim_rows, design))
+    lines = (header(study, design) + selection_markdown(study, where) + table5_markdown(study, t5)
+             + guessing_floor_markdown(study, guessing_floors(study)) + figures_markdown(plots)
+             + large_k_markdown(study) + compute_curves_markdown(study, curve_rows) + claims_markdown(claim_rows, design))
     (out / "report.md").write_text("\n".join(lines))
     return out / "report.md"

@@ -31,6 +31,8 @@ RULES = {
                "Holm, with the mean's sign as predicted / the other way (at the look that decided it); "
                "equivalent: not that, and the TOST (H0: |difference| >= SESOI) is rejected after Holm; otherwise "
                "underpowered"),
+    "first_part": ("the claim's verdict is its first part's (the accuracy); the second part (valid-step "
+                   "accuracy) is tested beside it, in the family, and shown with its own part verdict"),
     "maj_pass": ("parts: the maj@n gain (predicted > 0) and the pass@n gain (predicted not > 0: its own "
                  "'reproduced' means below 0); reproduced when maj@n is reproduced and pass@n is reproduced or "
                  "equivalent; contradicted when pass@n is contradicted (a lift), or maj@n is contradicted or "
@@ -59,6 +61,7 @@ class ClaimSpec:
     comparison: str
     rule: str
     parts: list
+    note: str = ""                       # one line the report prints under the claims (e.g. a fallback)
 
     @property
     def arms(self) -> list:
@@ -106,9 +109,29 @@ def _samples_part(study: Study, arm_a: str, arm_b: str) -> PartSpec:
     return PartSpec("samples to the lower final accuracy", "samples", arm_a, arm_b, 1, diff, sesoi=sesoi)
 
 
+def carries(study: Study, arm: str, metric: str, sides=("final", "initial"), every: bool = True) -> bool:
+    """Whether the arm's runs carry ``metric`` (``<task>/<name>``) at each of ``sides``: every run
+    (``every``), or at least one."""
+    runs = list(study.arms.get(arm, {}).values())
+    has = [all(is_number(_side(side, metric)(r)) for side in sides) for r in runs]
+    return bool(runs) and (all(has) if every else any(has))
+
+
 def claim_specs(study: Study) -> list:
-    """The study's claims (1-6 always; 7 and 8 when their arms ran)."""
+    """The study's claims (1-6 always; 7 and 8 when their arms ran). Claim 3 counts valid-step
+    solutions (``valid_maj@n`` / ``valid_pass@n``) when every GRPO run carries both at the start
+    and the end, else the plain metrics with a note; claim 6 adds a second part on the OOD
+    ``valid_acc`` when some GRPO run carries it at both ends (docs/study.md)."""
     t, o, n = study.task, study.ood or f"{study.task}_ood", study.ks.get(study.task, 0)
+    valid3 = n > 0 and all(carries(study, "grpo", f"{t}/valid_{m}@{n}") for m in ("maj", "pass"))
+    v = "valid_" if valid3 else ""
+    note3 = ("counted over valid-step solutions only (valid_maj@n, valid_pass@n: a sample with an invalid step "
+             "counts as wrong)" if valid3 else
+             "the runs carry no valid-step maj@n / pass@n (older evaluator): counted over all correct answers")
+    valid6 = carries(study, "grpo", f"{o}/valid_acc", every=False)
+    part6 = [accuracy_part(f"{o}/acc", o, "acc", "grpo", "final", "grpo", "initial", 1)]
+    if valid6:
+        part6.append(accuracy_part(f"{o}/valid_acc", o, "valid_acc", "grpo", "final", "grpo", "initial", 1))
     acc = f"{t}/acc"
     if "grpo_ps_prm_r4" in study.arms and "grpo_ps_prm" in study.arms:
         it = ("grpo_ps_prm_r4", "grpo_ps_prm", "4 rounds of iterative RL (PRM retrained, reference reset) vs 1")
@@ -120,16 +143,18 @@ def claim_specs(study: Study) -> list:
         ClaimSpec("2", "GRPO > online RFT", f"grpo − rft: final {acc} (points)", "simple",
                   [accuracy_part(acc, t, "acc", "grpo", "final", "rft", "final", 1)]),
         ClaimSpec("3", "RL lifts Maj@K but not Pass@K (GRPO)",
-                  f"grpo after RL − its start: {t}/maj@{n} and {t}/pass@{n} (points)", "maj_pass",
-                  [accuracy_part(f"maj@{n}", t, f"maj@{n}", "grpo", "final", "grpo", "initial", 1),
-                   accuracy_part(f"pass@{n}", t, f"pass@{n}", "grpo", "final", "grpo", "initial", -1)]),
+                  f"grpo after RL − its start: {t}/{v}maj@{n} and {t}/{v}pass@{n} (points)", "maj_pass",
+                  [accuracy_part(f"{v}maj@{n}", t, f"{v}maj@{n}", "grpo", "final", "grpo", "initial", 1),
+                   accuracy_part(f"{v}pass@{n}", t, f"{v}pass@{n}", "grpo", "final", "grpo", "initial", -1)],
+                  note=note3),
         ClaimSpec("4", "Iterative RL helps", f"{it[0]} − {it[1]}: final {acc} (points; {it[2]})", "simple",
                   [accuracy_part(acc, t, "acc", it[0], "final", it[1], "final", 1)]),
         ClaimSpec("5", "GRPO needs less memory than PPO at equal policy size",
                   f"grpo − ppo: peak RSS (MiB; expected < 0); {_policy_sizes(study, ('grpo', 'ppo'))}", "simple",
                   [_memory_part("grpo", "ppo")]),
-        ClaimSpec("6", "RL improves out-of-domain too (GRPO)", f"grpo after RL − its start: {o}/acc (points)", "simple",
-                  [accuracy_part(f"{o}/acc", o, "acc", "grpo", "final", "grpo", "initial", 1)]),
+        ClaimSpec("6", "RL improves out-of-domain too (GRPO)",
+                  f"grpo after RL − its start: {o}/acc" + (f" (the verdict) and {o}/valid_acc" if valid6 else "")
+                  + " (points)", "first_part" if valid6 else "simple", part6),
     ]
     if "prime" in study.arms and "rloo" in study.arms:
         specs.append(ClaimSpec("7", "PRIME reaches RLOO's accuracy with fewer samples",
@@ -196,7 +221,7 @@ def claims(study: Study, design: Design) -> list:
     for spec in claim_specs(study):
         missing = [a for a in spec.arms if a not in study.arms]
         row = {"id": spec.id, "claim": spec.claim, "comparison": spec.comparison, "rule": spec.rule,
-               "arms": spec.arms, "not_run": missing, "parts": [], "verdict": "not run", "n_pairs": 0}
+               "note": spec.note, "arms": spec.arms, "not_run": missing, "parts": [], "verdict": "not run", "n_pairs": 0}
         out.append(row)
         if missing:
             continue
@@ -309,6 +334,8 @@ def claims_markdown(rows: list, design: Design) -> list:
                             f"{_p(r['holm_p_diff'])} / {_p(r['holm_p_tost'])}", r["verdict"], _needed(r)])
             if r["note"]:
                 notes.append(f"- claim {c['id']} {d.what}: {r['note']}")
+        if c.get("note"):
+            notes.append(f"- claim {c['id']}: {c['note']}")
     fr = [n / design.cap for n in design.looks]
     lv = nominal_levels(fr, design.alpha, design.spending) if design.sequential else [design.alpha]
     looks = ", ".join(f"{n}: {v:.3g}" for n, v in zip(design.looks, lv))

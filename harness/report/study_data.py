@@ -11,6 +11,12 @@ runs carries a FLOP counter (`FLOP_KEYS`); ``seconds`` only when every run of th
 flagged as timed on an uncontended machine (`uncontended`: summary.json ``timing.uncontended:
 true``, or sweep.json ``uncontended: true``): seconds measured beside other jobs say more about
 the neighbours than about the algorithm.
+
+The learning-rate selection (`find_selection_dir`, `load_selection`): the runs of a separate
+sweep that trains each arm at candidate learning rates (and KL coefficients) and scores them on
+the validation split (``final_val_eval``); its folder is the explicit one, else
+``<sweep_dir>/selection``, else sweep.json's ``report.selection`` (relative to the sweep folder).
+The study's own runs never include that subfolder.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from algorithms.presets import DISPLAY_NAMES
-from harness.report.aggregate import load_sweep_runs
+from harness.report.aggregate import SELECTION_KNOBS, knob_value, load_sweep_runs, validation_selection
 from harness.rundir.layout import read_json
 from harness.rundir.read import RunData, is_number, k_of, split_metric
 
@@ -31,6 +37,8 @@ ARM_ORDER = ("grpo", "grpo_ps", "rft", "ppo", "grpo_iter", "dr_grpo", "rloo", "g
 FLOP_KEYS = ("flops", "perf/flops")
 """Row keys read as a cumulative FLOP counter (the first one present)."""
 RM_NAMES = {"prm": "learned PRM", "orm": "learned ORM", "implicit": "implicit PRM"}
+SELECTION_DIR = "selection"
+"""The learning-rate selection's runs inside a study sweep folder (`find_selection_dir`)."""
 
 
 @dataclass
@@ -44,6 +52,7 @@ class Study:
     excluded: list = field(default_factory=list)     # "run_id (reason)"
     sweep_json: dict = field(default_factory=dict)
     records_cache: dict = field(default_factory=dict)  # problems.problem_values' cache
+    selection: Optional[dict] = None                  # `load_selection`'s, when a selection folder was found
 
     def runs(self) -> list:
         return [r for runs in self.arms.values() for r in runs.values()]
@@ -89,7 +98,7 @@ def load_study(sweep_dir) -> Study:
     run without a seed, is excluded and listed); the in-domain task (the runs' configured
     task), the out-of-domain one (an evaluated task named ``*_ood``) and the largest K."""
     sweep_dir = Path(sweep_dir)
-    runs = load_sweep_runs(sweep_dir)
+    runs = [r for r in load_sweep_runs(sweep_dir) if r.run_dir.name != SELECTION_DIR]
     arms: dict[str, dict[int, RunData]] = {}
     excluded = []
     for r in runs:
@@ -206,3 +215,59 @@ def samples_to_reach(run: RunData, task: str, target: float) -> Optional[float]:
         if y[i] >= target:
             return float(x[i - 1] + (target - y[i - 1]) * (x[i] - x[i - 1]) / (y[i] - y[i - 1]))
     return None
+
+
+# --------------------------------------------------------------------------- learning-rate selection
+
+
+def find_selection_dir(sweep_dir, selection_dir=None, sweep_json: Optional[dict] = None) -> tuple:
+    """``(folder or None, how it was found)``: ``selection_dir`` when given (the CLI's
+    ``--selection``); else ``<sweep_dir>/selection`` when that folder exists; else sweep.json's
+    ``report.selection`` (a path relative to the sweep folder, or absolute) when that folder
+    exists; else ``(None, why)``."""
+    sweep_dir = Path(sweep_dir)
+    if selection_dir is not None:
+        return Path(selection_dir), "given with --selection"
+    if (sweep_dir / SELECTION_DIR).is_dir():
+        return sweep_dir / SELECTION_DIR, f"the sweep folder's {SELECTION_DIR}/"
+    rep = (sweep_json or {}).get("report")
+    path = rep.get("selection") if isinstance(rep, dict) else None
+    if isinstance(path, str) and path:
+        p = Path(path) if Path(path).is_absolute() else sweep_dir / path
+        if p.is_dir():
+            return p, "sweep.json report.selection"
+        return None, f"sweep.json's report.selection {path} is not a folder"
+    return None, "no selection folder"
+
+
+def load_selection(selection_dir) -> dict:
+    """The selection runs of a folder (`find_selection_dir`), per study arm (`arm_of`):
+    `aggregate.validation_selection` over `aggregate.SELECTION_KNOBS`, plus ``"runs"`` (the
+    folder's runs), ``"name"`` (the folder's name) and ``"disjoint"`` (how many runs were trained
+    with ``task.disjoint_validation: true``)."""
+    runs = load_sweep_runs(selection_dir)
+    sel = validation_selection(runs, arm_of, SELECTION_KNOBS)
+    sel.update(runs=runs, name=Path(selection_dir).name,
+               disjoint=sum(1 for r in runs if knob_value(r, "task.disjoint_validation") is True))
+    return sel
+
+
+def selection_check(study: Study) -> list:
+    """Per study arm: ``(arm, None)`` when its runs use the selection's winner, else ``(arm,
+    text)`` saying what differs, or that the selection has no entry for the arm."""
+    if study.selection is None:
+        return []
+    winners = {g["group"]: g for g in study.selection["groups"]}
+    out = []
+    for arm, runs in study.arms.items():
+        g = winners.get(arm)
+        if g is None:
+            out.append((arm, "no selection entry (its learning rate was not selected here)"))
+            continue
+        diffs = []
+        for k, w in zip(g["knobs"], g["winner"]):
+            used = sorted({repr(knob_value(r, k)) for r in runs.values()})
+            if used != [repr(w)]:
+                diffs.append(f"{k} {', '.join(used)} (the selection's winner: {w!r})")
+        out.append((arm, "mismatch: runs at " + "; ".join(diffs) if diffs else None))
+    return out

@@ -155,17 +155,22 @@ STUDY_PROBLEMS = 500                             # held-out problems per task (a
 STUDY_TASKS = ("arith", "arith_ood")
 
 
-def eval_records(task: str, correct: list, curves: dict | None = None, spread: float = 0.0) -> list[dict]:
+def eval_records(task: str, correct: list, curves: dict | None = None, spread: float = 0.0,
+                 valid: list | None = None, golds: list | None = None) -> list[dict]:
     """Per-problem records in `evals.records`' format (completions left out, as in a trimmed
     copy): ``greedy.correct`` from ``correct``; with ``curves`` (``{"pass": [pass@1..n],
     "maj": [...]}``) every problem's ``pass@k`` / ``maj@k`` lists are those values, plus and
-    minus ``spread`` on alternate problems (an even count: the mean is exactly the curve)."""
+    minus ``spread`` on alternate problems (an even count: the mean is exactly the curve).
+    ``valid``: the greedy items' ``valid`` flags; ``golds``: the gold answers (default ``str(i)``)."""
     recs = []
     for i, ok in enumerate(correct):
-        rec = {"id": f"{task}-{i}", "question": None, "gold": str(i),
-               "greedy": {"completion": None, "answer": str(i) if ok else "x", "key": str(i) if ok else "x",
+        gold = golds[i] if golds else str(i)
+        rec = {"id": f"{task}-{i}", "question": None, "gold": gold,
+               "greedy": {"completion": None, "answer": gold if ok else "x", "key": gold if ok else "x",
                           "correct": bool(ok), "finished": True, "num_tokens": 12},
                "samples": []}
+        if valid is not None:
+            rec["greedy"]["valid"] = bool(valid[i])
         if curves:
             sign = spread if i % 2 == 0 else -spread
             for kind in ("pass", "maj"):
@@ -185,6 +190,21 @@ def greedy_pattern(acc: float, n: int, key: tuple, jitter: float = 0.3) -> list[
     return [i in right for i in range(n)]
 
 
+def sample_records(task: str, problems: list, golds: list | None = None) -> list[dict]:
+    """Records with samples, valid-step flags included: ``problems`` is one list per problem of
+    ``(correct, valid)`` per sample (every sample of a problem answers the gold, or "x" when
+    wrong); the greedy item is the first sample. ``num_correct`` / ``num_valid`` are counted."""
+    recs = []
+    for i, items in enumerate(problems):
+        gold = golds[i] if golds else str(i)
+        samples = [{"completion": None, "answer": gold if ok else "x", "key": gold if ok else "x", "correct": ok,
+                    "finished": True, "num_tokens": 10, "valid": ok and va} for ok, va in items]
+        recs.append({"id": f"{task}-{i}", "question": None, "gold": gold, "greedy": dict(samples[0]),
+                     "samples": samples, "num_correct": sum(s["correct"] for s in samples),
+                     "num_valid": sum(s["valid"] for s in samples)})
+    return recs
+
+
 def _study_evals(v: dict, ks: tuple) -> dict:
     e = {"eval/arith/acc": v["acc"], "eval/arith/mean_acc": v["acc"], "eval/arith_ood/acc": v["ood"],
          "eval/arith/seconds": 1.5, "eval/arith_ood/seconds": 0.5,
@@ -192,20 +212,30 @@ def _study_evals(v: dict, ks: tuple) -> dict:
     for k, p, m in zip(ks, v["pass"], v["maj"]):
         e.update({f"eval/arith/pass@{k}": p, f"eval/arith/maj@{k}": m,
                   f"eval/arith_ood/pass@{k}": min(1.0, p - 0.2), f"eval/arith_ood/maj@{k}": m - 0.2})
+    for key, task in (("valid_acc", "arith"), ("ood_valid", "arith_ood")):
+        if key in v:
+            e[f"eval/{task}/valid_acc"] = v[key]
     return e
 
 
 def make_study_run(root: Path, algo: str, seed: int, *, start: dict, final: dict, rss: float,
                    iterative: bool = False, reward_model: dict | None = None, samples=STUDY_SAMPLES,
                    records: bool = True, spread: float = 0.01, flops_per_sample: float | None = None,
-                   uncontended: bool = False, arm_key: str | None = None) -> Path:
+                   uncontended: bool = False, arm_key: str | None = None, lr: float | None = None,
+                   kl_coef: float | None = None, val_acc: float | None = None, provenance: dict | None = None,
+                   started: float | None = None, wall: float | None = None) -> Path:
     """One finished study run: summary.json, metrics.jsonl (evaluation rows at ``samples``,
     accuracy rising from ``start`` to ``final`` along a saturating curve) and, with ``records``,
     the per-problem records of the start and final evaluations of both tasks, consistent with
     the summary (their means are its accuracies, pass@K and maj@K). ``start`` / ``final``:
     ``{"acc", "ood", "pass": [pass@1..], "maj": [maj@1..]}`` (K = 1..len). ``reward_model``: the
     config section (``{"type": "prm", "rounds": 4}``); ``flops_per_sample``: a ``flops``
-    counter on every row; ``uncontended``: the summary's ``timing.uncontended`` flag."""
+    counter on every row; ``uncontended``: the summary's ``timing.uncontended`` flag. ``start`` /
+    ``final`` may add ``valid_acc`` / ``ood_valid`` (greedy valid-step accuracies: the records'
+    greedy ``valid`` flags, the first correct problems in order). ``lr`` / ``kl_coef``: config
+    ``train.lr`` / ``algorithm.kl_coef``; ``val_acc``: a ``final_val_eval`` (a selection run, with
+    ``task.disjoint_validation``); ``provenance``: the summary's; ``started`` / ``wall``: the
+    summary's ``started`` and ``ended = started + wall``."""
     ks = tuple(range(1, len(final["pass"]) + 1))
     initial, fin = _study_evals(start, ks), _study_evals(final, ks)
     arm_key = arm_key or f"{algo}{iterative}{reward_model}"
@@ -234,12 +264,23 @@ def make_study_run(root: Path, algo: str, seed: int, *, start: dict, final: dict
                 else:
                     curves = {"pass": [min(1.0, p - 0.2) for p in v["pass"]], "maj": [m - 0.2 for m in v["maj"]]}
                 correct = greedy_pattern(acc, STUDY_PROBLEMS, (*who, seed, task))
-                recs = eval_records(task, correct, curves, spread)
+                vkey = "valid_acc" if task == "arith" else "ood_valid"
+                valid = None
+                if vkey in v:
+                    right = [i for i, ok in enumerate(correct) if ok][:int(round(v[vkey] * STUDY_PROBLEMS))]
+                    valid = [i in set(right) for i in range(STUDY_PROBLEMS)]
+                recs = eval_records(task, correct, curves, spread, valid=valid)
                 (d / "eval" / f"{task}_{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     config = {"name": "study", "seed": seed, "algorithm": {"name": algo, "ref_reset_every": 4 if iterative else 0},
               "task": {"name": "arith"}, "budget": {"unit": "samples", "amount": samples[-1]}}
     if reward_model:
         config["reward_model"] = dict(reward_model)
+    if lr is not None:
+        config["train"] = {"lr": lr}
+    if kl_coef is not None:
+        config["algorithm"]["kl_coef"] = kl_coef
+    if val_acc is not None:
+        config["task"]["disjoint_validation"] = True
     summary = {"run_id": d.name, "name": "study", "algorithm": algo, "seed": seed, "status": "finished",
                "config": config, "initial_eval": initial, "final_eval": fin,
                "budget": {"unit": "samples", "amount": samples[-1],
@@ -249,5 +290,11 @@ def make_study_run(root: Path, algo: str, seed: int, *, start: dict, final: dict
                "wall_seconds": rows[-1]["seconds"] + 50.0, "perf": {"perf/peak_rss_mb": rss}}
     if uncontended:
         summary["timing"] = {"uncontended": True}
+    if val_acc is not None:
+        summary["final_val_eval"] = {"eval/arith/acc": val_acc, "eval/arith/num_problems": 500}
+    if provenance is not None:
+        summary["provenance"] = provenance
+    if started is not None:
+        summary.update(started=started, ended=started + (wall if wall is not None else 100.0))
     (d / "summary.json").write_text(json.dumps(summary))
     return d
