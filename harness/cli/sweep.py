@@ -11,14 +11,16 @@ from harness.sweep.spec import LAUNCHER_TYPES, SweepError
 # loaded when a sweep runs (torch, numpy, trackers), so `--help` answers at once
 sweep_run = lazy("harness.sweep.run")
 report_build = lazy("harness.report.build")
+report_study = lazy("harness.report.study")
 report_upload = lazy("harness.tracking.report_upload")
 
 
 DESCRIPTION = ("Expand a sweep file's grid into runs (algorithms x seeds x ...) at one matched budget, "
                "print the plan, launch the unfinished runs (a finished run is never redone, an "
                "interrupted or failed one resumes from its checkpoint), show a live table with ETAs, "
-               "and write the report when every run finished. The sweep file format: docs/sweeps.md "
-               "(or harness/sweep/spec.py).")
+               "and write the report when every run finished (with report.study: true, also the study report "
+               "in <sweep_dir>/study, reading report.selection's learning-rate selection runs). The sweep "
+               "file format: docs/sweeps.md (or harness/sweep/spec.py).")
 
 
 def cmd_sweep(args) -> int:
@@ -38,7 +40,37 @@ def cmd_sweep(args) -> int:
     print("", flush=True)
     progress: bool | str = False if args.no_progress else True
     rc = sweep_run.run_sweep(sw, only=split_list(args.only), skip_failed=args.skip_failed, progress=progress, refresh=args.refresh)
-    return _write_report(sw) if rc == 0 else rc
+    if rc != 0:
+        if sw.report_study:
+            _study_not_written(sw)
+        return rc
+    rc = _write_report(sw)
+    if sw.report_study:
+        rc = max(rc, _write_study(sw))
+    return rc
+
+
+def _study_not_written(sw) -> None:
+    """Runs failed (or were interrupted, or not selected): say which, and that no study report was written."""
+    left = sweep_run.unfinished_runs(sw)
+    which = ", ".join(f"{rid} ({st})" for rid, st in left[:10]) + (f" and {len(left) - 10} more" if len(left) > 10 else "")
+    print(f"\nstudy report not written: {len(left)} run(s) not finished: {which or 'none recorded'}; "
+          f"re-run the same command to finish them, and the study report is written at the end")
+
+
+def _write_study(sw) -> int:
+    """report.study: every run finished, so the study report (harness.report.study) into <sweep_dir>/study."""
+    kw = {"selection_dir": sw.report_selection} if sw.report_selection is not None else {}
+    retry = f"harness report {sw.sweep_dir} --study" + (f" --selection {sw.report_selection}" if kw else "")
+    try:
+        path = report_study.build_study_report(sw.sweep_dir, sw.study_dir, **kw)
+    except Exception as e:  # the runs are done; say so and how to retry the study report alone
+        print(f"harness sweep: every run finished but the study report failed ({type(e).__name__}: {e}); "
+              f"retry with `{retry}`", file=sys.stderr)
+        return 1
+    sel = f" (learning-rate selection: {sw.report_selection})" if kw else ""
+    print(f"study report: {path}{sel}")
+    return 0
 
 
 def _write_report(sw) -> int:

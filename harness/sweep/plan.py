@@ -27,9 +27,10 @@ from harness.rundir.layout import SUMMARY, read_json, warn_once
 from harness.rundir.read import finished_problem
 from harness.sweep.spec import (LaunchOptions, SweepError, algorithms_section, apply_overrides, base_config,
                                 budget_section, check_algorithm, check_key, check_top_level, fmt_value, grid_section,
-                                launcher_section, read_sweep_file, report_section, valid_algorithms)
+                                launcher_section, read_sweep_file, report_options, valid_algorithms)
 
-__all__ = ["PlannedRun", "Sweep", "load_sweep", "expand_sweep", "format_plan", "per_step", "cell_label"]
+__all__ = ["PlannedRun", "Sweep", "load_sweep", "expand_sweep", "format_plan", "study_line", "per_step",
+           "cell_label"]
 
 
 @dataclass
@@ -60,10 +61,19 @@ class Sweep:
     varying: list[str]
     report_columns: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    report_study: bool = False
+    """report.study: write the study report (``<sweep_dir>/study``) when every run finished."""
+    report_selection: Optional[Path] = None
+    """report.selection, resolved: the learning-rate-selection folder the study report reads."""
 
     @property
     def sweep_dir(self) -> Path:
         return self.output_dir / self.name
+
+    @property
+    def study_dir(self) -> Path:
+        """Where the study report goes (report.study)."""
+        return self.sweep_dir / "study"
 
 
 @dataclass
@@ -109,7 +119,7 @@ def expand_sweep(spec: dict, *, base_dir: str | os.PathLike = ".", source: str =
     per_algo = algorithms_section(spec.get("algorithms"), src, grid_keys, algos)
     budget = budget_section(spec.get("budget"), src)
     launcher = launcher_section(spec.get("launcher"), src, base_dir)
-    columns = report_section(spec.get("report"), src)
+    report = report_options(spec.get("report"), src, base_dir)
     description = spec.get("description")
     if description is not None and not isinstance(description, str):
         raise SweepError(f"{src}: description must be text, got {type(description).__name__}")
@@ -128,7 +138,8 @@ def expand_sweep(spec: dict, *, base_dir: str | os.PathLike = ".", source: str =
     eff_budget = dict(to_dict(runs[0].config.budget)) if runs else budget
     return Sweep(name=name, source=src, description=description or "", runs=runs,
                  budget=eff_budget, launcher=launcher, output_dir=layers.out_root,
-                 varying=_varying(runs, grid_keys), report_columns=columns, warnings=warnings)
+                 varying=_varying(runs, grid_keys), report_columns=report.columns, warnings=warnings,
+                 report_study=report.study, report_selection=report.selection)
 
 
 def _output_dir(cli: Optional[str], spec: dict, data: dict, src: str) -> str:
@@ -244,6 +255,22 @@ _STATE_NOTE = {"new": "new", "finished": "finished (skip)", "failed": "failed (r
                "unverified": "finished? not borne out (resume)"}
 
 
+def study_line(sw: Sweep) -> str:
+    """What the plan says of report.study: where the study report will be written and from which
+    selection folder (and that the folder does not exist yet, when so); '' without report.study."""
+    if not sw.report_study:
+        return ""
+    line = f"study report: written to {sw.study_dir}/ when every run finished"
+    sel = sw.report_selection
+    if sel is None:
+        return line + " (no learning-rate selection folder: report.selection is not set)"
+    if not sel.exists():
+        return line + f", with the learning-rate selection from {sel} (does not exist yet)"
+    if not sel.is_dir():
+        return line + f", with the learning-rate selection from {sel} (not a folder: the study report will fail)"
+    return line + f", with the learning-rate selection from {sel}"
+
+
 def format_plan(sw: Sweep, *, workers: Optional[int] = None) -> str:
     """The plan: budget, launcher, one row per run (id, algorithm, seed, varying fields, state)."""
     b = sw.budget
@@ -275,6 +302,9 @@ def format_plan(sw: Sweep, *, workers: Optional[int] = None) -> str:
     out.append(table(headers, rows))
     todo = sum(r.state != "finished" for r in sw.runs)
     out.append(f"{todo} to run, {len(sw.runs) - todo} already finished")
+    study = study_line(sw)
+    if study:
+        out.append(study)
     for wmsg in sw.warnings:
         out.append(f"warning: {wmsg}")
     return "\n".join(out)

@@ -17,9 +17,10 @@ when the worker died without writing them, e.g. killed or segfault) and the swee
 the command then exits 1 and lists the failures. Ctrl-C (or SIGTERM) stops the workers,
 marks in-flight runs ``interrupted`` (they resume next time) and keeps finished runs; exit
 code 130. Each run's stdout/stderr go to ``<run_dir>/worker.log``. The sweep writes
-``<output_dir>/<name>/sweep.json`` (the plan, ``report.columns`` and each run's final state) for
-reports. When every run has finished, ``harness sweep`` writes the report
-(``<output_dir>/<name>/report/``, as ``harness report`` would) and prints where.
+``<output_dir>/<name>/sweep.json`` (the plan, ``report.columns``, ``report.study`` /
+``report.selection`` and each run's final state) for reports. When every run has finished,
+``harness sweep`` writes the report (``<output_dir>/<name>/report/``, as ``harness report`` would)
+and, with ``report.study``, the study report (``<output_dir>/<name>/study/``), and prints where.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ from harness.sweep.plan import PlannedRun, Sweep, cell_label
 from harness.sweep.progress import Progress
 from harness.sweep.spec import LaunchOptions, SweepError, fmt_value
 
-__all__ = ["run_sweep", "format_results", "summary_value", "DEFAULT_TRAIN", "TRAIN_FN_ENV", "SWEEP_FILE"]
+__all__ = ["run_sweep", "format_results", "summary_value", "unfinished_runs", "DEFAULT_TRAIN", "TRAIN_FN_ENV",
+           "SWEEP_FILE"]
 
 DEFAULT_TRAIN = "harness.train.loop:train"
 TRAIN_FN_ENV = "HARNESS_TRAIN_FN"
@@ -133,6 +135,8 @@ def _write_sweep_json(sw: Sweep, results: dict, status: str) -> None:
     doc = {
         "name": sw.name, "source": sw.source, "description": sw.description, "status": status,
         "budget": sw.budget, "varying": sw.varying, "launcher": launcher, "report_columns": list(sw.report_columns),
+        "report": {"study": sw.report_study,
+                   "selection": str(sw.report_selection) if sw.report_selection is not None else None},
         "updated": time.time(),
         "runs": [{"run_id": r.run_id, "algorithm": r.config.algo.name, "seed": r.config.seed,
                   "cell": r.cell, "dir": str(r.run_dir),
@@ -143,6 +147,18 @@ def _write_sweep_json(sw: Sweep, results: dict, status: str) -> None:
     except OSError as e:  # disk full: the runs go on (each is recorded in its own folder, best effort)
         print(f"harness sweep: could not write {sw.sweep_dir / SWEEP_FILE} (status {status}): "
               f"{e.strerror or e}", file=sys.stderr)
+
+
+def unfinished_runs(sw: Sweep) -> list[tuple[str, str]]:
+    """``(run id, status)`` of each run of ``sw`` whose summary.json does not say ``finished`` now
+    (``new`` without one), in plan order: what keeps the study report from being written."""
+    out = []
+    for r in sw.runs:
+        s = read_json(r.run_dir / SUMMARY)
+        st = s.get("status") if isinstance(s, dict) else None
+        if st != "finished":
+            out.append((r.run_id, st if isinstance(st, str) else "new"))
+    return out
 
 
 # --------------------------------------------------------------------------- running

@@ -42,6 +42,10 @@ closest valid key)::
     output_dir: results           # optional (CLI --output-dir wins; default: the config's)
     report:                       # optional: columns of the final table, as dotted paths
       columns: [final_eval.eval/arith/acc, peak.rss_mb, wall_seconds]   # into summary.json
+      study: false                #   true: when every run finished, also write the study report
+                                  #   (harness.report.study) to <output_dir>/<name>/study/
+      selection: null             #   with study: a folder of learning-rate-selection run folders
+                                  #   (relative to THIS file, or absolute) the study report reads
 
 Layering, per run (later wins): ``base`` < ``config`` < ``algorithms[<its algorithm>]`` <
 the run's ``grid`` cell < ``budget`` < ``--set`` from the command line; then ``name`` is
@@ -77,6 +81,7 @@ __all__ = [
     "SweepError", "LaunchOptions", "TOP_LEVEL_KEYS", "LAUNCHER_KEYS", "BUDGET_KEYS", "LAUNCHER_TYPES",
     "valid_algorithms", "check_algorithm", "check_key", "apply_overrides", "fmt_value", "read_sweep_file", "check_top_level",
     "base_config", "grid_section", "algorithms_section", "budget_section", "launcher_section", "report_section",
+    "ReportOptions", "REPORT_KEYS", "report_options",
 ]
 
 TOP_LEVEL_KEYS = ("name", "description", "base", "config", "grid", "algorithms", "budget", "launcher",
@@ -84,6 +89,7 @@ TOP_LEVEL_KEYS = ("name", "description", "base", "config", "grid", "algorithms",
 LAUNCHER_KEYS = ("type", "workers", "address", "cpus", "gpus", "procs", "zero_stage", "deepspeed_config", "env")
 BUDGET_KEYS = ("unit", "amount", "eval_points")
 LAUNCHER_TYPES = ("local", "ray")
+REPORT_KEYS = ("columns", "study", "selection")
 
 
 class SweepError(ConfigError):
@@ -461,13 +467,52 @@ def launcher_section(raw: Any, src: str, base_dir: Path) -> LaunchOptions:
     return ls
 
 
-def report_section(rep: Any, src: str) -> list[str]:
-    """Check ``report``; returns its columns (dotted paths into summary.json; may be empty)."""
-    rep = rep or {}
-    if not isinstance(rep, dict) or any(k != "columns" for k in rep):
-        raise SweepError(f"{src}: report must be a mapping with 'columns' (dotted paths into summary.json), "
-                         f"got {rep!r}")
+@dataclass
+class ReportOptions:
+    """The sweep file's ``report:`` section, validated (:func:`report_options`)."""
+    columns: list = field(default_factory=list)
+    """Dotted paths into summary.json: the columns of the final table (may be empty)."""
+    study: bool = False
+    """Write the study report (``<sweep_dir>/study``) when every run finished."""
+    selection: Optional[Path] = None
+    """The learning-rate-selection folder the study report reads (resolved; None: none)."""
+
+
+def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
+    """Check ``report``; returns its columns, ``study`` and ``selection`` (resolved against
+    ``base_dir``, the sweep file's folder, when relative). The selection folder need not
+    exist yet (the plan says so); it is read only when the study report is written."""
+    rep = {} if rep is None else rep
+    if not isinstance(rep, dict):
+        raise SweepError(f"{src}: report must be a mapping with {', '.join(REPORT_KEYS)} "
+                         f"(columns: dotted paths into summary.json), got {rep!r}")
+    _check_keys(rep, "report", REPORT_KEYS, src)
     columns = rep.get("columns") or []
     if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
         raise SweepError(f"{src}: report.columns must be a list of strings, got {columns!r}")
-    return columns
+    study = rep.get("study", False)
+    if study is None:
+        study = False
+    if not isinstance(study, bool):
+        raise SweepError(f"{src}: report.study={study!r} is invalid: expected true or false")
+    sel = rep.get("selection")
+    selection = None
+    if sel is not None:
+        if not isinstance(sel, str):
+            raise SweepError(f"{src}: report.selection={sel!r} is invalid: expected a folder path (text) of "
+                             f"learning-rate-selection run folders")
+        if not sel.strip() or "\0" in sel:
+            raise SweepError(f"{src}: report.selection={sel!r} is invalid: expected a non-empty folder path "
+                             f"without NUL characters")
+        if not study:
+            raise SweepError(f"{src}: report.selection is given but report.study is not true (only the study "
+                             f"report reads a selection folder): set report.study: true or remove report.selection")
+        p = Path(sel).expanduser()
+        selection = (p if p.is_absolute() else Path(base_dir) / p).resolve()
+    return ReportOptions(columns=list(columns), study=study, selection=selection)
+
+
+def report_section(rep: Any, src: str) -> list[str]:
+    """Check ``report``; returns its columns (dotted paths into summary.json; may be empty).
+    :func:`report_options` returns the whole section (columns, study, selection)."""
+    return report_options(rep, src, Path(".")).columns

@@ -1,0 +1,139 @@
+"""report.study / report.selection: validated before any work (selection resolved against the sweep
+file's folder), shown by --dry-run (also when the folder does not exist yet), recorded in sweep.json;
+`harness sweep` ends by writing the study report when every run finished (selection_dir passed only
+when set), and says which runs kept it from being written otherwise."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import harness.cli.sweep as sweep_cli
+from harness.cli.main import main
+from harness.sweep.plan import load_sweep
+from harness.sweep.spec import SweepError
+from sweep_testing import env, run_cli
+
+HEAD = """name: st
+config:
+  train.prompts_per_step: 2
+  sampling.samples_per_prompt: 4
+grid:
+  algorithm: [grpo, rft]
+  seed: [0]
+budget: {unit: samples, amount: 16, eval_points: 1}
+launcher: {workers: 2}
+"""
+
+
+def sweep_file(tmp_path: Path, report: str, head: str = HEAD) -> Path:
+    d = tmp_path / "sweeps"
+    d.mkdir(exist_ok=True)
+    p = d / "st.yaml"
+    p.write_text(head + report)
+    return p
+
+
+def test_study_and_selection_are_read_and_resolved(tmp_path):
+    sw = load_sweep(sweep_file(tmp_path, "report: {study: true, selection: ../results/lr_select}"),
+                    output_dir=str(tmp_path / "out"))
+    assert sw.report_study is True and sw.report_selection == (tmp_path / "results" / "lr_select").resolve()
+    assert sw.study_dir == (tmp_path / "out").resolve() / "st" / "study"
+    sw = load_sweep(sweep_file(tmp_path, f"report: {{study: true, selection: {tmp_path / 'abs'}, columns: [a.b]}}"))
+    assert sw.report_selection == tmp_path / "abs" and sw.report_columns == ["a.b"]
+    sw = load_sweep(sweep_file(tmp_path, "report: {columns: [wall_seconds]}"))
+    assert (sw.report_study, sw.report_selection, sw.report_columns) == (False, None, ["wall_seconds"])
+
+
+@pytest.mark.parametrize("report, why", [
+    ("report: {study: yes please}", "report.study='yes please' is invalid: expected true or false"),
+    ("report: {study: true, selection: 3}", "report.selection=3 is invalid: expected a folder path"),
+    ("report: {study: true, selection: ''}", "report.selection='' is invalid: expected a non-empty folder path"),
+    ("report: {selection: ../results/lr_select}", "report.selection is given but report.study is not true"),
+    ("report: {studdy: true}", "unknown key 'report.studdy'; did you mean 'study'? (valid: columns, study, selection)"),
+    ("report: [study]", "report must be a mapping with columns, study, selection"),
+])
+def test_bad_report_sections_name_the_problem(tmp_path, report, why):
+    with pytest.raises(SweepError) as e:
+        load_sweep(sweep_file(tmp_path, report))
+    assert why in str(e.value) and "st.yaml" in str(e.value)
+
+
+def test_dry_run_says_where_the_study_report_goes_and_from_which_selection(tmp_path):
+    path = sweep_file(tmp_path, "report: {study: true, selection: ../lr_select}")
+    out = tmp_path / "out"
+    p = run_cli(path, out, "--dry-run")
+    assert p.returncode == 0, p.stdout + p.stderr
+    sel, study = (tmp_path / "lr_select").resolve(), out.resolve() / "st" / "study"
+    assert (f"study report: written to {study}/ when every run finished, with the learning-rate selection "
+            f"from {sel} (does not exist yet)") in p.stdout.splitlines()
+    assert not out.exists()       # a dry run writes nothing
+    sel.mkdir()
+    p = run_cli(path, out, "--dry-run")
+    assert f"with the learning-rate selection from {sel}\n" in p.stdout + "\n" and "does not exist" not in p.stdout
+    p = run_cli(sweep_file(tmp_path, "report: {study: true}"), out, "--dry-run")
+    assert "(no learning-rate selection folder: report.selection is not set)" in p.stdout
+    p = run_cli(sweep_file(tmp_path, ""), out, "--dry-run")
+    assert "study report" not in p.stdout
+
+
+class _Study:
+    """Stands in for harness.report.study: records each build_study_report call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def build_study_report(self, sweep_dir, out_dir=None, **kw):
+        self.calls.append((Path(sweep_dir), Path(out_dir), kw))
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "report.md").write_text("# study\n")
+        return Path(out_dir) / "report.md"
+
+
+@pytest.fixture
+def study(monkeypatch):
+    """The sweep in this process over the fake trainer, with a stand-in study report (the table
+    report is test_sweep_report.py's)."""
+    for k, v in env(HARNESS_TRAIN_FN="sweep_fake_trainer:train").items():
+        monkeypatch.setenv(k, v)
+    stub = _Study()
+    monkeypatch.setattr(sweep_cli, "report_study", stub)
+    monkeypatch.setattr(sweep_cli, "_write_report", lambda sw: 0)
+    return stub
+
+
+def test_sweep_ends_with_the_study_report(tmp_path, study, capsys):
+    path = sweep_file(tmp_path, "report: {study: true, selection: ../lr_select}")
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--output-dir", str(out), "--no-progress"]) == 0
+    sd, sel = out.resolve() / "st", (tmp_path / "lr_select").resolve()
+    assert study.calls == [(sd, sd / "study", {"selection_dir": sel})]
+    assert f"study report: {sd / 'study' / 'report.md'} (learning-rate selection: {sel})" in capsys.readouterr().out
+    doc = json.loads((sd / "sweep.json").read_text())
+    assert doc["report"] == {"study": True, "selection": str(sel)} and doc["status"] == "finished"
+    # without a selection folder: called without the keyword (works before and after selection_dir exists)
+    path = sweep_file(tmp_path, "report: {study: true}")
+    assert main(["sweep", str(path), "--output-dir", str(tmp_path / "out2"), "--no-progress"]) == 0
+    sd2 = (tmp_path / "out2").resolve() / "st"
+    assert study.calls[1] == (sd2, sd2 / "study", {})
+    assert json.loads((sd2 / "sweep.json").read_text())["report"] == {"study": True, "selection": None}
+    # report.study off: no study report
+    path = sweep_file(tmp_path, "")
+    assert main(["sweep", str(path), "--output-dir", str(tmp_path / "out3"), "--no-progress"]) == 0
+    assert len(study.calls) == 2
+    assert json.loads(((tmp_path / "out3") / "st" / "sweep.json").read_text())["report"] == {
+        "study": False, "selection": None}
+
+
+def test_failed_runs_mean_no_study_report_and_say_which(tmp_path, study, capsys):
+    head = HEAD.replace("  seed: [0]\n", "  seed: [0]\nalgorithms:\n  rft: {train.lr: 0.0666}\n")
+    path = sweep_file(tmp_path, "report: {study: true}", head=head)
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--output-dir", str(out), "--no-progress"]) == 1
+    assert study.calls == []
+    rft = next(r.run_id for r in load_sweep(path, output_dir=str(out)).runs if r.run_id.startswith("rft-"))
+    text = capsys.readouterr().out
+    assert (f"study report not written: 1 run(s) not finished: {rft} (failed); re-run the same command to "
+            f"finish them, and the study report is written at the end") in text
+    assert not (out / "st" / "study").exists()
