@@ -137,3 +137,13 @@ def test_failed_runs_mean_no_study_report_and_say_which(tmp_path, study, capsys)
     assert (f"study report not written: 1 run(s) not finished: {rft} (failed); re-run the same command to "
             f"finish them, and the study report is written at the end") in text
     assert not (out / "st" / "study").exists()
+
+
+def test_the_real_study_report_is_written_at_the_end(tmp_path):
+    """harness.report.study itself (not a stand-in), over the fake trainer's runs, in a subprocess."""
+    out = tmp_path / "out"
+    p = run_cli(sweep_file(tmp_path, "report: {study: true}"), out, "--no-progress", timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    study_dir = out.resolve() / "st" / "study"
+    assert p.stdout.rstrip().splitlines()[-1] == f"study report: {study_dir / 'report.md'}"
+    assert {f.name for f in study_dir.iterdir()} >= {"report.md", "claims.csv", "table5.csv", "plots"}
