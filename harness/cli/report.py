@@ -30,6 +30,9 @@ def cmd_report(args) -> int:
         return 2
     if getattr(args, "study", False):
         return _cmd_study(args)
+    if getattr(args, "selection", None) is not None:
+        print("harness report: --selection is read by the study report only (add --study)", file=sys.stderr)
+        return 2
     out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "report"
     check_output_dir(out, "--output-dir")
     res = build.build_report(args.sweep_dir, args.out)
