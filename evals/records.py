@@ -212,8 +212,8 @@ def compact_record(rec: dict) -> dict:
     ``ks`` are kept so a report does not recompute them."""
     out = {k: rec[k] for k in ("id", "gold") if k in rec}
     g = rec.get("greedy")
-    out["greedy"] = None if g is None else {k: g[k] for k in ("answer", "key", "correct", "valid", "finished",
-                                                                "num_tokens") if k in g}
+    kept = ("answer", "key", "correct", "valid", "finished", "num_tokens")
+    out["greedy"] = None if g is None else {k: v for k, v in g.items() if k in kept}  # in the item's order
     samples = rec.get("samples") or []
     if not samples:
         return out

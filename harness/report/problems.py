@@ -8,7 +8,9 @@ When the n samples were drawn on a subset of the problems they are in
 committed reference) read the same; so do records that keep only ``greedy.correct``,
 ``num_correct`` and the sample ``key``/``correct`` fields: a missing ``pass@k`` list is
 recomputed from ``num_correct`` (`evals.metrics.pass_at_k_curve`) and a missing ``maj@k`` from
-the samples' keys (`evals.metrics.maj_at_k_curve`).
+the samples' keys (`evals.metrics.maj_at_k_curve`). Compact records (`evals.records.compact_record`,
+what ``harness export`` commits: no per-sample items) hold the curves at their ``ks`` (1, 2, 4, ...,
+n) and the answer-key histograms that give any other k exactly (`evals.records.compact_curves`).
 
 `problem_values` returns ``{problem id: value}`` for one run, task, metric (``acc``: greedy
 correct as 0/1; ``pass@K``, ``maj@K``: the problem's unbiased estimate at K; the valid-step
@@ -28,7 +30,7 @@ from typing import Optional
 
 from evals.grading import answer_key
 from evals.metrics import maj_at_k_curve, pass_at_k_curve
-from evals.records import valid_keys
+from evals.records import compact_curves, valid_keys
 from harness.rundir.layout import RunFileError, read_jsonl
 from harness.rundir.read import RunData, is_number, k_of
 
@@ -75,7 +77,39 @@ def _compact(rec: dict) -> Optional[dict]:
     if has_valid:
         items = [{"key": s.get("key"), "correct": bool(s.get("correct")), "valid": s["valid"]} for s in samples]
         out["vkeys"] = (valid_keys(items), [s["valid"] for s in samples])
+    out["known"], out["hist"] = _compact_form(rec)
+    if out["known"]:
+        out["pass"] = out["maj"] = None  # a compact record's lists hold the values at its ks only
     return out
+
+
+def _compact_form(rec: dict) -> tuple[dict, Optional[dict]]:
+    """A compact record's (`evals.records.compact_record`) curves at its ``ks`` as ``{(kind, k):
+    value}``, and the counts and histograms that give every other k (None when it has none)."""
+    ks = rec.get("ks")
+    if not (isinstance(ks, list) and ks and all(isinstance(k, int) and not isinstance(k, bool) for k in ks)):
+        return {}, None
+    known = {}
+    for kind in ("pass", "maj", "valid_pass", "valid_maj"):
+        vals = rec.get(f"{kind}@k")
+        if isinstance(vals, list) and len(vals) == len(ks) and all(is_number(v) for v in vals):
+            known.update({(kind, k): float(v) for k, v in zip(ks, vals)})
+    need = ("n", "num_correct", "answers", "no_answer")
+    hist = {k: rec[k] for k in need + ("num_valid", "valid_answers") if k in rec} \
+        if all(k in rec for k in need) else None
+    return known, hist
+
+
+def _from_hist(rec: dict, kind: str, k: int) -> Optional[float]:
+    """A compact record's ``kind``@k at a k outside its ``ks``, from its counts and histograms
+    (the curves computed once per record)."""
+    hist = rec["hist"]
+    if hist is None or not 0 < k <= hist["n"] or (kind.startswith("valid_") and "valid_answers" not in hist):
+        return None
+    if "curves" not in rec:
+        rec["curves"] = compact_curves(hist)
+    curve = rec["curves"].get(f"{kind}@k")
+    return float(curve[k - 1]) if curve else None
 
 
 def _read(path: Path, cache: dict) -> Optional[list]:
@@ -94,12 +128,20 @@ def _value(rec: dict, metric: str) -> Optional[float]:
         return rec["greedy"]
     if metric == "valid_acc":
         return rec["greedy_valid"]
-    if metric.startswith("valid_"):
-        kind, k = k_of(metric[len("valid_"):])
+    valid = metric.startswith("valid_")
+    kind, k = k_of(metric.removeprefix("valid_"))
+    name = f"valid_{kind}" if valid else kind
+    if (name, k) in rec["known"]:
+        return rec["known"][(name, k)]
+    if rec["hist"] is not None:
+        return _from_hist(rec, name, k)
+    if valid:
         if kind == "pass" and rec["v"] is not None and 0 < k <= rec["n"]:
             return float(pass_at_k_curve(rec["n"], rec["v"])[k - 1])
         if kind == "maj" and rec["vkeys"] and 0 < k <= len(rec["vkeys"][0]):
-            return float(maj_at_k_curve(*rec["vkeys"])[k - 1])
+            if "vmaj" not in rec:
+                rec["vmaj"] = maj_at_k_curve(*rec["vkeys"])
+            return float(rec["vmaj"][k - 1])
         return None
     kind, k = k_of(metric)
     curve = rec[kind]
@@ -108,7 +150,9 @@ def _value(rec: dict, metric: str) -> Optional[float]:
     if kind == "pass" and rec["n"] and 0 < k <= rec["n"]:
         return float(pass_at_k_curve(rec["n"], rec["c"])[k - 1])
     if kind == "maj" and rec["keys"] and k <= len(rec["keys"][0]):
-        return float(maj_at_k_curve(*rec["keys"])[k - 1])
+        if "pmaj" not in rec:
+            rec["pmaj"] = maj_at_k_curve(*rec["keys"])
+        return float(rec["pmaj"][k - 1])
     return None
 
 

@@ -10,9 +10,13 @@ beside ``sweep.json``, ``report/``, ``study/`` and the like. :func:`export_runs`
   ``<task>_<step>_samples.jsonl`` (every task: in-domain, ``_ood``), and the validation records
   ``<task>_validation.jsonl``; the intermediate evaluations' records are left out (the report
   reads only the start and the end: :mod:`harness.report.problems`; the curves come from
-  metrics.jsonl). Each record keeps only :data:`RECORD_KEYS` (``question``, every completion
-  and extracted answer text dropped), its greedy item :data:`GREEDY_KEYS`, each sample
-  :data:`SAMPLE_KEYS`; values and key order are the original's, written as compact JSON lines;
+  metrics.jsonl). A record with samples becomes a compact record (`evals.records.compact_record`:
+  the n samples as their correct and valid counts, answer-key histograms in first-appearance order
+  and the pass@k / maj@k curves, plain and valid-step, at k = 1, 2, 4, ..., n: every curve at every k
+  comes back exactly from it, and a 256-sample record shrinks from ~20 kB to ~1 kB); its greedy item
+  keeps :data:`GREEDY_KEYS`. A record without samples keeps only :data:`RECORD_KEYS` (``question``,
+  every completion and extracted answer text dropped), its greedy item :data:`GREEDY_KEYS`; values
+  and key order are the original's. Written as compact JSON lines;
 - nothing else: no weights (``final_model/``), ``checkpoint/``, optimizer state, caches, logs.
 
 The sweep folder's ``sweep.json`` is copied too. Unfinished runs are skipped (one line each).
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from evals.records import compact_record
 from harness.config.base import ConfigError
 from harness.rundir.layout import CONFIG, METRICS, SUMMARY, RunFileError, load_json
 from harness.rundir.read import finished_problem
@@ -92,6 +97,13 @@ def trim_record(rec: Any) -> Any:
     :data:`GREEDY_KEYS`, each sample's :data:`SAMPLE_KEYS` (a non-mapping is returned as it is)."""
     if not isinstance(rec, dict):
         return rec
+    samples = rec.get("samples")
+    if isinstance(samples, list) and samples and all(isinstance(x, dict) and "key" in x and "correct" in x
+                                                     for x in samples):
+        out = compact_record(rec)  # the n samples as counts, answer histograms and curves at k = 1, 2, 4, ..., n
+        if isinstance(out.get("greedy"), dict):
+            out["greedy"] = _pick(out["greedy"], GREEDY_KEYS)
+        return out
     out = _pick(rec, RECORD_KEYS)
     if isinstance(out.get("greedy"), dict):
         out["greedy"] = _pick(out["greedy"], GREEDY_KEYS)

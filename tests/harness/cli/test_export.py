@@ -14,6 +14,7 @@ import yaml
 
 import sweep_fake_trainer
 from evals.metrics import problem_curves
+from evals.records import compact_curves, compact_ks
 from harness.config.base import to_dict
 from harness.cli.main import main
 from harness.rundir.export import trim_record
@@ -134,20 +135,25 @@ def test_export_trims_runs_and_is_idempotent(sweep_results, tmp_path, capsys):
             for o, t in zip(orig, trimmed):
                 assert t["id"] == o["id"] and t["gold"] == o["gold"]
                 assert "question" not in t
-                for k in ("num_correct", "num_valid", "pass@k", "maj@k"):
-                    assert (k in t) == (k in o)
-                    if k in o:   # the list's bytes, not only equal floats
-                        assert json.dumps(t[k]) == json.dumps(o[k])
+                assert ("samples" in t) == (not o["samples"])  # an empty list stays, samples are compacted
                 if o["greedy"] is None:
                     assert t["greedy"] is None
                 else:
                     assert t["greedy"] == {k: o["greedy"][k] for k in ("key", "correct", "finished", "valid")}
                     assert list(t["greedy"]) == ["key", "correct", "finished", "valid"]   # the record's order
-                assert t["samples"] == [{"key": s["key"], "correct": s["correct"], "valid": s["valid"]}
-                                        for s in o["samples"]]
+                if o["samples"]:  # compact: counts, histograms, curves at k = 1, 2, 4, ..., n
+                    n = len(o["samples"])
+                    assert t["n"] == n and t["num_correct"] == o["num_correct"]
+                    assert t["num_valid"] == sum(x["valid"] for x in o["samples"])
+                    assert t["ks"] == compact_ks(n)
+                    for k in ("pass@k", "maj@k"):   # the same floats as the evaluator's curves
+                        assert t[k] == [o[k][j - 1] for j in t["ks"]]
+                    full = compact_curves(t)
+                    assert full["pass@k"] == o["pass@k"] and full["maj@k"] == o["maj@k"]
             assert all(", " not in x and ": " not in x for x in lines)  # compact
-            assert list(trimmed[0]) == [k for k in json.loads(
-                (sw.sweep_dir / rid / name).read_text().splitlines()[0]) if k != "question"]
+            first = json.loads((sw.sweep_dir / rid / name).read_text().splitlines()[0])
+            if not first["samples"]:  # a record without samples keeps its own key order
+                assert list(trimmed[0]) == [k for k in first if k != "question"]
     # the trimmed samples file is a fraction of the original
     rid = ids[0]
     assert len(tree[f"{rid}/eval/arith_ood_3.jsonl"]) < 0.6 * (sw.sweep_dir / rid / "eval/arith_ood_3.jsonl").stat().st_size
@@ -214,7 +220,11 @@ def test_trim_record_keeps_order_and_drops_texts():
                         "num_tokens": 9}], "num_correct": 0, "pass@k": [0.0], "maj@k": [0.0]}
     assert json.dumps(trim_record(rec), separators=(",", ":")) == (
         '{"id":"1+1","gold":"2","greedy":{"key":"2","correct":true,"finished":true},'
-        '"samples":[{"key":null,"correct":false}],"num_correct":0,"pass@k":[0.0],"maj@k":[0.0]}')
+        '"n":1,"num_correct":0,"answers":[],"no_answer":1,"ks":[1],"pass@k":[0.0],"maj@k":[0.0]}')
+    # a record without samples keeps its own fields, texts dropped
+    assert json.dumps(trim_record({k: v for k, v in rec.items() if k != "samples"}), separators=(",", ":")) == (
+        '{"id":"1+1","gold":"2","greedy":{"key":"2","correct":true,"finished":true},'
+        '"num_correct":0,"pass@k":[0.0],"maj@k":[0.0]}')
     assert "greedy" not in trim_record({"id": "x", "greedy": "a bare completion text"})
 
 

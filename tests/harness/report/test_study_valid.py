@@ -15,6 +15,7 @@ from _fake_results import eval_records, make_study_run, sample_records
 from harness.report.decisions import Design
 from harness.report.problems import gold_keys, guessing_floor, problem_values
 from harness.report.study import build_study_report, guessing_floors, large_k_check, load_study
+from harness.rundir.export import export_runs
 
 T, F = True, False
 # one problem: (correct, valid) per sample, n = 2 (every sample of a problem has the gold's key, or "x")
@@ -177,3 +178,21 @@ def test_older_runs_fall_back_to_plain_counts_with_a_note(tmp_path):
             "answers") in md
     assert "all correct answers: the runs carry no valid_pass@K" in md and "m = 6 hypotheses" in md  # 2 + 1 parts
     assert "arith valid start" not in md
+
+
+def test_the_exported_runs_give_the_same_report_bytes(tmp_path):
+    """`harness export` compacts the records (no per-sample items: counts, answer histograms and the
+    curves at k = 1, 2, 4, ..., n); the study report from the exported copy is byte for byte the
+    report from the runs as they were written, valid-step claim 3 and the guessing floor included."""
+    sweep = make_valid_sweep(tmp_path)
+    export_runs(sweep, tmp_path / "exported" / "study")
+    for d in (tmp_path / "exported" / "study").iterdir():
+        if d.is_dir():
+            for f in (d / "eval").glob("*.jsonl"):
+                assert '"samples"' not in f.read_text() or '"samples":[]' in f.read_text()
+    outs = (tmp_path / "o_full", tmp_path / "o_exported")
+    build_study_report(sweep, outs[0], n_boot=200, design=DESIGN2)
+    build_study_report(tmp_path / "exported" / "study", outs[1], n_boot=200, design=DESIGN2)
+    for name in ("report.md", "claims.csv", "table5.csv", "compute_curves.csv"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+    assert "valid_maj@2" in (outs[1] / "claims.csv").read_text()
