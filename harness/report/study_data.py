@@ -7,7 +7,8 @@ with R > 1 rounds, ``_r<R>`` (``grpo_ps_prm_r4``); PRIME's own implicit PRM adds
 finished run per arm and seed.
 
 Compute axes (`axes_of`): ``samples`` always; ``flops`` when every evaluation row of the arm's
-runs carries a FLOP counter (`FLOP_KEYS`); ``seconds`` only when every run of the arm is
+runs carries a FLOP counter (`FLOP_KEYS`), or every training row its own model FLOPs (`STAGE_FLOPS`,
+summed in row order); ``seconds`` only when every run of the arm is
 flagged as timed on an uncontended machine (`uncontended`: summary.json ``timing.uncontended:
 true``, or sweep.json ``uncontended: true``): seconds measured beside other jobs say more about
 the neighbours than about the algorithm.
@@ -34,8 +35,12 @@ from harness.rundir.read import RunData, is_number, k_of, split_metric
 
 ARM_ORDER = ("grpo", "grpo_ps", "rft", "ppo", "grpo_iter", "dr_grpo", "rloo", "grpo_ps_prm", "grpo_ps_prm_r4",
              "prime")
-FLOP_KEYS = ("flops", "perf/flops")
-"""Row keys read as a cumulative FLOP counter (the first one present)."""
+FLOP_KEYS = ("flops",)
+"""Row keys read as a cumulative FLOP counter on the evaluation rows."""
+STAGE_FLOPS = "perf/flops"
+"""A training row's own model FLOPs (`harness.train.flops`): summed in row order into the
+cumulative counter of the evaluation rows when every training row carries it."""
+CUMULATIVE_FLOPS = "flops (cumulative perf/flops)"
 RM_NAMES = {"prm": "learned PRM", "orm": "learned ORM", "implicit": "implicit PRM"}
 SELECTION_DIR = "selection"
 """The learning-rate selection's runs inside a study sweep folder (`find_selection_dir`)."""
@@ -162,11 +167,34 @@ def uncontended(run: RunData, sweep_json: Optional[dict] = None) -> bool:
     return bool(isinstance(sweep_json, dict) and sweep_json.get("uncontended") is True)
 
 
+def _training_rows(run: RunData) -> list:
+    return [row for row in run.rows if "perf/step_seconds" in row]
+
+
 def flop_key(run: RunData, task: str) -> Optional[str]:
-    """The FLOP counter every evaluation row of ``task`` carries, or None."""
+    """The FLOP counter every evaluation row of ``task`` carries (``flops``), or
+    `CUMULATIVE_FLOPS` when every training row carries its own `STAGE_FLOPS` instead; else None."""
     key = f"eval/{task}/acc"
     rows = [row for row in run.rows if is_number(row.get(key))]
-    return next((k for k in FLOP_KEYS if rows and all(is_number(row.get(k)) for row in rows)), None)
+    found = next((k for k in FLOP_KEYS if rows and all(is_number(row.get(k)) for row in rows)), None)
+    if found is None and rows:
+        train = _training_rows(run)
+        if train and all(is_number(row.get(STAGE_FLOPS)) for row in train):
+            return CUMULATIVE_FLOPS
+    return found
+
+
+def _row_x(run: RunData, xk: str) -> list:
+    """Per row of the run, its x value for counter ``xk`` (`CUMULATIVE_FLOPS`: the training rows'
+    `STAGE_FLOPS` summed up to and including that row, in row order)."""
+    if xk != CUMULATIVE_FLOPS:
+        return [row.get(xk) for row in run.rows]
+    out, total = [], 0.0
+    for row in run.rows:
+        if "perf/step_seconds" in row:
+            total += float(row[STAGE_FLOPS])
+        out.append(total)
+    return out
 
 
 def axes_of(study: Study, runs: dict) -> tuple:
@@ -190,7 +218,7 @@ def acc_curves(runs: dict, task: str, xkey: str) -> list[tuple]:
     curves = []
     for r in runs.values():
         xk = (flop_key(r, task) or "flops") if xkey == "flops" else xkey
-        pts = [(row[xk], row[key]) for row in r.rows if is_number(row.get(key)) and is_number(row.get(xk))]
+        pts = [(x, row[key]) for x, row in zip(_row_x(r, xk), r.rows) if is_number(row.get(key)) and is_number(x)]
         if not pts:
             end = ((r.summary.get("budget") or {}).get("consumed") or {}).get(xkey)
             pts = [(0.0, r.initial_eval.get(f"{task}/acc")), (end, r.final_eval.get(f"{task}/acc"))]

@@ -44,7 +44,7 @@ def versions() -> dict:
     if m:
         onednn = m.group(1)
     return {"python": platform_python(), "torch": torch.__version__, "transformers": _version("transformers"),
-            "numpy": _version("numpy"), "mkl": mkl_version(), "onednn": onednn,
+            "numpy": _version("numpy"), "scipy": _version("scipy"), "mkl": mkl_version(), "onednn": onednn,
             "grpo-harness": _version("grpo-harness")}
 
 

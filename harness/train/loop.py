@@ -73,6 +73,7 @@ from harness.rundir.summary import new_summary, read_summary, record_end, record
 from harness.tracking.base import TrackerSet
 from harness.tracking.mirrors import open_trackers
 from harness.train.evalpoints import EVAL_SEED_OFFSET, cached_initial_eval, evaluate_point, ood_task
+from harness.train.flops import stage_flops
 from harness.train.checkpoint import checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint
 from harness.train.stage import build_models, run_stage, stage_problems, stage_seed
 from harness.train.warmup import WARMUP_SEED, ensure_warmup, starting_checkpoint
@@ -516,6 +517,7 @@ class _StageStats:
     step_rewards: list  # flat process rewards (with a PRM)
     short: list = field(default_factory=list)  # per sequence: fewer steps than needed (tasks that know)
     logprob_sum: float = 0.0  # sampled tokens' log-probs under the sampling distribution, summed
+    flops: Optional[float] = None  # the stage's model FLOPs (harness.train.flops), None where not counted
 
 
 def _stage_prompts(run: _Run, k: int):
@@ -550,8 +552,11 @@ def _stage(run: _Run, k: int) -> tuple[dict, _StageStats]:
     dt = time.perf_counter() - t_stage
     secs = run.perf.pop_seconds()
     rewards, steps, rm_row = (st.rewards, st.step_rewards, {}) if run.rm is None else run.rm.take_exact()
+    kept = float(st.metrics.get("train/kept_fraction", 1.0))
+    flops = stage_flops(cfg, run.learner, st.rollouts, kept, fused_critic=(
+        run.learner.steps_per_batch == 1 and not run.dist.is_distributed and kept == 1.0))
     stats = _stage_stats(run, st.rollouts, rewards, steps, valid, dt, secs,
-                         short_outputs(task, st.problems_rep, st.rollouts))
+                         short_outputs(task, st.problems_rep, st.rollouts), flops)
     return {**_stage_row(st.metrics, stats, secs, cfg.sampling.samples_per_prompt, run.prm is not None), **rm_row}, stats
 
 
@@ -578,21 +583,22 @@ def _check_finite(run: _Run, tm: dict, k: int) -> None:
 
 
 def _stage_stats(run: _Run, ro, rewards, step_rewards, valid, dt: float, secs: dict,
-                 short: list = ()) -> _StageStats:
+                 short: list = (), flops: Optional[float] = None) -> _StageStats:
     """This stage's rollout statistics; under several processes gathered from every rank."""
     need_steps = run.prm is not None
     if not run.dist.is_distributed:
         return _StageStats(rewards, ro.lengths.float(), ro.finished, ro.num_sequences, ro.num_tokens, dt,
                            secs.get("generate", 1e-9),
                            [r for s in step_rewards for r, _ in s] if need_steps else [], list(short),
-                           float((ro.logprobs * ro.completion_mask).sum().item()))
+                           float((ro.logprobs * ro.completion_mask).sum().item()), flops)
     nv = int(valid.sum().item())
     parts = run.dist.gather_objects({
         "rewards": rewards[:nv].tolist(), "lens": ro.lengths.float()[:nv].tolist(),
         "finished": list(ro.finished[:nv]), "tokens": int(ro.completion_mask[:nv].sum().item()), "dt": dt,
         "gen": secs.get("generate", 0.0),
         "step_rewards": [r for s in step_rewards[:nv] for r, _ in s] if need_steps else [],
-        "short": list(short)[:nv], "logprob_sum": float((ro.logprobs * ro.completion_mask)[:nv].sum().item())})
+        "short": list(short)[:nv], "logprob_sum": float((ro.logprobs * ro.completion_mask)[:nv].sum().item()),
+        "flops": flops})
     finished = [x for p in parts for x in p["finished"]]
     return _StageStats(rewards=torch.tensor([x for p in parts for x in p["rewards"]], dtype=torch.float32),
                        lens=torch.tensor([x for p in parts for x in p["lens"]], dtype=torch.float32),
@@ -600,7 +606,8 @@ def _stage_stats(run: _Run, ro, rewards, step_rewards, valid, dt: float, secs: d
                        dt=max(p["dt"] for p in parts),  # the same on every rank: budgets in seconds agree
                        gen_seconds=max(p["gen"] for p in parts),
                        step_rewards=[x for p in parts for x in p["step_rewards"]],
-                       short=[x for p in parts for x in p["short"]], logprob_sum=sum(p["logprob_sum"] for p in parts))
+                       short=[x for p in parts for x in p["short"]], logprob_sum=sum(p["logprob_sum"] for p in parts),
+                       flops=None if any(p["flops"] is None for p in parts) else sum(p["flops"] for p in parts))
 
 
 def _stage_row(tm: dict, stats: _StageStats, secs: dict, G: int, need_steps: bool) -> dict:
@@ -614,6 +621,8 @@ def _stage_row(tm: dict, stats: _StageStats, secs: dict, G: int, need_steps: boo
            "rollout/truncated_frac": 1.0 - float(np.mean(stats.finished)),
            "perf/step_seconds": stats.dt,
            "perf/gen_tokens_per_s": stats.n_tokens / max(stats.gen_seconds, 1e-9)}
+    if stats.flops is not None:
+        row["perf/flops"] = stats.flops
     row.update({f"perf/{k2}_seconds": v for k2, v in secs.items()})
     if need_steps:
         row["rollout/step_reward_mean"] = float(np.mean(stats.step_rewards)) if stats.step_rewards else 0.0

@@ -22,7 +22,7 @@ from harness.report.decisions import Design
 from harness.report.stats import paired_diff_ci, verdict
 from harness.report.study import (build_study_report, compute_curves, large_k_check, load_study, run_seconds,
                                    time_summary)
-from harness.report.study_data import arm_name
+from harness.report.study_data import CUMULATIVE_FLOPS, acc_curves, arm_name, axes_of, flop_key
 
 T975_1, T975_2 = 12.706204736174707, 4.302652729749464   # t_{0.975, 1} and t_{0.975, 2} from tables
 KS = (1, 2, 3, 4)
@@ -408,3 +408,31 @@ def test_a_claim_never_measured_is_not_run(tmp_path):
     assert row["verdict"] == "not run" and row["what"].startswith("not run: no data: ")
     md = (tmp_path / "out" / "report.md").read_text()
     assert "family** of claims 1, 3: " in md and "m = 6 hypotheses" in md
+
+
+def test_stage_flops_summed_into_the_flop_axis(tmp_path):
+    """Training rows that carry their own model FLOPs (perf/flops, harness.train.flops) give the
+    evaluation rows a cumulative FLOP count: the flops axis is used, x = the sum up to each row."""
+    sweep = tmp_path / "study"
+    for seed in (0, 1):
+        d = make_study_run(sweep, "grpo", seed, start={"acc": 0.5, "ood": 0.1, "pass": [0.5], "maj": [0.5]},
+                           final={"acc": 0.7, "ood": 0.2, "pass": [0.7], "maj": [0.7]}, rss=300.0, records=False)
+        evals = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        rows = []
+        for i, ev in enumerate(evals):  # before each evaluation after the start: its stages, 10 + seed FLOPs each
+            if i:
+                for s in range(evals[i - 1]["step"] + 1, ev["step"] + 1):
+                    rows.append({"step": s, "samples": s * 128, "perf/step_seconds": 1.0, "perf/flops": 10.0 + seed})
+            rows.append(ev)
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    study = load_study(sweep)
+    runs = study.arms["grpo"]
+    assert all(flop_key(r, "arith") == CUMULATIVE_FLOPS for r in runs.values())
+    assert "flops" in axes_of(study, runs)[0]
+    for seed, (x, y) in zip((0, 1), acc_curves(runs, "arith", "flops")):
+        steps = [row["step"] for row in runs[seed].rows if "eval/arith/acc" in row]
+        assert list(x) == [s * (10.0 + seed) for s in steps]
+    # one training row without it: no FLOP axis
+    r0 = runs[0]
+    r0.rows[1].pop("perf/flops")
+    assert flop_key(r0, "arith") is None

@@ -1,0 +1,77 @@
+"""Training FLOPs of a stage, counted from the tokens it processed: the study's compute axis.
+
+**Model FLOPs**, the maths a stage asks for, not what the hardware ran: for a row of T real tokens
+(its prompt and completion, padding excluded), one forward through a model with M matmul
+weights (every ``nn.Linear``, the LM head included) and L layers of attention width A costs
+
+    F(T) = 2 M T + 4 A L T (T + 1) / 2        (the matmuls, then causal QK^T and AV)
+
+and a forward with its backward 3 F(T). A stage then adds up, over its rows:
+
+- generation: F (one forward over the prompt and the completion; a KV cache changes how, not how much);
+- the reference's forward, where the algorithm has a KL term (``algorithm.uses_reference``): F;
+- the old log-probs' forward, where the update needs them and the sampler's cannot stand in
+  (several optimizer steps per batch or a KL in the reward, with a sampler other than the
+  in-process float32 one): F;
+- the policy's update: 3 F per epoch (``train.inner_epochs``) over the rows it trains on (the
+  stage's ``train/kept_fraction`` of them: RFT trains on its correct samples only);
+- PPO's critic: its values' forward F_c (unless fused into its first training pass) and 3 F_c per
+  epoch (F_c with the critic's matmul weights);
+- a rule-based reward costs nothing here.
+
+Not counted, and so not emitted: learned reward models (scoring, training, labelling; their costs
+are in ``summary.json``'s ``reward_model.cost``): a run with ``reward_model.type`` set writes no
+``perf/flops``, so its arm gets no FLOP axis rather than a flattering one. What the fast forward
+saves (each distinct prompt computed once per group, ``harness.engine.fastlm``) and what it adds
+(layer recomputation) are hardware matters: the count is the same with or without them.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+__all__ = ["matmul_weights", "forward_flops", "stage_flops"]
+
+
+def matmul_weights(model) -> int:
+    """M: the weights of the model's ``nn.Linear`` layers (the LM head included, tied or not)."""
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def _attention_width_layers(model) -> tuple[int, int]:
+    """(A, L) from the config of the model, or of the first submodule that has one (a critic's backbone)."""
+    cfg = next((getattr(m, "config", None) for m in model.modules()
+                if getattr(getattr(m, "config", None), "num_attention_heads", None)), None)
+    heads = int(getattr(cfg, "num_attention_heads", 0) or 0)
+    hidden = int(getattr(cfg, "hidden_size", 0) or 0)
+    head_dim = int(getattr(cfg, "head_dim", 0) or 0) or (hidden // heads if heads else 0)
+    return heads * head_dim, int(getattr(cfg, "num_hidden_layers", 0) or 0)
+
+
+def forward_flops(model, lengths: torch.Tensor) -> float:
+    """F summed over rows of ``lengths`` real tokens each (see the module doc)."""
+    lengths = lengths.to(torch.float64)
+    width, layers = _attention_width_layers(model)
+    return float(2.0 * matmul_weights(model) * lengths.sum() + 2.0 * width * layers * (lengths * (lengths + 1)).sum())
+
+
+def stage_flops(cfg, learner, rollouts, kept_fraction: float, fused_critic: bool) -> Optional[float]:
+    """The model FLOPs of one stage on this process (None where they are not counted: a learned
+    reward model). ``kept_fraction``: the share of rows the update trained on."""
+    if cfg.reward_model.type is not None:
+        return None
+    algo, E = cfg.algo, cfg.train.inner_epochs
+    lengths = rollouts.prompt_mask.sum(1).cpu() + rollouts.completion_mask.sum(1).cpu()
+    f = forward_flops(learner.policy, lengths)
+    total = f * (1 + 3 * E * kept_fraction)  # generation; the update
+    if algo.uses_reference and learner.reference is not None:
+        total += f
+    old_needed = learner.steps_per_batch > 1 or algo.kl_placement == "reward"
+    sampler_stands_in = cfg.sampling.backend == "hf" and all(p.dtype == torch.float32 for p in learner.policy.parameters())
+    if old_needed and not sampler_stands_in:
+        total += f
+    if learner.critic is not None:
+        fc = forward_flops(learner.critic, lengths)
+        total += fc * (3 * E * kept_fraction + (0 if fused_critic else 1))
+    return total

@@ -1,0 +1,63 @@
+"""Model FLOPs of a stage (harness.train.flops), by hand on a tiny Llama: F(T) = 2 M T + 4 A L T(T+1)/2
+per forward, 3 F for a forward with its backward, and which passes each algorithm asks for."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from harness.config.schema import load_config
+from harness.engine.learner import ValueModel
+from harness.train.flops import forward_flops, matmul_weights, stage_flops
+
+QS = "harness/configs/quickstart.yaml"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = LlamaConfig(vocab_size=10, hidden_size=8, intermediate_size=12, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=1, tie_word_embeddings=True)
+    return LlamaForCausalLM(cfg)
+
+
+def test_forward_flops_by_hand(tiny):
+    # per layer: q 8x8, k 8x4, v 8x4 (one KV head of width 4), o 8x8, gate/up 8x12 each, down 12x8; LM head 8x10
+    per_layer = 64 + 32 + 32 + 64 + 96 + 96 + 96
+    assert matmul_weights(tiny) == 2 * per_layer + 80
+    M = 2 * per_layer + 80
+    lengths = torch.tensor([3, 5])
+    # 2 M T over 8 tokens; attention 4 * A * L * T(T+1)/2 with A = 2 heads x 4 = 8, L = 2: pairs 6 + 15
+    assert forward_flops(tiny, lengths) == 2 * M * 8 + 4 * 8 * 2 * (6 + 15)
+
+
+def _rollouts():
+    # two rows: prompts of 2 and 3 real tokens (left-padded), completions of 3 and 1 real tokens
+    return SimpleNamespace(prompt_mask=torch.tensor([[0, 1, 1], [1, 1, 1]]),
+                           completion_mask=torch.tensor([[1, 1, 1], [1, 0, 0]]))
+
+
+def _learner(policy, algo_cfg, critic=None, steps_per_batch=1):
+    return SimpleNamespace(policy=policy, reference=policy if algo_cfg.algo.uses_reference else None, critic=critic,
+                           steps_per_batch=steps_per_batch)
+
+
+def test_stage_flops_per_algorithm(tiny):
+    f = forward_flops(tiny, torch.tensor([5, 4]))
+    grpo = load_config(QS)
+    assert stage_flops(grpo, _learner(tiny, grpo), _rollouts(), 1.0, False) == pytest.approx(5 * f, rel=1e-12)
+    # online RFT: no reference; trains on its correct rows only (half here)
+    rft = load_config(QS, ["algorithm=rft"])
+    assert stage_flops(rft, _learner(tiny, rft), _rollouts(), 0.5, False) == pytest.approx(2.5 * f, rel=1e-12)
+    # two epochs: the update twice; the sampler's float32 log-probs stand in for the old ones
+    two = load_config(QS, ["train.inner_epochs=2"])
+    assert stage_flops(two, _learner(tiny, two, steps_per_batch=2), _rollouts(), 1.0, False) == pytest.approx(8 * f)
+    # PPO: reference, and the critic: one training pass fused with its values (3 F_c), or values + pass (4 F_c)
+    ppo = load_config(QS, ["algorithm=ppo"])
+    critic = ValueModel(tiny)
+    fc = forward_flops(critic, torch.tensor([5, 4]))
+    assert matmul_weights(critic) == matmul_weights(tiny) - 80 + 8  # the backbone and a scalar head, no LM head
+    assert stage_flops(ppo, _learner(tiny, ppo, critic), _rollouts(), 1.0, True) == pytest.approx(5 * f + 3 * fc)
+    assert stage_flops(ppo, _learner(tiny, ppo, critic), _rollouts(), 1.0, False) == pytest.approx(5 * f + 4 * fc)
+    # a learned reward model's costs are not counted, so nothing is
+    prm = load_config(QS, ["algorithm=grpo_ps", "reward_model.type=prm"])
+    assert stage_flops(prm, _learner(tiny, prm), _rollouts(), 1.0, False) is None
