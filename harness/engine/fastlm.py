@@ -14,8 +14,9 @@ output dataclasses). Two shapes of work, both used by the sampler and the learne
   all G rows. The prompt part runs on the unique prompts, its keys/values are gathered back
   to the rows, and the completion part attends to them. Exact up to float rounding;
   gradients reach the prompt computation through the gathered keys/values. Large batches under
-  autograd recompute each layer in backward instead of keeping its activations
-  (``checkpoint_layers``): memory for one forward's work, same bits.
+  autograd keep only each layer's matmul and attention outputs and recompute the cheap ops
+  between them (norms, rotary, SiLU, residual adds, copies) in backward (``checkpoint_layers``,
+  ``RECOMPUTE``): no matmul is done twice, about half the memory of keeping everything, same bits.
 
 ``supported(model)`` says whether a model can take this path: a plain ``LlamaForCausalLM``
 (or its ``LlamaModel`` decoder) with static rotary frequencies, no attention / MLP biases,
@@ -27,6 +28,7 @@ wrapped (DDP, whose gradient hooks need its own forward). Anything else keeps th
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from dataclasses import dataclass
 
@@ -226,12 +228,51 @@ def _layer(layer, xp, xc, s: _Shared):
 # the hidden size and the MLP's width (norm outputs, q/k/v, attention output, residuals; gate, up,
 # their product): an estimate, used only to decide whether to recompute (see checkpoint_layers).
 _SAVED_PER_TOKEN = (10, 4)  # x hidden, x intermediate
-# Above this many estimated bytes of saved activations for one forward, each layer keeps only its
-# inputs and is recomputed in backward (torch.utils.checkpoint): one more forward's work for memory
-# that no longer grows with the layers. SmolLM2-135M at the gsm8k_smollm2 recipe's micro-batch (8 rows
+# Above this many estimated bytes of saved activations for one forward, each layer is recomputed in
+# backward (torch.utils.checkpoint), selectively by default (RECOMPUTE below): the cheap ops' outputs
+# are dropped and recomputed, the matmuls' kept. SmolLM2-135M at the gsm8k_smollm2 recipe's micro-batch (8 rows
 # of 128 tokens: 30 layers, hidden 576, MLP 1,536) is estimated at 1.4 GiB and recomputes; the
 # quickstart's tiny model (0.87M parameters) estimates at most 27 MiB and never does.
 CHECKPOINT_MIN_BYTES = 512 * 2**20
+
+# What a recomputed layer keeps (when checkpoint_layers says so). "selective" (the default): the outputs of
+# its matmuls and of attention (and its input), so backward recomputes only the cheap ops between them (norms,
+# rotary, SiLU x up, residual adds, the packed layout's copies) and does no matmul twice; the completion
+# positions' down projection is not kept either (nothing in backward reads it, and recomputation stops before
+# it). "full": only the layer's input, the whole layer (all but that last matmul) recomputed: the least memory,
+# about 0.77 more of a forward's matmul FLOPs at the 27.3M bench shape. Both replay the same ops on the same
+# inputs, so values and gradients are the same bits as without recomputation
+# (tests/harness/engine/test_fastlm_recompute.py).
+RECOMPUTE = "selective"
+
+# ops whose outputs a selectively recomputed layer keeps: matmuls and fused attention kernels
+_SAVE_OPS = tuple(op for op in (
+    getattr(torch.ops.aten, name, None) for name in (
+        "mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable"))
+    if op is not None)
+
+
+def _selective_context(wdown: torch.Tensor, downs: int):
+    """``context_fn`` for :func:`torch.utils.checkpoint.checkpoint`: keep the outputs of ``_SAVE_OPS``
+    except every ``downs``-th down projection (a matmul against ``wdown``): the layer's last matmul,
+    whose output only the residual add after it reads (the next layer keeps its own input)."""
+    ptr = wdown.data_ptr()
+    seen = [0, 0]  # down projections met in forward, in recomputation
+    save, recompute = (torch.utils.checkpoint.CheckpointPolicy.MUST_SAVE,
+                       torch.utils.checkpoint.CheckpointPolicy.PREFER_RECOMPUTE)
+
+    def policy(ctx, op, *args, **kwargs):
+        if op.overloadpacket not in _SAVE_OPS:
+            return recompute
+        if op.overloadpacket is torch.ops.aten.mm and args[1].data_ptr() == ptr:
+            seen[ctx.is_recompute] += 1
+            if seen[ctx.is_recompute] % downs == 0:
+                return recompute
+        return save
+
+    return torch.utils.checkpoint.create_selective_checkpoint_contexts(policy)
 
 
 def checkpoint_layers(dec, tokens: int) -> bool:
@@ -259,7 +300,8 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
     real (packed for the per-token layers; attention runs on the padded layout). The last
     token of a completion is never an input: nothing reads its output or key/value. Under
     autograd, a batch whose saved activations would be large (:func:`checkpoint_layers`) keeps
-    only each layer's inputs and recomputes the layer in backward: the same values and gradients."""
+    only each layer's input and matmul / attention outputs and recomputes the cheap ops in backward
+    (``RECOMPUTE``): the same values and gradients."""
     dec = _decoder(model)
     d = _dims(dec)
     B, P = prompt_ids.shape
@@ -294,11 +336,17 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
         nq, nkv = d.heads * d.head_dim, d.kv_heads * d.head_dim
     fuse = _fuse(dec, FUSE_MAX_PARAMS)
     shared = _Shared(d, fuse, cos_p, sin_p, m_p, cos_c, sin_c, m_c, flat, inv, nq, nkv, B, T)
-    # under autograd, a big enough batch keeps only each layer's inputs and recomputes the layer's
-    # activations in backward (same ops on the same inputs: the same bits)
+    # under autograd, a big enough batch keeps only each layer's input and matmul / attention outputs and
+    # recomputes the rest in backward (RECOMPUTE; same ops on the same inputs: the same bits)
     ckpt = torch.is_grad_enabled() and checkpoint_layers(dec, U * P + (0 if xc is None else xc.shape[0]))
+    if ckpt and RECOMPUTE not in ("selective", "full"):
+        raise ValueError(f"fastlm.RECOMPUTE: {RECOMPUTE!r}, expected 'selective' or 'full'")
     for layer in dec.layers:
-        if ckpt:
+        if ckpt and RECOMPUTE == "selective":
+            ctx = functools.partial(_selective_context, layer.mlp.down_proj.weight, 1 if xc is None else 2)
+            xp, xc = torch.utils.checkpoint.checkpoint(_layer, layer, xp, xc, shared, use_reentrant=False,
+                                                       context_fn=ctx)
+        elif ckpt:
             xp, xc = torch.utils.checkpoint.checkpoint(_layer, layer, xp, xc, shared, use_reentrant=False)
         else:
             xp, xc = _layer(layer, xp, xc, shared)

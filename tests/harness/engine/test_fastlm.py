@@ -93,6 +93,9 @@ def test_layer_recomputation_gives_the_same_bits_and_keeps_less(fuse, monkeypatc
     floats), and without autograd never."""
     if not fuse:
         monkeypatch.setattr(fastlm, "FUSE_MAX_PARAMS", 0)
+    # whole-layer recomputation: what it keeps passes through saved-tensor hooks (the selective mode's
+    # matmul outputs are kept by its dispatch mode instead: test_fastlm_recompute.py)
+    monkeypatch.setattr(fastlm, "RECOMPUTE", "full")
     tok = build_char_tokenizer()
     model = _gqa_llama(tok)
     p_ids, p_mask, c_ids, c_mask = _rollout_like(tok)
