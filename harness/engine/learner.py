@@ -265,7 +265,7 @@ class Learner:
         current, see ``algorithms.objective.policy_objective``).
         The sampler's own where they stand in exactly (:meth:`_sampler_logprobs`), else a
         no-grad forward of the policy."""
-        needs_old = self.steps_per_batch > 1 or self.algo.kl_placement == "reward"
+        needs_old = self.needs_old_logprobs
         with self.perf.phase("old_logprobs"):
             old_logp = self._sampler_logprobs(rollouts, b) if needs_old else None
             if needs_old and old_logp is None:
@@ -285,11 +285,20 @@ class Learner:
         method on its learner instance with one that returns None
         (``learner._sampler_logprobs = lambda rollouts, b: None``)."""
         lp = getattr(rollouts, "logprobs", None)
-        if (lp is None or self.cfg.sampling.backend != "hf"
-                or tuple(lp.shape) != tuple(b.targets.shape)
-                or any(p.dtype != torch.float32 for p in self.policy.parameters())):
+        if lp is None or not self.sampler_logprobs_usable() or tuple(lp.shape) != tuple(b.targets.shape):
             return None
         return lp.to(self.device, torch.float32) * b.mask
+
+    @property
+    def needs_old_logprobs(self) -> bool:
+        """Does the update need the sampling policy's log-probs (more than one optimizer step per
+        batch, or the KL in the reward)? See :meth:`_old_logprobs`."""
+        return self.steps_per_batch > 1 or self.algo.kl_placement == "reward"
+
+    def sampler_logprobs_usable(self) -> bool:
+        """Can the sampler's recorded log-probs stand in for the old ones (the in-process 'hf'
+        sampler and float32 weights: :meth:`_sampler_logprobs`)?"""
+        return self.cfg.sampling.backend == "hf" and all(p.dtype == torch.float32 for p in self.policy.parameters())
 
     def _kl_reward(self, old_logp, ref_logp, b: Batch, valid: Optional[torch.Tensor],
                    metrics: StepMetrics) -> Optional[torch.Tensor]:

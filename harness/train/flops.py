@@ -58,7 +58,10 @@ def forward_flops(model, lengths: torch.Tensor) -> float:
 
 def stage_flops(cfg, learner, rollouts, kept_fraction: float, fused_critic: bool) -> Optional[float]:
     """The model FLOPs of one stage on this process (None where they are not counted: a learned
-    reward model). ``kept_fraction``: the share of rows the update trained on."""
+    reward model). ``kept_fraction``: the share of rows the update trained on; ``fused_critic``:
+    whether the critic's values came from its first training pass (``Learner._fuses_critic``).
+    Which forwards ran is the learner's own rule (``needs_old_logprobs``,
+    ``sampler_logprobs_usable``)."""
     if cfg.reward_model.type is not None:
         return None
     algo, E = cfg.algo, cfg.train.inner_epochs
@@ -67,9 +70,7 @@ def stage_flops(cfg, learner, rollouts, kept_fraction: float, fused_critic: bool
     total = f * (1 + 3 * E * kept_fraction)  # generation; the update
     if algo.uses_reference and learner.reference is not None:
         total += f
-    old_needed = learner.steps_per_batch > 1 or algo.kl_placement == "reward"
-    sampler_stands_in = cfg.sampling.backend == "hf" and all(p.dtype == torch.float32 for p in learner.policy.parameters())
-    if old_needed and not sampler_stands_in:
+    if learner.needs_old_logprobs and not learner.sampler_logprobs_usable():
         total += f
     if learner.critic is not None:
         fc = forward_flops(learner.critic, lengths)

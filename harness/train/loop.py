@@ -553,8 +553,8 @@ def _stage(run: _Run, k: int) -> tuple[dict, _StageStats]:
     secs = run.perf.pop_seconds()
     rewards, steps, rm_row = (st.rewards, st.step_rewards, {}) if run.rm is None else run.rm.take_exact()
     kept = float(st.metrics.get("train/kept_fraction", 1.0))
-    flops = stage_flops(cfg, run.learner, st.rollouts, kept, fused_critic=(
-        run.learner.steps_per_batch == 1 and not run.dist.is_distributed and kept == 1.0))
+    flops = stage_flops(cfg, run.learner, st.rollouts, kept,
+                        fused_critic=run.learner._fuses_critic(torch.tensor(kept == 1.0)))  # the learner's rule
     stats = _stage_stats(run, st.rollouts, rewards, steps, valid, dt, secs,
                          short_outputs(task, st.problems_rep, st.rollouts), flops)
     return {**_stage_row(st.metrics, stats, secs, cfg.sampling.samples_per_prompt, run.prm is not None), **rm_row}, stats

@@ -36,9 +36,11 @@ def _rollouts():
                            completion_mask=torch.tensor([[1, 1, 1], [1, 0, 0]]))
 
 
-def _learner(policy, algo_cfg, critic=None, steps_per_batch=1):
+def _learner(policy, algo_cfg, critic=None, steps_per_batch=1, sampler_usable=True):
+    needs_old = steps_per_batch > 1 or algo_cfg.algo.kl_placement == "reward"  # as Learner.needs_old_logprobs
     return SimpleNamespace(policy=policy, reference=policy if algo_cfg.algo.uses_reference else None, critic=critic,
-                           steps_per_batch=steps_per_batch)
+                           steps_per_batch=steps_per_batch, needs_old_logprobs=needs_old,
+                           sampler_logprobs_usable=lambda: sampler_usable)
 
 
 def test_stage_flops_per_algorithm(tiny):
@@ -51,6 +53,9 @@ def test_stage_flops_per_algorithm(tiny):
     # two epochs: the update twice; the sampler's float32 log-probs stand in for the old ones
     two = load_config(QS, ["train.inner_epochs=2"])
     assert stage_flops(two, _learner(tiny, two, steps_per_batch=2), _rollouts(), 1.0, False) == pytest.approx(8 * f)
+    # ... and where they cannot (another sampler, lower precision), one more forward for them
+    assert stage_flops(two, _learner(tiny, two, steps_per_batch=2, sampler_usable=False), _rollouts(), 1.0,
+                       False) == pytest.approx(9 * f)
     # PPO: reference, and the critic: one training pass fused with its values (3 F_c), or values + pass (4 F_c)
     ppo = load_config(QS, ["algorithm=ppo"])
     critic = ValueModel(tiny)
