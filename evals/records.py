@@ -226,11 +226,11 @@ def compact_record(rec: dict) -> dict:
     out["ks"] = ks
     curves = {"pass@k": pass_at_k_curve(n, sum(correct)), "maj@k": maj_at_k_curve(keys, correct)}
     if _has_valid(samples):
-        valid = [bool(s["valid"]) for s in samples]
+        valid, vkeys = [bool(s["valid"]) for s in samples], valid_keys(samples)
         out["num_valid"] = sum(valid)
-        out["valid_answers"], _ = _histogram(valid_keys(samples), valid)
+        out["valid_answers"], _ = _histogram(vkeys, valid)
         curves["valid_pass@k"] = pass_at_k_curve(n, sum(valid))
-        curves["valid_maj@k"] = maj_at_k_curve(valid_keys(samples), valid)
+        curves["valid_maj@k"] = maj_at_k_curve(vkeys, valid)
     for name, curve in curves.items():
         out[name] = [curve[k - 1] for k in ks]
     return out

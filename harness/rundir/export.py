@@ -30,14 +30,13 @@ import fnmatch
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from evals.records import compact_record
 from harness.config.base import ConfigError
-from harness.rundir.layout import CONFIG, METRICS, SUMMARY, RunFileError, load_json
+from harness.rundir.layout import CONFIG, METRICS, SUMMARY, RunFileError, load_json, rewrite_atomic
 from harness.rundir.read import finished_problem
 
 __all__ = ["ExportError", "ExportResult", "RunChoice", "RECORD_KEYS", "GREEDY_KEYS", "SAMPLE_KEYS", "COPIED",
@@ -236,29 +235,15 @@ def plan_export(runs_dir: str | os.PathLike, dest: str | os.PathLike, pattern: O
 
 
 def _put(path: Path, data: bytes) -> bool:
-    """Write ``data`` to ``path`` atomically unless it already holds exactly these bytes; True if written."""
+    """Write ``data`` to ``path`` atomically (:func:`harness.rundir.layout.rewrite_atomic`), readable
+    by all (0644, as a committed file is), unless it already holds exactly these bytes; True if written."""
     try:
         if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
             return False
     except OSError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError) and (not e.filename or e.filename == tmp):
-            e.filename = str(path)
-        raise
+    rewrite_atomic(path, lambda f: f.write(data), binary=True)
+    os.chmod(path, 0o644)
     return True
 
 

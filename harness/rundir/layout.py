@@ -300,11 +300,12 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
-def rewrite_atomic(path: str | os.PathLike, write: Callable[[TextIO], None]) -> None:
+def rewrite_atomic(path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False) -> None:
     """Replace ``path`` with what ``write(f)`` writes, atomically: into a temporary file in
     the same directory, flushed and fsynced, then ``os.replace``d over ``path`` (and the
     directory fsynced). If ``write`` (or the disk) fails, ``path`` is untouched and the
-    temporary file is removed. Every rewrite of a run file goes through here."""
+    temporary file is removed. Every rewrite of a run file goes through here. ``binary``:
+    ``f`` takes bytes."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -313,7 +314,7 @@ def rewrite_atomic(path: str | os.PathLike, write: Callable[[TextIO], None]) -> 
         e.filename = str(path)
         raise
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
