@@ -119,6 +119,11 @@ def test_report_selection_table_and_arm_check(tmp_path):
     assert ("(grpo_ps): mismatch: runs at algorithm.kl_coef 0.01 (the selection's winner: 0.04)" in md)
     assert "(rft): no selection entry (its learning rate was not selected here)" in md
     assert "- not scored (no validation accuracy, or not finished): " in md
+    # a winner at the end of the lrs tried is flagged (the failed 1.6e-3 run is no candidate); one lr: no flag
+    assert ("- GRPO (outcome supervision): the winner is at the smallest learning rate tried (0.0002): "
+            "the optimum may lie below it") in md
+    assert "the winner is at the largest learning rate tried (0.0004): the optimum may lie above it" in md
+    assert md.count("the optimum may lie") == 2
     assert "--study --selection <folder selection> --output-dir" in md
 
 
