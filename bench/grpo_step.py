@@ -106,6 +106,12 @@ def parse_args(argv=None):
     ap.add_argument("--model", action="append", default=[], metavar="KEY=VALUE",
                     help="ModelConfig override for the benchmark model, e.g. --model hidden_size=256")
     ap.add_argument("--only", choices=("ours", "trl"), help="run one contender only")
+    ap.add_argument("--no-count", action="store_true",
+                    help="skip the extra FLOP-counted step of every worker (GFLOP/step and x floor print '-')")
+    ap.add_argument("--recompute", choices=("default", "selective", "full", "off"), default="default",
+                    help="ours: fastlm's layer recomputation in backward. default: fastlm's own rule; selective / "
+                         "full: every micro-batch above fastlm.CHECKPOINT_MIN_BYTES recomputes each layer that way "
+                         "(no memory budget); off: nothing recomputed")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per worker process")
     ap.add_argument("--json", metavar="OUT", help="also write the figures to this JSON file")
     # internal
@@ -126,8 +132,18 @@ def _overrides(a) -> list[str]:
             f"seed={a.seed}", "device=cpu", *[f"model.{kv}" for kv in a.model]]  # the saved model's shape
 
 
+def set_recompute(mode: str) -> None:
+    """``--recompute``: fastlm's layer recomputation forced to one mode (``default`` leaves fastlm's rule)."""
+    from harness.engine import fastlm
+    if mode == "off":
+        fastlm.CHECKPOINT_MIN_BYTES = float("inf")
+    elif mode != "default":
+        fastlm.RECOMPUTE, fastlm.RECOMPUTE_BUDGET_BYTES = mode, float("inf")
+
+
 def worker_ours(a) -> dict:
     torch.set_num_threads(a.threads)
+    set_recompute(a.recompute)
     perf = PerfTracker(torch.device("cpu"))  # baseline RSS: right after the imports
     cfg = load_config(None, _overrides(a))
     algo = resolve(cfg.algorithm)
@@ -141,23 +157,27 @@ def worker_ours(a) -> dict:
     perf.pop_seconds()
     steps = []
     flops = FlopCount()
-    for k in range(a.warmup + a.steps + 1):  # the last step is counted (FLOPs), not timed
+    counted = not a.no_count
+    for k in range(a.warmup + a.steps + counted):  # the last step is counted (FLOPs), not timed
         if k == a.warmup + a.steps:
             flops.start()
         problems = stage_problems(task, a.seed, k, a.prompts)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         st = run_stage(learner, cfg, task, tok, k, problems, score, perf=perf, sampler_tok=stok)
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         secs = perf.pop_seconds()
         ro = st.rollouts
-        steps.append({"seconds": dt, "phases": secs, "tokens": ro.num_tokens,
+        steps.append({"seconds": dt, "cpu_seconds": dc, "phases": secs, "tokens": ro.num_tokens,
                       "decode_steps": int(ro.completion_ids.shape[1]), "sequences": ro.num_sequences,
                       "reward_mean": st.rewards.mean().item()})
     flops.stop()
     s = perf.summary()
-    return {"contender": "ours", "steps": steps[a.warmup:-1], "warmup_steps": steps[:a.warmup],
-            "counted_step": {"flops": flops.total, "tokens": steps[-1]["tokens"]},
+    pre = "perf/peak_rss_mb/"
+    return {"contender": "ours", "steps": steps[a.warmup:a.warmup + a.steps], "warmup_steps": steps[:a.warmup],
+            "counted_step": {"flops": flops.total, "tokens": steps[-1]["tokens"]} if counted else None,
             "baseline_rss_mb": s["perf/baseline_rss_mb"], "peak_rss_mb": s["perf/peak_rss_mb"],
+            "phase_peak_rss_mb": {k[len(pre):]: v for k, v in s.items() if k.startswith(pre)},
+            "recompute": a.recompute, "cpu_seconds": time.process_time(),
             "params": num_params(policy), "threads": torch.get_num_threads(), "length": a.length}
 
 
@@ -395,6 +415,7 @@ def run_setting(a, mdir: str, threads: int, length: str, roof: float, errors: li
               "--micro-batch", str(a.micro_batch), "--beta", str(a.beta), "--eps", str(a.eps),
               "--lr", str(a.lr), "--temperature", str(a.temperature), "--seed", str(a.seed),
               "--warmup", str(a.warmup), "--steps", str(a.steps), "--length", length,
+              "--recompute", a.recompute, *(["--no-count"] if a.no_count else []),
               *[x for kv in a.model for x in ("--model", kv)]]
     print(f"\n## {threads} thread(s), {length} length"
           f"{' (every row ' + str(a.max_new_tokens) + ' new tokens)' if length == 'forced' else ' (rows stop at EOS)'}"
@@ -402,7 +423,12 @@ def run_setting(a, mdir: str, threads: int, length: str, roof: float, errors: li
 
     def describe(c, res):
         st = [s["seconds"] for s in res["steps"]]
-        return f"{c}: median {median(st):.3f} s/step over {len(st)} steps, peak RSS {res['peak_rss_mb']:.0f} MiB"
+        line = f"{c}: median {median(st):.3f} s/step over {len(st)} steps, peak RSS {res['peak_rss_mb']:.0f} MiB"
+        if res.get("phase_peak_rss_mb"):  # ours: per phase (max over the process's steps), base, CPU seconds
+            line += (" (" + ", ".join(f"{k} {v:.0f}" for k, v in res["phase_peak_rss_mb"].items())
+                     + f"; base {res['baseline_rss_mb']:.0f}; recompute {res['recompute']}; "
+                     f"process CPU {res['cpu_seconds']:.1f} s)")
+        return line
     results = run_rounds(__file__, lambda r: contenders if r % 2 == 0 else contenders[::-1], common, a,
                          describe, errors, loads, threads=threads, tag=f"[{threads}t {length}] ")
     summ = {c: summarize(v, PHASES_OURS if c == "ours" else PHASES_TRL, roof) for c, v in results.items() if v}
