@@ -112,6 +112,8 @@ def parse_args(argv=None):
                     help="ours: fastlm's layer recomputation in backward. default: fastlm's own rule; selective / "
                          "full: every micro-batch above fastlm.CHECKPOINT_MIN_BYTES recomputes each layer that way "
                          "(no memory budget); off: nothing recomputed")
+    ap.add_argument("--recompute-budget", type=float, metavar="MIB",
+                    help="ours, with --recompute default: fastlm.RECOMPUTE_BUDGET_BYTES in MiB (default: fastlm's)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per worker process")
     ap.add_argument("--json", metavar="OUT", help="also write the figures to this JSON file")
     # internal
@@ -132,18 +134,42 @@ def _overrides(a) -> list[str]:
             f"seed={a.seed}", "device=cpu", *[f"model.{kv}" for kv in a.model]]  # the saved model's shape
 
 
-def set_recompute(mode: str) -> None:
-    """``--recompute``: fastlm's layer recomputation forced to one mode (``default`` leaves fastlm's rule)."""
+def set_recompute(mode: str, budget_mib=None) -> None:
+    """``--recompute``: fastlm's layer recomputation forced to one mode (``default`` leaves fastlm's rule,
+    with ``--recompute-budget`` as its memory budget if given)."""
     from harness.engine import fastlm
     if mode == "off":
         fastlm.CHECKPOINT_MIN_BYTES = float("inf")
     elif mode != "default":
         fastlm.RECOMPUTE, fastlm.RECOMPUTE_BUDGET_BYTES = mode, float("inf")
+    elif budget_mib is not None:
+        fastlm.RECOMPUTE_BUDGET_BYTES = budget_mib * 2**20
+
+
+def _budget() -> float:
+    from harness.engine import fastlm
+    return fastlm.RECOMPUTE_BUDGET_BYTES
+
+
+def record_plans() -> dict:
+    """{plan: times}: what ``fastlm.recompute_plan`` chose for each forward under autograd (one letter per
+    layer: k keep, s selective, f full)."""
+    from harness.engine import fastlm
+    seen: dict[str, int] = defaultdict(int)
+    real = fastlm.recompute_plan
+
+    def plan(dec, tokens):
+        out = real(dec, tokens)
+        seen["".join(h[0] for h in out)] += 1
+        return out
+    fastlm.recompute_plan = plan
+    return seen
 
 
 def worker_ours(a) -> dict:
     torch.set_num_threads(a.threads)
-    set_recompute(a.recompute)
+    set_recompute(a.recompute, a.recompute_budget)
+    plans = record_plans()
     perf = PerfTracker(torch.device("cpu"))  # baseline RSS: right after the imports
     cfg = load_config(None, _overrides(a))
     algo = resolve(cfg.algorithm)
@@ -158,6 +184,7 @@ def worker_ours(a) -> dict:
     steps = []
     flops = FlopCount()
     counted = not a.no_count
+    life: dict[str, float] = {}
     for k in range(a.warmup + a.steps + counted):  # the last step is counted (FLOPs), not timed
         if k == a.warmup + a.steps:
             flops.start()
@@ -168,16 +195,21 @@ def worker_ours(a) -> dict:
         secs = perf.pop_seconds()
         ro = st.rollouts
         steps.append({"seconds": dt, "cpu_seconds": dc, "phases": secs, "tokens": ro.num_tokens,
+                      "phase_peak_rss_mb": {p: perf.peak_rss[p] for p in secs if p in perf.peak_rss},
                       "decode_steps": int(ro.completion_ids.shape[1]), "sequences": ro.num_sequences,
                       "reward_mean": st.rewards.mean().item()})
+        for p in secs:  # the next step's phase peaks are its own (the lifetime ones: phase_peak_rss_mb below)
+            life[p] = max(life.get(p, 0.0), perf.peak_rss.pop(p, 0.0))
     flops.stop()
+    perf.peak_rss.update({p: max(v, perf.peak_rss.get(p, 0.0)) for p, v in life.items()})
     s = perf.summary()
     pre = "perf/peak_rss_mb/"
     return {"contender": "ours", "steps": steps[a.warmup:a.warmup + a.steps], "warmup_steps": steps[:a.warmup],
             "counted_step": {"flops": flops.total, "tokens": steps[-1]["tokens"]} if counted else None,
             "baseline_rss_mb": s["perf/baseline_rss_mb"], "peak_rss_mb": s["perf/peak_rss_mb"],
             "phase_peak_rss_mb": {k[len(pre):]: v for k, v in s.items() if k.startswith(pre)},
-            "recompute": a.recompute, "cpu_seconds": time.process_time(),
+            "recompute": a.recompute, "recompute_budget_bytes": _budget(), "recompute_plans": dict(plans),
+            "cpu_seconds": time.process_time(),
             "params": num_params(policy), "threads": torch.get_num_threads(), "length": a.length}
 
 
@@ -416,6 +448,7 @@ def run_setting(a, mdir: str, threads: int, length: str, roof: float, errors: li
               "--lr", str(a.lr), "--temperature", str(a.temperature), "--seed", str(a.seed),
               "--warmup", str(a.warmup), "--steps", str(a.steps), "--length", length,
               "--recompute", a.recompute, *(["--no-count"] if a.no_count else []),
+              *(["--recompute-budget", str(a.recompute_budget)] if a.recompute_budget is not None else []),
               *[x for kv in a.model for x in ("--model", kv)]]
     print(f"\n## {threads} thread(s), {length} length"
           f"{' (every row ' + str(a.max_new_tokens) + ' new tokens)' if length == 'forced' else ' (rows stop at EOS)'}"
@@ -426,7 +459,8 @@ def run_setting(a, mdir: str, threads: int, length: str, roof: float, errors: li
         line = f"{c}: median {median(st):.3f} s/step over {len(st)} steps, peak RSS {res['peak_rss_mb']:.0f} MiB"
         if res.get("phase_peak_rss_mb"):  # ours: per phase (max over the process's steps), base, CPU seconds
             line += (" (" + ", ".join(f"{k} {v:.0f}" for k, v in res["phase_peak_rss_mb"].items())
-                     + f"; base {res['baseline_rss_mb']:.0f}; recompute {res['recompute']}; "
+                     + f"; base {res['baseline_rss_mb']:.0f}; recompute {res['recompute']} "
+                     f"{res.get('recompute_plans')}; "
                      f"process CPU {res['cpu_seconds']:.1f} s)")
         return line
     results = run_rounds(__file__, lambda r: contenders if r % 2 == 0 else contenders[::-1], common, a,
@@ -466,7 +500,8 @@ def main(argv=None) -> int:
           f"inter {mcfg.intermediate_size}), random init")
     print(f"# G={a.group} x {a.prompts} prompts = {a.group * a.prompts} completions/step, {a.max_new_tokens} new "
           f"tokens, beta={a.beta}, eps={a.eps}, lr={a.lr}, T={a.temperature}, micro-batch {a.micro_batch}, "
-          f"threads {threads_list}, lengths {lengths}, torch {torch.__version__}, glibc allocator defaults")
+          f"threads {threads_list}, lengths {lengths}, torch {torch.__version__}, glibc allocator "
+          f"{' '.join(f'{k}={v}' for k, v in sorted(os.environ.items()) if k.startswith('MALLOC_')) or 'defaults'}")
     print(f"# {a.rounds} rounds x ({a.warmup} warm-up + {a.steps} timed steps) per contender, alternating, "
           f"fresh process each | loadavg at start {la0} on {os.cpu_count()} CPUs", flush=True)
     roofs = {t: sgemm_roof(t) for t in threads_list}

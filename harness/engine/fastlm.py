@@ -17,6 +17,8 @@ output dataclasses). Two shapes of work, both used by the sampler and the learne
   autograd keep only each layer's matmul and attention outputs and recompute the cheap ops
   between them (norms, rotary, SiLU, residual adds, copies) in backward (``checkpoint_layers``,
   ``RECOMPUTE``): no matmul is done twice, about half the memory of keeping everything, same bits.
+  Under a memory budget (``RECOMPUTE_BUDGET_BYTES``, ``recompute_plan``) the first layers keep only
+  their input and are recomputed whole, as few as fit: same bits again, their matmuls done twice.
 
 ``supported(model)`` says whether a model can take this path: a plain ``LlamaForCausalLM``
 (or its ``LlamaModel`` decoder) with static rotary frequencies, no attention / MLP biases,
@@ -228,6 +230,9 @@ def _layer(layer, xp, xc, s: _Shared):
 # the hidden size and the MLP's width (norm outputs, q/k/v, attention output, residuals; gate, up,
 # their product): an estimate, used only to decide whether to recompute (see checkpoint_layers).
 _SAVED_PER_TOKEN = (10, 4)  # x hidden, x intermediate
+# (A layer recomputed selectively keeps its input, q, attention output and output projection: 4 x hidden;
+# k and v: 2 x the key/value width; gate and up: 2 x intermediate. Fully: its input, 1 x hidden. See
+# _saved_bytes and recompute_plan.)
 # Above this many estimated bytes of saved activations for one forward, each layer is recomputed in
 # backward (torch.utils.checkpoint), selectively by default (RECOMPUTE below): the cheap ops' outputs
 # are dropped and recomputed, the matmuls' kept. SmolLM2-135M at the gsm8k_smollm2 recipe's micro-batch (8 rows
@@ -244,6 +249,18 @@ CHECKPOINT_MIN_BYTES = 512 * 2**20
 # inputs, so values and gradients are the same bits as without recomputation
 # (tests/harness/engine/test_fastlm_recompute.py).
 RECOMPUTE = "selective"
+
+# The memory budget of selective recomputation: when every layer recomputed selectively is estimated
+# (_saved_bytes) above this many bytes of saved activations for one forward, the first layers are
+# recomputed fully instead, as few as bring the estimate within it (all of them if none does;
+# recompute_plan). Each such layer saves about (3 hidden + 2 key/value width + 2 MLP) floats per token
+# and does its matmuls again in backward; the bits do not change. 512 MiB, as CHECKPOINT_MIN_BYTES: one
+# forward keeps at most about that much wherever recomputation can get it there, recomputing as little as
+# it can. The 27.3M bench's 64-row micro-batch (8 layers, ~8,200 positions; selectively 1.5 GiB estimated)
+# then recomputes 6 of its 8 layers fully: its whole step peaks at 2.5 GiB RSS instead of 4.2 GiB, for about
+# 6/8 of full recomputation's extra FLOPs (bench/README.md, issue 29.2c). float("inf"): no budget (every
+# layer selective, the least FLOPs).
+RECOMPUTE_BUDGET_BYTES = 512 * 2**20
 
 # ops whose outputs a selectively recomputed layer keeps: matmuls and fused attention kernels
 _SAVE_OPS = tuple(op for op in (
@@ -275,14 +292,47 @@ def _selective_context(wdown: torch.Tensor, downs: int):
     return torch.utils.checkpoint.create_selective_checkpoint_contexts(policy)
 
 
+def _saved_bytes(dec, tokens: int, how: str) -> int:
+    """Estimated bytes one layer keeps for backward at ``tokens`` positions when it is recomputed ``how``
+    (``"keep"``: not recomputed, ``"selective"``, ``"full"``; see the comments above)."""
+    cfg = dec.config
+    hidden, inter = cfg.hidden_size, cfg.intermediate_size
+    if how == "keep":
+        floats = _SAVED_PER_TOKEN[0] * hidden + _SAVED_PER_TOKEN[1] * inter
+    elif how == "selective":
+        d = _dims(dec)
+        floats = 4 * hidden + 2 * d.kv_heads * d.head_dim + 2 * inter
+    else:
+        floats = hidden
+    return tokens * floats * dec.embed_tokens.weight.element_size()
+
+
 def checkpoint_layers(dec, tokens: int) -> bool:
     """Whether :func:`completion_hidden` recomputes each layer in backward for ``tokens`` positions
     (distinct-prompt plus packed completion positions): when the estimated saved activations exceed
     ``CHECKPOINT_MIN_BYTES``. The values and gradients are the same either way, bit for bit."""
-    cfg = dec.config
-    per_token = _SAVED_PER_TOKEN[0] * cfg.hidden_size + _SAVED_PER_TOKEN[1] * cfg.intermediate_size
-    bytes_ = tokens * cfg.num_hidden_layers * per_token * dec.embed_tokens.weight.element_size()
-    return bytes_ > CHECKPOINT_MIN_BYTES
+    return dec.config.num_hidden_layers * _saved_bytes(dec, tokens, "keep") > CHECKPOINT_MIN_BYTES
+
+
+def recompute_plan(dec, tokens: int) -> tuple[str, ...]:
+    """What each layer of :func:`completion_hidden` keeps for backward under autograd, for ``tokens``
+    positions: ``"keep"`` (everything; nothing recomputed), ``"selective"`` or ``"full"``. Nothing is
+    recomputed unless :func:`checkpoint_layers` says so; then every layer is recomputed the ``RECOMPUTE``
+    way, except that ``"selective"``, where its estimate for all layers exceeds ``RECOMPUTE_BUDGET_BYTES``,
+    recomputes the first ``k`` layers fully, ``k`` the least that brings the estimate within the budget
+    (all layers where none does). Every plan gives the same values and gradients, bit for bit."""
+    L = dec.config.num_hidden_layers
+    if not checkpoint_layers(dec, tokens):
+        return ("keep",) * L
+    if RECOMPUTE not in ("selective", "full"):
+        raise ValueError(f"fastlm.RECOMPUTE: {RECOMPUTE!r}, expected 'selective' or 'full'")
+    if RECOMPUTE == "full":
+        return ("full",) * L
+    sel, full = _saved_bytes(dec, tokens, "selective"), _saved_bytes(dec, tokens, "full")
+    k = 0
+    while k < L and k * full + (L - k) * sel > RECOMPUTE_BUDGET_BYTES:
+        k += 1
+    return ("full",) * k + ("selective",) * (L - k)
 
 
 # ----------------------------------------------------------------------------------------
@@ -301,7 +351,8 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
     token of a completion is never an input: nothing reads its output or key/value. Under
     autograd, a batch whose saved activations would be large (:func:`checkpoint_layers`) keeps
     only each layer's input and matmul / attention outputs and recomputes the cheap ops in backward
-    (``RECOMPUTE``): the same values and gradients."""
+    (``RECOMPUTE``), or, beyond ``RECOMPUTE_BUDGET_BYTES``, only the input of its first layers, recomputed
+    whole (:func:`recompute_plan`): the same values and gradients."""
     dec = _decoder(model)
     d = _dims(dec)
     B, P = prompt_ids.shape
@@ -336,17 +387,17 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
         nq, nkv = d.heads * d.head_dim, d.kv_heads * d.head_dim
     fuse = _fuse(dec, FUSE_MAX_PARAMS)
     shared = _Shared(d, fuse, cos_p, sin_p, m_p, cos_c, sin_c, m_c, flat, inv, nq, nkv, B, T)
-    # under autograd, a big enough batch keeps only each layer's input and matmul / attention outputs and
-    # recomputes the rest in backward (RECOMPUTE; same ops on the same inputs: the same bits)
-    ckpt = torch.is_grad_enabled() and checkpoint_layers(dec, U * P + (0 if xc is None else xc.shape[0]))
-    if ckpt and RECOMPUTE not in ("selective", "full"):
-        raise ValueError(f"fastlm.RECOMPUTE: {RECOMPUTE!r}, expected 'selective' or 'full'")
-    for layer in dec.layers:
-        if ckpt and RECOMPUTE == "selective":
+    # under autograd, a big enough batch keeps only each layer's input and matmul / attention outputs (or,
+    # within a memory budget, only the input of some layers) and recomputes the rest in backward
+    # (recompute_plan; same ops on the same inputs: the same bits)
+    plan = (recompute_plan(dec, U * P + (0 if xc is None else xc.shape[0])) if torch.is_grad_enabled()
+            else ("keep",) * len(dec.layers))
+    for layer, how in zip(dec.layers, plan):
+        if how == "selective":
             ctx = functools.partial(_selective_context, layer.mlp.down_proj.weight, 1 if xc is None else 2)
             xp, xc = torch.utils.checkpoint.checkpoint(_layer, layer, xp, xc, shared, use_reentrant=False,
                                                        context_fn=ctx)
-        elif ckpt:
+        elif how == "full":
             xp, xc = torch.utils.checkpoint.checkpoint(_layer, layer, xp, xc, shared, use_reentrant=False)
         else:
             xp, xc = _layer(layer, xp, xc, shared)

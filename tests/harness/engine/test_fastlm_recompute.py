@@ -1,7 +1,8 @@
 """fastlm's layer recomputation modes (issue 29.2a): selective recomputation (keep each layer's matmul and
 attention outputs, recompute the cheap ops) gives the same values and every parameter's gradient bit for bit
 as whole-layer recomputation and as no recomputation, and its backward does no matmul FLOPs beyond
-no recomputation's."""
+no recomputation's. Under a memory budget (``RECOMPUTE_BUDGET_BYTES``) the first layers are recomputed fully,
+the rest selectively: the same bits again, backward FLOPs between the two."""
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -32,11 +33,13 @@ def _batch(tok, G=3):
     return p_ids, p_mask, c_ids, c_mask
 
 
-def _run(model, batch, mode, monkeypatch, prompt_only=False):
-    """Values, every parameter's gradient, forward and backward FLOPs of a log-prob loss under ``mode``."""
+def _run(model, batch, mode, monkeypatch, prompt_only=False, budget=float("inf")):
+    """Values, every parameter's gradient, forward and backward FLOPs of a log-prob loss under ``mode``
+    (and ``budget``: ``RECOMPUTE_BUDGET_BYTES``)."""
     p_ids, p_mask, c_ids, c_mask = batch
     if prompt_only:  # no completion input positions: each layer runs the prompt part only
         c_ids, c_mask = c_ids[:, :1], c_mask[:, :1]
+    monkeypatch.setattr(fastlm, "RECOMPUTE_BUDGET_BYTES", budget)
     if mode is None:
         monkeypatch.setattr(fastlm, "CHECKPOINT_MIN_BYTES", 2**62)
     else:
@@ -75,6 +78,82 @@ def test_selective_full_and_no_recomputation_give_the_same_bits(fuse, kv_heads, 
     # full recomputation repeats the layers' matmuls (all but the last down projection) in backward;
     # selective repeats none
     assert b2 == b0 < b1, (b0, b1, b2)
+
+
+def _spy_plans(monkeypatch):
+    """Every (tokens, plan) that completion_hidden's recompute_plan returns, in a list."""
+    seen, real = [], fastlm.recompute_plan
+
+    def spy(dec, tokens):
+        plan = real(dec, tokens)
+        seen.append((tokens, plan))
+        return plan
+    monkeypatch.setattr(fastlm, "recompute_plan", spy)
+    return seen
+
+
+@pytest.mark.parametrize("kv_heads", [6, 2])
+@pytest.mark.parametrize("prompt_only", [False, True])
+def test_budget_mixes_full_and_selective_layers_with_the_same_bits(kv_heads, prompt_only, monkeypatch):
+    """A budget between all-selective and all-full: the first layer is recomputed fully, the other two
+    selectively; values and every gradient equal to no recomputation's, backward FLOPs between."""
+    tok = build_char_tokenizer()
+    model, batch = _model(tok, kv_heads), _batch(tok)
+    seen = _spy_plans(monkeypatch)
+    lp0, g0, f0, b0 = _run(model, batch, None, monkeypatch, prompt_only)
+    tokens = seen[-1][0]
+    assert seen[-1][1] == ("keep",) * 3
+    sel = fastlm._saved_bytes(model.model, tokens, "selective")
+    full = fastlm._saved_bytes(model.model, tokens, "full")
+    assert 0 < full < sel
+    _, _, _, b_full = _run(model, batch, "full", monkeypatch, prompt_only)
+    lp1, g1, f1, b1 = _run(model, batch, "selective", monkeypatch, prompt_only, budget=full + 2 * sel)
+    assert seen[-1] == (tokens, ("full", "selective", "selective"))
+    assert torch.equal(lp0, lp1)
+    assert g0.keys() == g1.keys() and len(g0) == len(list(model.parameters()))
+    for n in g0:
+        assert g0[n].abs().sum() > 0, n
+        assert torch.equal(g0[n], g1[n]), n
+    assert f0 == f1
+    assert b0 < b1 < b_full, (b0, b1, b_full)
+
+
+def test_budget_plan_recomputes_as_few_layers_fully_as_fit(monkeypatch):
+    """recompute_plan: the least number of leading full layers whose estimate fits the budget; all
+    selective without a budget, all full where nothing fits; the budget never applies to RECOMPUTE='full'
+    nor below CHECKPOINT_MIN_BYTES."""
+    tok = build_char_tokenizer()
+    dec = _model(tok, 2).model
+    T = 100
+    sel = fastlm._saved_bytes(dec, T, "selective")
+    full = fastlm._saved_bytes(dec, T, "full")
+    # floats per token: input, q, attention output, output projection (4 x 48), k and v (2 x 2 heads x 8),
+    # gate and up (2 x 96); fully recomputed: the input
+    assert sel == T * (4 * 48 + 2 * 16 + 2 * 96) * 4 and full == T * 48 * 4
+    monkeypatch.setattr(fastlm, "CHECKPOINT_MIN_BYTES", -1)
+    monkeypatch.setattr(fastlm, "RECOMPUTE", "selective")
+    S, F = "selective", "full"
+    for budget, plan in [(float("inf"), (S, S, S)), (3 * sel, (S, S, S)), (3 * sel - 1, (F, S, S)),
+                         (full + 2 * sel, (F, S, S)), (full + 2 * sel - 1, (F, F, S)), (2 * full + sel, (F, F, S)),
+                         (3 * full, (F, F, F)), (0, (F, F, F))]:
+        monkeypatch.setattr(fastlm, "RECOMPUTE_BUDGET_BYTES", budget)
+        assert fastlm.recompute_plan(dec, T) == plan, budget
+    monkeypatch.setattr(fastlm, "RECOMPUTE", "full")
+    assert fastlm.recompute_plan(dec, T) == ("full",) * 3
+    monkeypatch.setattr(fastlm, "CHECKPOINT_MIN_BYTES", 2**62)
+    assert fastlm.recompute_plan(dec, T) == ("keep",) * 3
+
+
+def test_default_budget_at_the_27m_bench_shape():
+    """The defaults at the 27.3M bench's 64-row micro-batch (8 prompts of 13 tokens + 64 x 127 completion
+    positions, as bench/recompute.py builds it): recomputed, 6 of 8 layers fully (bench/README.md, 29.2c)."""
+    from types import SimpleNamespace
+    conf = LlamaConfig(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
+                       num_key_value_heads=8)
+    dec = SimpleNamespace(config=conf, embed_tokens=SimpleNamespace(weight=torch.empty(0)))
+    assert fastlm.CHECKPOINT_MIN_BYTES == fastlm.RECOMPUTE_BUDGET_BYTES == 512 * 2**20
+    assert fastlm.RECOMPUTE == "selective"
+    assert fastlm.recompute_plan(dec, 8 * 13 + 64 * 127) == ("full",) * 6 + ("selective",) * 2
 
 
 def test_unknown_recompute_mode_is_refused(monkeypatch):
