@@ -114,6 +114,9 @@ def parse_args(argv=None):
                          "(no memory budget); off: nothing recomputed")
     ap.add_argument("--recompute-budget", type=float, metavar="MIB",
                     help="ours, with --recompute default: fastlm.RECOMPUTE_BUDGET_BYTES in MiB (default: fastlm's)")
+    ap.add_argument("--release-heap", choices=("on", "off"),
+                    help="ours: harness.engine.heap.RELEASE_FREED_HEAP, glibc's malloc_trim(0) after each recomputed "
+                         "layer's forward and backward (default: the module's, as in training)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per worker process")
     ap.add_argument("--json", metavar="OUT", help="also write the figures to this JSON file")
     # internal
@@ -166,10 +169,31 @@ def record_plans() -> dict:
     return seen
 
 
+def record_releases(setting) -> dict:
+    """``--release-heap``: sets ``heap.RELEASE_FREED_HEAP`` (``None``: the module's); returns {"on", "calls",
+    "released", "cpu_seconds"} of fastlm's ``release_freed_heap`` calls, filled as they happen."""
+    from harness.engine import fastlm, heap
+    if setting is not None:
+        heap.RELEASE_FREED_HEAP = setting == "on"
+    rec = {"on": heap.RELEASE_FREED_HEAP, "calls": 0, "released": 0, "cpu_seconds": 0.0}
+    real = fastlm.release_freed_heap
+
+    def release():
+        c0 = time.process_time()
+        out = real()
+        rec["calls"] += 1
+        rec["released"] += bool(out)
+        rec["cpu_seconds"] += time.process_time() - c0
+        return out
+    fastlm.release_freed_heap = release
+    return rec
+
+
 def worker_ours(a) -> dict:
     torch.set_num_threads(a.threads)
     set_recompute(a.recompute, a.recompute_budget)
     plans = record_plans()
+    releases = record_releases(a.release_heap)
     perf = PerfTracker(torch.device("cpu"))  # baseline RSS: right after the imports
     cfg = load_config(None, _overrides(a))
     algo = resolve(cfg.algorithm)
@@ -209,6 +233,7 @@ def worker_ours(a) -> dict:
             "baseline_rss_mb": s["perf/baseline_rss_mb"], "peak_rss_mb": s["perf/peak_rss_mb"],
             "phase_peak_rss_mb": {k[len(pre):]: v for k, v in s.items() if k.startswith(pre)},
             "recompute": a.recompute, "recompute_budget_bytes": _budget(), "recompute_plans": dict(plans),
+            "heap_releases": releases,
             "cpu_seconds": time.process_time(),
             "params": num_params(policy), "threads": torch.get_num_threads(), "length": a.length}
 
@@ -447,7 +472,8 @@ def run_setting(a, mdir: str, threads: int, length: str, roof: float, errors: li
               "--micro-batch", str(a.micro_batch), "--beta", str(a.beta), "--eps", str(a.eps),
               "--lr", str(a.lr), "--temperature", str(a.temperature), "--seed", str(a.seed),
               "--warmup", str(a.warmup), "--steps", str(a.steps), "--length", length,
-              "--recompute", a.recompute, *(["--no-count"] if a.no_count else []),
+              "--recompute", a.recompute, *(["--release-heap", a.release_heap] if a.release_heap else []),
+              *(["--no-count"] if a.no_count else []),
               *(["--recompute-budget", str(a.recompute_budget)] if a.recompute_budget is not None else []),
               *[x for kv in a.model for x in ("--model", kv)]]
     print(f"\n## {threads} thread(s), {length} length"
@@ -460,7 +486,7 @@ def run_setting(a, mdir: str, threads: int, length: str, roof: float, errors: li
         if res.get("phase_peak_rss_mb"):  # ours: per phase (max over the process's steps), base, CPU seconds
             line += (" (" + ", ".join(f"{k} {v:.0f}" for k, v in res["phase_peak_rss_mb"].items())
                      + f"; base {res['baseline_rss_mb']:.0f}; recompute {res['recompute']} "
-                     f"{res.get('recompute_plans')}; "
+                     f"{res.get('recompute_plans')}; heap releases {res.get('heap_releases')}; "
                      f"process CPU {res['cpu_seconds']:.1f} s)")
         return line
     results = run_rounds(__file__, lambda r: contenders if r % 2 == 0 else contenders[::-1], common, a,

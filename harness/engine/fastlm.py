@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
+from harness.engine.heap import release_freed_heap
+
 _STATIC_ROPE = ("default", "linear", "llama3")
 
 
@@ -259,7 +261,8 @@ RECOMPUTE = "selective"
 # it can. The 27.3M bench's 64-row micro-batch (8 layers, ~8,200 positions; selectively 1.5 GiB estimated)
 # then recomputes 6 of its 8 layers fully: its whole step peaks at 2.5 GiB RSS instead of 4.2 GiB, for about
 # 6/8 of full recomputation's extra FLOPs (bench/README.md, issue 29.2c). float("inf"): no budget (every
-# layer selective, the least FLOPs).
+# layer selective, the least FLOPs). harness.engine.heap.RELEASE_FREED_HEAP (off by default) hands the heap
+# freed by each recomputed layer's forward and backward back to the system: less memory, more CPU (29.2d).
 RECOMPUTE_BUDGET_BYTES = 512 * 2**20
 
 # ops whose outputs a selectively recomputed layer keeps: matmuls and fused attention kernels
@@ -335,6 +338,12 @@ def recompute_plan(dec, tokens: int) -> tuple[str, ...]:
     return ("full",) * k + ("selective",) * (L - k)
 
 
+def _release_after_backward(grad):
+    """Tensor hook on a recomputed layer's input: once the layer's backward is done, its freed activations go
+    back to the system (:func:`harness.engine.heap.release_freed_heap`). The gradient is not touched."""
+    release_freed_heap()
+
+
 # ----------------------------------------------------------------------------------------
 # training / scoring forward with shared prompts
 
@@ -393,6 +402,8 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
     plan = (recompute_plan(dec, U * P + (0 if xc is None else xc.shape[0])) if torch.is_grad_enabled()
             else ("keep",) * len(dec.layers))
     for layer, how in zip(dec.layers, plan):
+        if how != "keep" and xp.requires_grad:  # after this layer's backward (the gradient of its input)
+            xp.register_hook(_release_after_backward)
         if how == "selective":
             ctx = functools.partial(_selective_context, layer.mlp.down_proj.weight, 1 if xc is None else 2)
             xp, xc = torch.utils.checkpoint.checkpoint(_layer, layer, xp, xc, shared, use_reentrant=False,
@@ -401,6 +412,8 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
             xp, xc = torch.utils.checkpoint.checkpoint(_layer, layer, xp, xc, shared, use_reentrant=False)
         else:
             xp, xc = _layer(layer, xp, xc, shared)
+        if how != "keep":
+            release_freed_heap()
     h = xp[:, -1:].index_select(0, inv)
     if T > 0:
         h = torch.cat([h, xc.new_zeros(B * T, H).index_copy(0, flat, xc).view(B, T, H)], 1)

@@ -1,0 +1,54 @@
+"""Hand the heap that glibc keeps after large frees back to the system.
+
+On Linux with glibc, tensors below glibc's mmap threshold come from the heap (the threshold rises with
+each freed mmapped block, up to 32 MiB: a 64-row micro-batch's hidden-size activations then live there),
+and freed heap stays in the process, in holes that later tensors do not always fit: a training step's
+resident set grows well past its live tensors (bench/README.md, issue 29.2c/d). :func:`release_freed_heap`
+calls glibc's ``malloc_trim(0)``, which returns every whole free page of every arena to the kernel
+(``madvise``). ``harness.engine.fastlm`` calls it where a recomputed layer's temporaries have just been
+freed: after each such layer's forward and after its backward (``completion_hidden``; only under autograd,
+above ``CHECKPOINT_MIN_BYTES``). Phase boundaries alone (after generation, the reference forward, each
+backward) were measured and do not reach the step's peak, which is inside the learner's forward and
+backward. The allocator's settings are not changed: between calls, freed blocks are reused as before, so
+the cost is one trim (tens of ms on a GiB-sized heap) and re-touching the returned pages, not an ``mmap``
+per allocation (as ``MALLOC_MMAP_THRESHOLD_`` would do). Values are never touched.
+
+``RELEASE_FREED_HEAP`` switches it (see its comment for the default). Without glibc (macOS, musl,
+Windows) it does nothing.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import platform
+
+# Whether release_freed_heap trims at all. Off by default: at the 27.3M bench step (bench/README.md, issue
+# 29.2d; single runs) it lowers the peak RSS with the default recomputation budget from 2,853 to 1,998 MiB, and
+# with selective recomputation in every layer from 4,622 to 3,198 MiB, but costs about 4% more CPU per step
+# (the trims, and touching the returned pages again), and the default already peaks under 3 GB. True: less
+# memory for that CPU (bench/grpo_step.py --release-heap on).
+RELEASE_FREED_HEAP = False
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim():
+    """glibc's ``malloc_trim`` (int malloc_trim(size_t pad)), or None where the C library is not glibc."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        fn = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+    return fn
+
+
+def release_freed_heap() -> bool:
+    """Return the allocator's free heap pages to the system (glibc ``malloc_trim(0)``). True when memory
+    was released; False when nothing was, glibc is absent or ``RELEASE_FREED_HEAP`` is off."""
+    if not RELEASE_FREED_HEAP:
+        return False
+    fn = _malloc_trim()
+    return bool(fn(0)) if fn is not None else False
