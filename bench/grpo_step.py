@@ -67,6 +67,7 @@ from transformers import AutoTokenizer, LlamaForCausalLM, TrainerCallback  # noq
 from algorithms.presets import resolve
 from evals.catalog import get_task
 from harness.config.schema import ModelConfig, TaskConfig, load_config
+from harness.engine import fastlm, heap
 from harness.engine.learner import Learner
 from harness.engine.models import build_char_tokenizer, build_tiny_model, load_policy, num_params, save_policy
 from harness.engine.perf import PerfTracker, rss_mb
@@ -140,7 +141,6 @@ def _overrides(a) -> list[str]:
 def set_recompute(mode: str, budget_mib=None) -> None:
     """``--recompute``: fastlm's layer recomputation forced to one mode (``default`` leaves fastlm's rule,
     with ``--recompute-budget`` as its memory budget if given)."""
-    from harness.engine import fastlm
     if mode == "off":
         fastlm.CHECKPOINT_MIN_BYTES = float("inf")
     elif mode != "default":
@@ -150,14 +150,12 @@ def set_recompute(mode: str, budget_mib=None) -> None:
 
 
 def _budget() -> float:
-    from harness.engine import fastlm
     return fastlm.RECOMPUTE_BUDGET_BYTES
 
 
 def record_plans() -> dict:
     """{plan: times}: what ``fastlm.recompute_plan`` chose for each forward under autograd (one letter per
     layer: k keep, s selective, f full)."""
-    from harness.engine import fastlm
     seen: dict[str, int] = defaultdict(int)
     real = fastlm.recompute_plan
 
@@ -172,7 +170,6 @@ def record_plans() -> dict:
 def record_releases(setting) -> dict:
     """``--release-heap``: sets ``heap.RELEASE_FREED_HEAP`` (``None``: the module's); returns {"on", "calls",
     "released", "cpu_seconds"} of fastlm's ``release_freed_heap`` calls, filled as they happen."""
-    from harness.engine import fastlm, heap
     if setting is not None:
         heap.RELEASE_FREED_HEAP = setting == "on"
     rec = {"on": heap.RELEASE_FREED_HEAP, "calls": 0, "released": 0, "cpu_seconds": 0.0}
