@@ -76,12 +76,16 @@ def run_seconds(r: RunData) -> dict:
 
 
 def time_summary(study: Study) -> dict:
-    """Sums over runs of `run_seconds`; the sweep's wall-clock from sweep.json
+    """Sums over runs of `run_seconds`, and over the setup jobs (``setup_*``: warm-up built,
+    waited for, start evaluation; `harness.report.study_data.setup_times`); the sweep's wall-clock from sweep.json
     (``started``/``start`` to ``finished``/``ended``/``updated``) when it records both, else the
     span from the first run's ``started`` to the last run's ``ended`` (summaries)."""
     keys = ("warmup", "warmup_wait", "train", "eval", "other", "wall")
     tot = {k: 0.0 for k in keys}
     tot["runs"], starts, ends = 0, [], []
+    tot["setup_jobs"] = len(study.setup)
+    for k, name in (("setup_warmup", "warmup_build"), ("setup_wait", "warmup_wait"), ("setup_eval", "initial_eval")):
+        tot[k] = sum(s.get(name, 0.0) for s in study.setup)
     for runs in study.arms.values():
         for r in runs.values():
             s = run_seconds(r)
@@ -202,6 +206,9 @@ def header(study: Study, design: Design) -> list[str]:
     timed = [r for r in study.runs() if uncontended(r, study.sweep_json)]
     walls = phase_walls(study)
     sel_opt = f" --selection <folder {study.selection['name']}>" if study.selection is not None else ""
+    setup = (f"; setup jobs (each seed's warm-up and start evaluation, built in a process of its own before the "
+             f"runs): {t['setup_jobs']}, warm-up {t['setup_warmup']:.0f} s (plus {t['setup_wait']:.0f} s waiting), "
+             f"start evaluation {t['setup_eval']:.0f} s") if t["setup_jobs"] else ""
     lines = [
         f"# DeepSeekMath small study: {study.sweep_dir.name}", "",
         f"- **Command:** `harness report <sweep folder {study.sweep_dir.name}> --study{sel_opt} --output-dir <folder>`",
@@ -217,7 +224,7 @@ def header(study: Study, design: Design) -> list[str]:
         "hierarchical bootstrap over seeds × problems and decide with known error rates (section Claims).",
         f"- **Where the time went** (sum over {t['runs']} runs): warm-up {t['warmup']:.0f} s (plus "
         f"{t['warmup_wait']:.0f} s waiting for a shared warm-up), RL training {t['train']:.0f} s, evaluation "
-        f"{t['eval']:.0f} s, other {t['other']:.0f} s; runs' wall-clock {t['wall']:.0f} s; the sweep's "
+        f"{t['eval']:.0f} s, other {t['other']:.0f} s; runs' wall-clock {t['wall']:.0f} s{setup}; the sweep's "
         f"wall-clock: {sweep_wall}. Timed on an uncontended machine: {len(timed)} of {len(study.runs())} runs "
         "(the others' seconds are not used as a compute axis).",
         "- **Wall time per phase** (runs' wall-clock seconds, summed): "

@@ -19,7 +19,9 @@ beside ``sweep.json``, ``report/``, ``study/`` and the like. :func:`export_runs`
   and key order are the original's. Written as compact JSON lines;
 - nothing else: no weights (``final_model/``), ``checkpoint/``, optimizer state, caches, logs.
 
-The sweep folder's ``sweep.json`` is copied too. Unfinished runs are skipped (one line each).
+The sweep folder's ``sweep.json`` is copied too, and so are its setup jobs' ``config.yaml`` and
+``summary.json`` (those whose setup finished) (``setup/<job>/``: each seed's warm-up and start evaluation, built before the runs by
+`harness.sweep.run`; the study report counts their time). Unfinished runs are skipped (one line each).
 Exporting again writes the same bytes (files whose bytes are already right are left alone).
 Bad inputs (RUNS_DIR missing, DEST inside it, no finished run) raise :class:`ExportError`
 before anything is copied.
@@ -56,7 +58,8 @@ SAMPLE_KEYS = ("key", "correct", "valid")
 """What a trimmed sample item keeps: the voting key and the grades (pass@k / maj@k rebuild from them)."""
 _STEP_FILE = re.compile(r"^(?P<task>.+)_(?P<step>\d+)(?P<samples>_samples)?\.jsonl$")
 _VALIDATION_FILE = re.compile(r"^.+_validation\.jsonl$")
-_SKIP_DIRS = {"_cache", "report", "study", "plots", "mlartifacts", "mlruns", "wandb"}
+SETUP_DIR = "setup"
+_SKIP_DIRS = {"_cache", "report", "study", "plots", "mlartifacts", "mlruns", "wandb", SETUP_DIR}
 
 
 class ExportError(ConfigError):
@@ -273,4 +276,25 @@ def export_runs(runs_dir: str | os.PathLike, dest: str | os.PathLike, pattern: O
         data = sj.read_bytes()
         res.written += _put(out / SWEEP_JSON, data)
         res.bytes += len(data)
+    for job in _finished_setup_jobs(Path(runs_dir).expanduser() / SETUP_DIR):
+        for name in (CONFIG, SUMMARY):
+            if (job / name).is_file():
+                data = (job / name).read_bytes()
+                res.written += _put(out / SETUP_DIR / job.name / name, data)
+                res.bytes += len(data)
     return res
+
+
+def _finished_setup_jobs(root: Path) -> list:
+    """The folders under ``root`` whose summary.json records a finished setup (``setup_seconds``
+    with ``initial_eval``: `harness.report.study_data.setup_times` reads them)."""
+    out = []
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        try:
+            secs = load_json(d / SUMMARY).get("setup_seconds") if d.is_dir() and not d.is_symlink() else None
+            ok = isinstance(secs, dict) and isinstance(secs.get("initial_eval"), (int, float))
+        except (FileNotFoundError, RunFileError, OSError, AttributeError):
+            ok = False
+        if ok:
+            out.append(d)
+    return out

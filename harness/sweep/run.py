@@ -21,30 +21,56 @@ code 130. Each run's stdout/stderr go to ``<run_dir>/worker.log``. The sweep wri
 ``report.selection`` and each run's final state) for reports. When every run has finished,
 ``harness sweep`` writes the report (``<output_dir>/<name>/report/``, as ``harness report`` would)
 and, with ``report.study``, the study report (``<output_dir>/<name>/study/``), and prints where.
+
+Setup jobs
+==========
+
+Runs of the built-in tiny model start from a cached supervised warm-up and share a cached start
+evaluation (one per seed and evaluation setting). Before its runs, the sweep builds each of
+those its unfinished runs need in a *setup job*: a worker process of its own
+(``harness.train.loop:prepare``, folder ``<output_dir>/<name>/setup/<job>/``: its summary's
+``setup_seconds`` are the setup's time, which the study report counts) that fills the caches and exits. Without it, the first run of each seed would build them in-process, and its
+wall-clock and peak memory would carry work the other arms only read (a process that ran the
+n = 256 start evaluation keeps ~170 MiB more resident): the peak-memory comparison between arms
+would be biased against whichever arm the plan lists first. A setup job whose caches exist
+exits in seconds. Setup jobs run with the real trainer only (not under ``HARNESS_TRAIN_FN``),
+for single-process runs (``procs`` 1: a multi-process run builds its warm-up on its main rank
+and evaluates collectively), and not for runs that resume from a checkpoint (they are past
+their start evaluation). A failed setup job is reported and the sweep goes on: its runs build
+what is missing themselves (and fail there, recorded, if it cannot be built).
 """
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from harness.config.base import to_dict
+from harness.config.schema import config_from_dict, config_hash
 from harness.report.format import table
 from harness.rundir.budget import consumed_by_unit
+from harness.rundir.ids import run_id as config_run_id
 from harness.rundir.layout import METRICS, SUMMARY, read_json, read_metrics, write_json_atomic
 from harness.rundir.lock import FileLock, LockBusy
 from harness.sweep.launchers import LocalLauncher, RayLauncher, RunResult, RunSpec, callable_path
 from harness.sweep.plan import PlannedRun, Sweep, cell_label
 from harness.sweep.progress import Progress
 from harness.sweep.spec import LaunchOptions, SweepError, fmt_value
+from harness.train.warmup import warmup_cache_root, warmup_key
 
 __all__ = ["run_sweep", "format_results", "summary_value", "unfinished_runs", "DEFAULT_TRAIN", "TRAIN_FN_ENV",
            "SWEEP_FILE"]
 
 DEFAULT_TRAIN = "harness.train.loop:train"
+SETUP_TRAIN = "harness.train.loop:prepare"
+"""What a setup job's worker calls: build the warm-up and the start evaluation, then exit."""
+SETUP_DIR = "setup"
+"""The setup jobs' folder in the sweep folder (not a run folder: reports read its summaries for the setup's time)."""
 TRAIN_FN_ENV = "HARNESS_TRAIN_FN"
 """Test seam: ``module:function`` the workers call instead of :data:`DEFAULT_TRAIN`."""
 SWEEP_FILE = "sweep.json"
@@ -183,6 +209,73 @@ def _nothing_to_run(sw: Sweep, results: dict, stream) -> int:
     return 0 if not left else 1
 
 
+def _runner(opts: LaunchOptions):
+    if opts.type == "ray":
+        return RayLauncher(address=opts.address, workers=opts.workers, options=opts)
+    return LocalLauncher(workers=opts.workers, options=opts)
+
+
+def setup_key(cfg) -> str:
+    """What a run's warm-up and start evaluation depend on (`harness.train.warmup.warmup_key`
+    with the cache's folder, and `harness.train.evalpoints.initial_eval_key` but the thread
+    count, which the sweep's launcher sets alike for every run): runs with one key share one setup job."""
+    return config_hash({"warmup": str(warmup_cache_root(cfg) / warmup_key(cfg)), "task": to_dict(cfg.task),
+                        "eval": to_dict(cfg.eval), "seed": cfg.seed, "max_new_tokens": cfg.sampling.max_new_tokens,
+                        "device": cfg.device, "numerics": cfg.numerics, "dtype": cfg.model.dtype}, 12)
+
+
+def setup_jobs(sweep_dir: Path, todo: list[PlannedRun], opts: LaunchOptions) -> list[RunSpec]:
+    """One setup job (see the module doc) per distinct `setup_key` among the runs of ``todo``
+    that start from the tiny model's warm-up and have no checkpoint yet; [] when the launcher
+    runs another trainer (a test seam) or several processes per run."""
+    if opts.train != DEFAULT_TRAIN or opts.procs > 1:
+        return []
+    jobs: dict = {}
+    for r in todo:
+        cfg = r.config
+        if cfg.model.name_or_path != "tiny" or not cfg.warmup.enabled:
+            continue
+        if (r.run_dir / "checkpoint").is_dir():  # resumes past its start evaluation
+            continue
+        key = setup_key(cfg)
+        if key in jobs:
+            continue
+        d = to_dict(cfg)
+        d["warmup"]["cache_dir"] = str(warmup_cache_root(cfg))  # the runs' cache, whatever output_dir says
+        d["output_dir"], d["name"] = str(sweep_dir), SETUP_DIR  # <sweep_dir>/setup/<run id>/
+        d["tracking"] = dict(d["tracking"], mlflow=False, wandb=False)  # a setup job is not a run to mirror
+        job = config_from_dict(d)
+        jobs[key] = RunSpec(run_id=f"setup-{key}", run_dir=str(Path(job.output_dir) / job.name / config_run_id(job)),
+                            config=d, label=f"seed {cfg.seed}")
+    return list(jobs.values())
+
+
+def _run_setup(sw: Sweep, todo: list[PlannedRun], opts: LaunchOptions, stream) -> bool:
+    """Run the setup jobs of ``todo`` before its runs; True if interrupted."""
+    jobs = setup_jobs(sw.sweep_dir, todo, opts)
+    if not jobs:
+        return False
+    for job in jobs:  # always checked anew: a kept folder would say "finished" whatever the caches hold
+        shutil.rmtree(job.run_dir, ignore_errors=True)
+    print(f"setup: {len(jobs)} warm-up and start-evaluation job(s) ({', '.join(j.label for j in jobs)}), each in a "
+          f"process of its own, before the runs (built once, then read from the cache)", file=stream, flush=True)
+    t0 = time.monotonic()
+    try:
+        results = _runner(dataclasses.replace(opts, train=SETUP_TRAIN)).run(jobs, None)
+    except KeyboardInterrupt:
+        return True
+    for job in jobs:
+        res = results.get(job.run_id)
+        if res is None or res.status != "finished":
+            why = (res.error or "").strip().splitlines() if res else []
+            print(f"setup ({job.label}) {res.status if res else 'not run'}: {why[-1] if why else 'no error recorded'}"
+                  f"; its runs build what is missing themselves (see {Path(job.run_dir) / 'worker.log'})", file=stream)
+        if res is not None and res.status == "interrupted":
+            return True
+    print(f"setup: done in {time.monotonic() - t0:.0f} s", file=stream, flush=True)
+    return False
+
+
 def _launch(sw: Sweep, todo: list[PlannedRun], opts: LaunchOptions, results: dict, progress: bool | str,
             refresh: Optional[float], stream) -> bool:
     """Run ``todo`` with the launcher ``opts`` names, filling ``results``; True if interrupted."""
@@ -192,10 +285,7 @@ def _launch(sw: Sweep, todo: list[PlannedRun], opts: LaunchOptions, results: dic
                    amount=sw.budget["amount"], initial={r.run_id: ("finished" if r.state == "finished"
                                                                    else "pending") for r in sw.runs},
                    mode=progress, stream=stream, interval=refresh)
-    if opts.type == "ray":
-        runner = RayLauncher(address=opts.address, workers=opts.workers, options=opts)
-    else:
-        runner = LocalLauncher(workers=opts.workers, options=opts)
+    runner = _runner(opts)
     try:
         with mon:
             results.update(runner.run(specs, mon))
@@ -245,7 +335,7 @@ def run_sweep(sw: Sweep, *, train: str | Callable | None = None, launcher: Optio
         _write_sweep_json(sw, results, "running")
         if not todo:
             return _nothing_to_run(sw, results, stream)
-        interrupted = _launch(sw, todo, opts, results, progress, refresh, stream)
+        interrupted = _run_setup(sw, todo, opts, stream) or _launch(sw, todo, opts, results, progress, refresh, stream)
         interrupted = interrupted or any(res.status == "interrupted" for res in results.values())  # SIGTERMed
         failed = [rid for rid, res in results.items() if res.status == "failed"]
         _write_sweep_json(sw, results, "interrupted" if interrupted else ("failed" if failed else "finished"))
