@@ -50,8 +50,11 @@ def run_seconds(r: RunData) -> dict:
     ``setup_seconds.warmup_build``; older summaries: ``warmup_seconds``, or ``start.seconds``
     when this run trained it rather than loading the cache); ``warmup_wait``: waiting for a
     warm-up another run builds; ``train``: the budget counter ``seconds``; ``eval``: the start
-    evaluation (``setup_seconds.initial_eval``) plus the evaluation rows' ``eval/<task>/seconds``
-    (all of them without ``setup_seconds``); ``wall``: ``ended - started``, else
+    evaluation (``setup_seconds.initial_eval``) plus each later evaluation row's time: the span
+    from the row before it to it (both ``time`` stamps: the trainer logs a training row, evaluates,
+    then logs the evaluation row), else its ``eval/<task>/seconds`` (runs of before 2026-11-27
+    recorded there only the greedy pass's seconds when the n samples were drawn on a subset);
+    the start row too when there is no ``setup_seconds``; ``wall``: ``ended - started``, else
     ``wall_seconds`` plus the setup; ``other`` = wall - the rest."""
     setup = {k: float(v) for k, v in (r.summary.get("setup_seconds") or {}).items() if is_number(v)}
     start = r.summary.get("start") or {}
@@ -61,10 +64,13 @@ def run_seconds(r: RunData) -> dict:
         warm, wait = r.summary.get("warmup_seconds"), 0.0
         if not is_number(warm):
             warm = start.get("seconds") if start.get("cached") is False and is_number(start.get("seconds")) else 0.0
-    ev = sum(float(v) for row in r.rows for k, v in row.items()
-             if k.startswith("eval/") and k.endswith("/seconds") and is_number(v)
-             and not (setup and not (r.counter(row) or 0) > 0))
-    ev += setup.get("initial_eval", 0.0)
+    ev, prev = setup.get("initial_eval", 0.0), None
+    for row in r.rows:
+        secs = [float(v) for k, v in row.items() if k.startswith("eval/") and k.endswith("/seconds") and is_number(v)]
+        t = row.get("time") if is_number(row.get("time")) else None
+        if secs and not (setup and not (r.counter(row) or 0) > 0):
+            ev += t - prev if t is not None and prev is not None and t >= prev else sum(secs)
+        prev = t if t is not None else prev
     t0, t1 = r.summary.get("started"), r.summary.get("ended")
     wall = float(t1 - t0) if is_number(t0) and is_number(t1) else (
         r.wall_seconds + sum(setup.values()) if r.wall_seconds is not None else None)

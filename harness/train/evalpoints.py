@@ -68,7 +68,9 @@ def _score(model, tok, task, cfg: Config, seed: int, out_dir: Path, step: int, n
                              out_path=out_dir / "eval" / f"{task.name}_{step}_samples.jsonl", **kw)
     ns = f"eval/{task.name}"
     sampled[f"{ns}/sample_problems"] = sampled.pop(f"{ns}/num_problems")
-    return {**sampled, **out}
+    merged = {**sampled, **out}
+    merged[f"{ns}/seconds"] = sampled[f"{ns}/seconds"] + out.get(f"{ns}/seconds", 0.0)  # both passes' time
+    return merged
 
 
 def evaluate_point(model, tok, task, cfg: Config, step: int, out_dir: Path, final: bool, seed: int,

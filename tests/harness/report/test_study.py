@@ -356,6 +356,19 @@ def test_run_seconds_with_setup_phases(tmp_path):
     assert sec == {"warmup": 100.0, "warmup_wait": 5.0, "train": 80.0, "eval": 5.0, "wall": 500.0, "other": 310.0}
     t = time_summary(study)
     assert t["sweep_wall"] == 500.0 and t["sweep_wall_from"] == "first run start to last run end"
+    # with time stamps, an evaluation's time is the span from the row before it (the trainer logs a
+    # training row, evaluates, logs the evaluation row): 7 s each here, whatever eval/<task>/seconds says
+    rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    t_now, later_evals = 2000.0, 0
+    for row in rows:
+        is_eval = any(k.startswith("eval/") and k.endswith("/seconds") for k in row)
+        later = is_eval and (row.get("samples") or 0) > 0
+        later_evals += later
+        t_now += 7.0 if later else 10.0
+        row["time"] = t_now
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert later_evals >= 1
+    assert run_seconds(load_study(tmp_path).arms["grpo"][0])["eval"] == pytest.approx(3.0 + 7.0 * later_evals)
 
 
 def test_reward_model_arms_and_their_claims(tmp_path):

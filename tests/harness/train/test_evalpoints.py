@@ -105,3 +105,26 @@ def test_each_evaluation_is_a_phase_the_live_table_reads(tmp_path, monkeypatch):
                    "warmup.cache_dir=" + str(tmp_path / "nocache")), progress=False)
     assert seen == [(0, "initial evaluation"), (2, "evaluation"), (4, "final evaluation")]
     assert "phase" not in s and "phase" not in json.loads((tmp_path / "out").rglob("summary.json").__next__().read_text())
+
+
+def test_an_evaluation_with_a_sample_subset_records_both_passes_seconds(tmp_path, monkeypatch):
+    """The greedy pass over every problem and the n samples over the subset are two calls; the
+    point's eval/<task>/seconds is their sum (it used to be the greedy pass's alone)."""
+    from harness.train import evalpoints
+
+    def fake(model, tok, task, problems, greedy, n, out_path, **kw):
+        return ({"eval/arith/num_problems": len(problems), "eval/arith/seconds": 40.0 if n else 2.5,
+                 **({"eval/arith/acc": 0.5} if greedy else {"eval/arith/pass@2": 0.75})})
+
+    class Task:
+        name = "arith"
+
+        def eval_problems(self):
+            return list(range(6))
+
+    monkeypatch.setattr(evalpoints, "run_evaluation", fake)
+    cfg = _cfg(tmp_path, "eval.n=2", "eval.sample_problems=2")
+    ev = evalpoints._score(None, None, Task(), cfg, 0, tmp_path, 0, 2, False)
+    assert ev["eval/arith/seconds"] == 42.5
+    assert ev["eval/arith/num_problems"] == 6 and ev["eval/arith/sample_problems"] == 2
+    assert ev["eval/arith/acc"] == 0.5 and ev["eval/arith/pass@2"] == 0.75
