@@ -44,6 +44,12 @@ def cmd_sweep(args) -> int:
         if sw.report_study:
             _study_not_written(sw)
         return rc
+    left = sweep_run.unfinished_runs(sw)
+    if left:  # --only ran a part: the reports wait for the whole sweep (a study report of a part would
+        # read as the study's verdicts)
+        print(f"\nreports not written: {len(left)} run(s) of the sweep not finished (not selected by --only); "
+              f"they are written when the last run finishes (run the command again for the rest)")
+        return 0
     rc = _write_report(sw)
     if sw.report_study:
         rc = max(rc, _write_study(sw))

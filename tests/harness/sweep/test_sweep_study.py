@@ -139,6 +139,21 @@ def test_failed_runs_mean_no_study_report_and_say_which(tmp_path, study, capsys)
     assert not (out / "st" / "study").exists()
 
 
+def test_a_part_run_with_only_writes_no_report_until_the_last_run(tmp_path, study, capsys):
+    head = HEAD.replace("  seed: [0]\n", "  seed: [0, 1]\n")
+    path = sweep_file(tmp_path, "report: {study: true}", head=head)
+    out = tmp_path / "out"
+    runs = load_sweep(path, output_dir=str(out)).runs
+    first = [r.run_id for r in runs if "-s0-" in r.run_id]
+    assert 0 < len(first) < len(runs)
+    assert main(["sweep", str(path), "--output-dir", str(out), "--no-progress", "--only", "*-s0-*"]) == 0
+    assert study.calls == []
+    assert (f"reports not written: {len(runs) - len(first)} run(s) of the sweep not finished (not selected by "
+            f"--only); they are written when the last run finishes") in capsys.readouterr().out
+    assert main(["sweep", str(path), "--output-dir", str(out), "--no-progress", "--only", "*-s1-*"]) == 0
+    assert len(study.calls) == 1 and "study report:" in capsys.readouterr().out
+
+
 def test_the_real_study_report_is_written_at_the_end(tmp_path):
     """harness.report.study itself (not a stand-in), over the fake trainer's runs, in a subprocess."""
     out = tmp_path / "out"
