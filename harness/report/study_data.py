@@ -69,16 +69,21 @@ class Study:
 
 def arm_of(run: RunData) -> str:
     """The study arm of a run (see the module doc)."""
-    if run.algorithm.endswith("_iter"):
-        arm = run.algorithm
+    return arm_for(run.algorithm, run.config)
+
+
+def arm_for(algorithm: str, config: dict) -> str:
+    """The study arm of a run of ``algorithm`` with ``config`` (a config as a dict)."""
+    if algorithm.endswith("_iter"):
+        arm = algorithm
     else:
-        alg = run.config.get("algorithm")
+        alg = config.get("algorithm")
         reset = alg.get("ref_reset_every") if isinstance(alg, dict) else None
-        arm = f"{run.algorithm}_iter" if is_number(reset) and reset > 0 else run.algorithm
-    rm = run.config.get("reward_model")
+        arm = f"{algorithm}_iter" if is_number(reset) and reset > 0 else algorithm
+    rm = config.get("reward_model")
     rm = rm if isinstance(rm, dict) else {}
     kind, rounds = rm.get("type"), rm.get("rounds")
-    if isinstance(kind, str) and kind and not (run.algorithm == "prime" and kind == "implicit"):
+    if isinstance(kind, str) and kind and not (algorithm == "prime" and kind == "implicit"):
         arm += f"_{kind}"
         if kind in ("orm", "prm") and is_number(rounds) and rounds > 1:
             arm += f"_r{int(rounds)}"

@@ -65,6 +65,10 @@ class Sweep:
     """report.study: write the study report (``<sweep_dir>/study``) when every run finished."""
     report_selection: Optional[Path] = None
     """report.selection, resolved: the learning-rate-selection folder the study report reads."""
+    report_sequential: bool = False
+    """report.sequential: seed by seed, only the arms of open claims (`harness.sweep.sequential`)."""
+    not_needed: dict = field(default_factory=dict)
+    """Run id -> why: runs the sequential design left out (filled by `harness.sweep.run.run_sweep`)."""
 
     @property
     def sweep_dir(self) -> Path:
@@ -139,7 +143,8 @@ def expand_sweep(spec: dict, *, base_dir: str | os.PathLike = ".", source: str =
     return Sweep(name=name, source=src, description=description or "", runs=runs,
                  budget=eff_budget, launcher=launcher, output_dir=layers.out_root,
                  varying=_varying(runs, grid_keys), report_columns=report.columns, warnings=warnings,
-                 report_study=report.study, report_selection=report.selection)
+                 report_study=report.study, report_selection=report.selection,
+                 report_sequential=report.sequential)
 
 
 def _output_dir(cli: Optional[str], spec: dict, data: dict, src: str) -> str:
@@ -261,6 +266,9 @@ def study_line(sw: Sweep) -> str:
     if not sw.report_study:
         return ""
     line = f"study report: written to {sw.study_dir}/ when every run finished"
+    if sw.report_sequential:
+        line = (f"study report: written to {sw.study_dir}/ when every run the sequential design needs finished "
+                f"(report.sequential: seed by seed; after the first look, only the arms of open claims)")
     sel = sw.report_selection
     if sel is None:
         return line + " (no learning-rate selection folder: report.selection is not set)"

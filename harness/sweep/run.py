@@ -59,6 +59,8 @@ from harness.rundir.layout import METRICS, SUMMARY, read_json, read_metrics, wri
 from harness.rundir.lock import FileLock, LockBusy
 from harness.sweep.launchers import LocalLauncher, RayLauncher, RunResult, RunSpec, callable_path
 from harness.sweep.plan import PlannedRun, Sweep, cell_label
+from harness.report.study import DESIGN
+from harness.sweep import sequential
 from harness.sweep.progress import Progress
 from harness.sweep.spec import LaunchOptions, SweepError, fmt_value
 from harness.train.warmup import warmup_cache_root, warmup_key
@@ -177,9 +179,12 @@ def _write_sweep_json(sw: Sweep, results: dict, status: str) -> None:
 
 def unfinished_runs(sw: Sweep) -> list[tuple[str, str]]:
     """``(run id, status)`` of each run of ``sw`` whose summary.json does not say ``finished`` now
-    (``new`` without one), in plan order: what keeps the study report from being written."""
+    (``new`` without one) and that the sequential design did not leave out (``sw.not_needed``), in
+    plan order: what keeps the study report from being written."""
     out = []
     for r in sw.runs:
+        if r.run_id in sw.not_needed:
+            continue
         s = read_json(r.run_dir / SUMMARY)
         st = s.get("status") if isinstance(s, dict) else None
         if st != "finished":
@@ -295,6 +300,39 @@ def _launch(sw: Sweep, todo: list[PlannedRun], opts: LaunchOptions, results: dic
     return False
 
 
+def _launch_sequential(sw: Sweep, todo: list[PlannedRun], opts: LaunchOptions, results: dict,
+                       progress: bool | str, refresh: Optional[float], stream) -> bool:
+    """``report.sequential``: the runs of ``todo`` seed by seed (`harness.sweep.sequential`); from
+    the design's first look, only the arms of open claims. True if interrupted; a seed whose runs
+    did not all finish stops the sweep there (the next decision needs the whole look)."""
+    all_seeds = sorted({r.config.seed for r in sw.runs})
+    for seed, batch in sequential.seed_batches(todo):
+        if all_seeds.index(seed) >= DESIGN.first_look:
+            drop = sequential.not_needed(sw, batch)
+            for line in sequential.open_claims(sw):
+                print(f"seed {seed}: {line}", file=stream)
+            for r in batch:
+                if r.run_id in drop:
+                    sw.not_needed[r.run_id] = drop[r.run_id]
+                    results[r.run_id] = RunResult(r.run_id, "not needed", error=drop[r.run_id])
+            if drop:
+                print(f"seed {seed}: {len(drop)} run(s) not needed ({', '.join(sorted(drop))})", file=stream,
+                      flush=True)
+            batch = [r for r in batch if r.run_id not in drop]
+        if not batch:
+            continue
+        if _run_setup(sw, batch, opts, stream) or _launch(sw, batch, opts, results, progress, refresh, stream):
+            return True
+        left = [r.run_id for r in batch if results.get(r.run_id) is None or results[r.run_id].status != "finished"]
+        if left:
+            later = [r for r in todo if r.config.seed > seed and r.run_id not in results]
+            print(f"seed {seed}: {len(left)} run(s) did not finish ({', '.join(left)}): the sequential design stops "
+                  f"here ({len(later)} later run(s) not started); fix them and run the same command again",
+                  file=stream)
+            return False
+    return False
+
+
 def _print_outcome(sw: Sweep, results: dict, failed: list[str], interrupted: bool, stream) -> None:
     print("", file=stream)
     print(format_results(sw, results), file=stream)
@@ -335,7 +373,11 @@ def run_sweep(sw: Sweep, *, train: str | Callable | None = None, launcher: Optio
         _write_sweep_json(sw, results, "running")
         if not todo:
             return _nothing_to_run(sw, results, stream)
-        interrupted = _run_setup(sw, todo, opts, stream) or _launch(sw, todo, opts, results, progress, refresh, stream)
+        if sw.report_sequential:
+            interrupted = _launch_sequential(sw, todo, opts, results, progress, refresh, stream)
+        else:
+            interrupted = (_run_setup(sw, todo, opts, stream)
+                           or _launch(sw, todo, opts, results, progress, refresh, stream))
         interrupted = interrupted or any(res.status == "interrupted" for res in results.values())  # SIGTERMed
         failed = [rid for rid, res in results.items() if res.status == "failed"]
         _write_sweep_json(sw, results, "interrupted" if interrupted else ("failed" if failed else "finished"))

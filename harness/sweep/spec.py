@@ -46,6 +46,8 @@ closest valid key)::
                                   #   (harness.report.study) to <output_dir>/<name>/study/
       selection: null             #   with study: a folder of learning-rate-selection run folders
                                   #   (relative to THIS file, or absolute) the study report reads
+      sequential: false           #   with study: run seed by seed and, from the design's first look,
+                                  #   only the arms whose claims are still open (harness.sweep.sequential)
 
 Layering, per run (later wins): ``base`` < ``config`` < ``algorithms[<its algorithm>]`` <
 the run's ``grid`` cell < ``budget`` < ``--set`` from the command line; then ``name`` is
@@ -89,7 +91,7 @@ TOP_LEVEL_KEYS = ("name", "description", "base", "config", "grid", "algorithms",
 LAUNCHER_KEYS = ("type", "workers", "address", "cpus", "gpus", "procs", "zero_stage", "deepspeed_config", "env")
 BUDGET_KEYS = ("unit", "amount", "eval_points")
 LAUNCHER_TYPES = ("local", "ray")
-REPORT_KEYS = ("columns", "study", "selection")
+REPORT_KEYS = ("columns", "study", "selection", "sequential")
 
 
 class SweepError(ConfigError):
@@ -476,6 +478,8 @@ class ReportOptions:
     """Write the study report (``<sweep_dir>/study``) when every run finished."""
     selection: Optional[Path] = None
     """The learning-rate-selection folder the study report reads (resolved; None: none)."""
+    sequential: bool = False
+    """Run the study seed by seed, adding seeds only for the arms of open claims (`harness.sweep.sequential`)."""
 
 
 def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
@@ -509,7 +513,14 @@ def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
                              f"report reads a selection folder): set report.study: true or remove report.selection")
         p = Path(sel).expanduser()
         selection = (p if p.is_absolute() else Path(base_dir) / p).resolve()
-    return ReportOptions(columns=list(columns), study=study, selection=selection)
+    seq = rep.get("sequential", False)
+    seq = False if seq is None else seq
+    if not isinstance(seq, bool):
+        raise SweepError(f"{src}: report.sequential={seq!r} is invalid: expected true or false")
+    if seq and not study:
+        raise SweepError(f"{src}: report.sequential is true but report.study is not (the sequential design "
+                         f"decides the study report's claims): set report.study: true or remove report.sequential")
+    return ReportOptions(columns=list(columns), study=study, selection=selection, sequential=seq)
 
 
 def report_section(rep: Any, src: str) -> list[str]:

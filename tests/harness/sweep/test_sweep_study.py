@@ -51,7 +51,7 @@ def test_study_and_selection_are_read_and_resolved(tmp_path):
     ("report: {study: true, selection: 3}", "report.selection=3 is invalid: expected a folder path"),
     ("report: {study: true, selection: ''}", "report.selection='' is invalid: expected a non-empty folder path"),
     ("report: {selection: ../results/lr_select}", "report.selection is given but report.study is not true"),
-    ("report: {studdy: true}", "unknown key 'report.studdy'; did you mean 'study'? (valid: columns, study, selection)"),
+    ("report: {studdy: true}", "unknown key 'report.studdy'; did you mean 'study'? (valid: columns, study, selection, sequential)"),
     ("report: [study]", "report must be a mapping with columns, study, selection"),
 ])
 def test_bad_report_sections_name_the_problem(tmp_path, report, why):

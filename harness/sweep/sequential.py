@@ -1,0 +1,88 @@
+"""The study's sequential design, applied by the sweep (``report: {study: true, sequential: true}``).
+
+docs/study.md ("Seeds: the sequential design") states the rule: the claims are tested at every seed
+count from the design's first look to its cap, and after each added seed a claim is either decided
+(stop adding seeds for it) or open (its arms need the next seed). A sweep with ``report.sequential``
+runs that rule instead of the whole grid:
+
+- the plan's seeds are taken in ascending order, one seed at a time (its runs in parallel, as many
+  as the launcher's workers); the runs of the first ``first_look`` seeds all run;
+- before each later seed, the study's claims are computed on the finished runs
+  (`harness.report.study_claims.claims` with `harness.report.study.DESIGN`, exactly what the study
+  report prints); only the runs of that seed whose arm an open claim needs
+  (`harness.report.study_claims.arms_to_extend`) run, and the others are *not needed* (recorded in
+  sweep.json and the results table with the looks that decided it);
+- a decided claim stays decided when shared arms get more seeds (the design's sequential p-values
+  only fall as looks are added), so the stop is final; running the same command again repeats the
+  same decisions from the same runs (nothing else is stored).
+
+A seed whose runs did not all finish (failed or interrupted) stops the sweep there: the next
+seed's decision needs the whole look. Seeds are numbered as the runs' ``seed``; the looks use the
+first n seeds by number, so an arm's seeds are always a prefix of the plan's.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from harness.report.study import DESIGN
+from harness.report.study_claims import arms_to_extend, claims
+from harness.report.study_data import arm_for, load_study
+from harness.sweep.plan import PlannedRun, Sweep
+
+__all__ = ["seed_batches", "arm_of_run", "needed_arms", "not_needed", "open_claims"]
+
+
+def arm_of_run(run: PlannedRun) -> str:
+    """The study arm of a planned run (as the report names it: `harness.report.study_data.arm_for`)."""
+    return arm_for(run.config.algo.name, run.config_dict)
+
+
+def seed_batches(runs: list[PlannedRun]) -> list[tuple[int, list[PlannedRun]]]:
+    """``(seed, runs of that seed)`` in ascending seed order (plan order within a seed)."""
+    seeds = sorted({r.config.seed for r in runs})
+    return [(s, [r for r in runs if r.config.seed == s]) for s in seeds]
+
+
+def _finished_claims(sw: Sweep) -> Optional[list]:
+    try:
+        study = load_study(sw.sweep_dir)
+    except FileNotFoundError:  # no run folder yet
+        return None
+    if not study.arms:
+        return None
+    return claims(study, DESIGN)
+
+
+def needed_arms(sw: Sweep) -> Optional[dict]:
+    """``{arm: seed count it needs}`` for the claims still open on the sweep's finished runs
+    (`harness.report.study_claims.arms_to_extend`); None when there is nothing to decide from yet."""
+    rows = _finished_claims(sw)
+    return None if rows is None else arms_to_extend(rows, DESIGN)
+
+
+def not_needed(sw: Sweep, batch: list[PlannedRun]) -> dict:
+    """``{run id: why}`` for the runs of ``batch`` (one seed's) that no open claim needs, decided on
+    the sweep's finished runs; {} when nothing is finished yet. An arm with no finished run is
+    always needed (nothing is known of it)."""
+    try:
+        study = load_study(sw.sweep_dir)
+    except FileNotFoundError:
+        return {}
+    if not study.arms:
+        return {}
+    need = arms_to_extend(claims(study, DESIGN), DESIGN)
+    out = {}
+    for r in batch:
+        arm = arm_of_run(r)
+        if arm in study.arms and arm not in need:
+            seeds = len(study.arms[arm])
+            out[r.run_id] = (f"sequential design: no open claim needs {arm} after {seeds} seed(s) "
+                             f"(decided, or at its cap)")
+    return out
+
+
+def open_claims(sw: Sweep) -> list[str]:
+    """One line per claim on the finished runs: its id, verdict and sequential status."""
+    rows = _finished_claims(sw) or []
+    return [f"claim {c['id']} ({c['claim']}): {c['verdict']} at {c['n_pairs']} seed(s); {c['status'].text}"
+            for c in rows if not c["not_run"]]
