@@ -255,6 +255,37 @@ def setup_jobs(sweep_dir: Path, todo: list[PlannedRun], opts: LaunchOptions) -> 
     return list(jobs.values())
 
 
+class _SetupProgress:
+    """The launcher's monitor for setup jobs: a line when each starts and when it ends (with its
+    warm-up and start-evaluation seconds), since a seed's setup can take a quarter of an hour."""
+
+    def __init__(self, jobs: list[RunSpec], stream):
+        self.jobs, self.stream, self.t0 = {j.run_id: j for j in jobs}, stream, {}
+
+    def update(self, run_id: str, state: str) -> None:
+        job = self.jobs.get(run_id)
+        if job is None or state in ("queued", "pending"):
+            return
+        if state == "running":
+            self.t0[run_id] = time.monotonic()
+            print(f"setup ({job.label}): building the warm-up and the start evaluation, or reading their caches",
+                  file=self.stream, flush=True)
+            return
+        if state == "finished":
+            secs = (read_json(Path(job.run_dir) / SUMMARY) or {}).get("setup_seconds") or {}
+            parts = ", ".join(f"{name} {secs[k]:.1f} s" for k, name in (("warmup_build", "warm-up built"),
+                                                                       ("warmup_wait", "waited for it"),
+                                                                       ("initial_eval", "start evaluation"))
+                              if isinstance(secs.get(k), (int, float))
+                              and secs[k] >= {"warmup_build": 1e-9, "warmup_wait": 0.5}.get(k, 0.0))
+            took = time.monotonic() - self.t0.get(run_id, time.monotonic())
+            print(f"setup ({job.label}): done in {took:.0f} s ({parts or 'nothing recorded'})",
+                  file=self.stream, flush=True)
+
+    def tick(self) -> None:
+        pass
+
+
 def _run_setup(sw: Sweep, todo: list[PlannedRun], opts: LaunchOptions, stream) -> bool:
     """Run the setup jobs of ``todo`` before its runs; True if interrupted."""
     jobs = setup_jobs(sw.sweep_dir, todo, opts)
@@ -266,7 +297,7 @@ def _run_setup(sw: Sweep, todo: list[PlannedRun], opts: LaunchOptions, stream) -
           f"process of its own, before the runs (built once, then read from the cache)", file=stream, flush=True)
     t0 = time.monotonic()
     try:
-        results = _runner(dataclasses.replace(opts, train=SETUP_TRAIN)).run(jobs, None)
+        results = _runner(dataclasses.replace(opts, train=SETUP_TRAIN)).run(jobs, _SetupProgress(jobs, stream))
     except KeyboardInterrupt:
         return True
     for job in jobs:

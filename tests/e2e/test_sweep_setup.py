@@ -57,6 +57,10 @@ def test_setup_jobs_build_each_seeds_warmup_and_start_evaluation_before_the_runs
     rc, text = _launch(path, out)
     assert rc == 0, text
     assert "setup: 2 warm-up and start-evaluation job(s) (seed 0, seed 1)" in text, text
+    for seed in (0, 1):   # progress: a line when each job starts and one when it ends, with its times
+        assert f"setup (seed {seed}): building the warm-up and the start evaluation" in text
+        done = next(line for line in text.splitlines() if line.startswith(f"setup (seed {seed}): done in"))
+        assert "warm-up built" in done and "start evaluation" in done, done
     jobs = sorted((out / "st" / SETUP_DIR).glob("*/summary.json"))
     assert len(jobs) == 2
     built = {}
