@@ -14,11 +14,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from harness.report.decisions import Design, PartData, analyse_part, claim_verdict, decide, sequential_plan
+from harness.report.decisions import Design, PartData, Status, analyse_part, claim_verdict, decide, sequential_plan
 from harness.report.format import table
 from harness.report.problems import problem_values
 from harness.report.sequential import nominal_levels
-from harness.report.study_data import Study, arm_name, final, initial, peak_rss, samples_to_reach
+from harness.report.study_data import Study, arm_for, arm_name, final, initial, peak_rss, samples_to_reach
 from harness.rundir.read import RunData, is_number
 
 SESOI_MIB = 32.0
@@ -242,9 +242,33 @@ def claims(study: Study, design: Design) -> list:
         row["n_pairs"] = min(p["result"]["n"] for p in row["parts"])
     ran = [c for c in out if not c["not_run"]]
     plan = sequential_plan(ran, design)
+    planned = planned_seeds(study)
     for c in ran:
-        c["status"] = plan["status"][c["id"]]
+        st = plan["status"][c["id"]]
+        ended = sorted({a for a in st.arms if a in planned and planned[a] <= c["n_pairs"]})
+        if not st.decided and ended:   # the sweep plans no further seed of an arm the claim pairs
+            st = Status(False, f"the sweep plans no more seeds of {', '.join(ended)} ({planned[ended[0]]}): "
+                               f"stays underpowered")
+        c["status"] = st
     return out
+
+
+def planned_seeds(study: Study) -> dict:
+    """``{arm: number of seeds the sweep plans}`` from sweep.json's runs (algorithm and grid cell:
+    the arm follows `study_data.arm_for`); {} when sweep.json lists no runs."""
+    seeds: dict = {}
+    for r in study.sweep_json.get("runs") or []:
+        if not isinstance(r, dict) or not isinstance(r.get("algorithm"), str):
+            continue
+        config: dict = {}
+        for key, value in (r.get("cell") or {}).items():
+            *path, leaf = str(key).split(".")
+            node = config
+            for part in path:
+                node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else {}
+            node[leaf] = value
+        seeds.setdefault(arm_for(r["algorithm"], config), set()).add(r.get("seed"))
+    return {a: len(s) for a, s in seeds.items()}
 
 
 def family(rows: list) -> tuple:
@@ -254,8 +278,16 @@ def family(rows: list) -> tuple:
 
 
 def arms_to_extend(rows: list, design: Design) -> dict:
+    """``{arm: seed count}`` the open claims ask for (each row's status from `claims`: a claim whose
+    arms the sweep plans no more seeds of asks for none), the most any of them asks."""
     ran = [c for c in rows if not c["not_run"]]
-    return sequential_plan(ran, design)["arms"]
+    if not all("status" in c for c in ran):
+        return sequential_plan(ran, design)["arms"]
+    arms: dict = {}
+    for c in ran:
+        for a in c["status"].arms:
+            arms[a] = max(arms.get(a, 0), max(c["n_pairs"] + 1, design.first_look))
+    return dict(sorted(arms.items()))
 
 
 # --------------------------------------------------------------------------- CSV and Markdown

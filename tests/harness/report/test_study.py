@@ -449,3 +449,27 @@ def test_stage_flops_summed_into_the_flop_axis(tmp_path):
     r0 = runs[0]
     r0.rows[1].pop("perf/flops")
     assert flop_key(r0, "arith") is None
+
+
+def test_a_claim_whose_arm_the_sweep_plans_no_more_seeds_of_stays_underpowered(tmp_path):
+    """sweep.json's plan caps an arm's seeds: an open claim on it says so, and asks for no seed of it."""
+    from harness.report.study_claims import arms_to_extend, claims, planned_seeds
+    sweep = tmp_path / "capped"
+    start = {"acc": 0.40, "ood": 0.20, "pass": [0.40, 0.60], "maj": [0.40, 0.42]}
+    plan = []
+    for algo, seeds in (("grpo", range(5)), ("grpo_ps", range(3))):
+        for seed in seeds:
+            plan.append({"run_id": f"{algo}-s{seed}", "algorithm": algo, "seed": seed, "cell": {"seed": seed}})
+            if seed < 3:
+                acc = 0.60 + 0.01 * seed + ((0.01, -0.012, 0.004)[seed] if algo == "grpo_ps" else 0.0)
+                make_study_run(sweep, algo, seed, start=start, rss=300.0,
+                               final={"acc": acc, "ood": 0.25, "pass": [acc, acc + 0.1], "maj": [acc, acc]})
+    (sweep / "sweep.json").write_text(json.dumps({"name": "capped", "runs": plan}))
+    study = load_study(sweep)
+    assert planned_seeds(study) == {"grpo": 5, "grpo_ps": 3}
+    design = Design()
+    rows = {c["id"]: c for c in claims(study, design)}
+    assert rows["1"]["verdict"] == "underpowered" and rows["1"]["n_pairs"] == 3
+    assert rows["1"]["status"].text == "the sweep plans no more seeds of grpo_ps (3): stays underpowered"
+    assert rows["3"]["status"].text.startswith("continue: next look at 4 seeds")   # GRPO alone: more planned
+    assert arms_to_extend(list(rows.values()), design) == {"grpo": 4}
