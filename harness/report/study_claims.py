@@ -14,6 +14,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from harness.config.base import ConfigError
+from harness.config.schema import set_dotted
 from harness.report.decisions import Design, PartData, Status, analyse_part, claim_verdict, decide, sequential_plan
 from harness.report.format import table
 from harness.report.problems import problem_values
@@ -261,12 +263,11 @@ def planned_seeds(study: Study) -> dict:
         if not isinstance(r, dict) or not isinstance(r.get("algorithm"), str):
             continue
         config: dict = {}
-        for key, value in (r.get("cell") or {}).items():
-            *path, leaf = str(key).split(".")
-            node = config
-            for part in path:
-                node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else {}
-            node[leaf] = value
+        try:
+            for key, value in (r.get("cell") or {}).items():
+                set_dotted(config, str(key), value)
+        except ConfigError:  # an edited sweep.json: a cell key through a value; the run is not counted
+            continue
         seeds.setdefault(arm_for(r["algorithm"], config), set()).add(r.get("seed"))
     return {a: len(s) for a, s in seeds.items()}
 

@@ -31,7 +31,7 @@ import numpy as np
 from algorithms.presets import DISPLAY_NAMES
 from harness.report.aggregate import SELECTION_KNOBS, knob_value, load_sweep_runs, validation_selection
 from harness.rundir.layout import read_json
-from harness.rundir.read import RunData, is_number, k_of, split_metric
+from harness.rundir.read import RunData, is_number, k_of, setup_records, split_metric
 
 ARM_ORDER = ("grpo", "grpo_ps", "rft", "ppo", "grpo_iter", "dr_grpo", "rloo", "grpo_ps_prm", "grpo_ps_prm_r4",
              "prime")
@@ -43,9 +43,6 @@ cumulative counter of the evaluation rows when every training row carries it."""
 CUMULATIVE_FLOPS = "flops (cumulative perf/flops)"
 RM_NAMES = {"prm": "learned PRM", "orm": "learned ORM", "implicit": "implicit PRM"}
 SELECTION_DIR = "selection"
-SETUP_DIR = "setup"
-"""The sweep's setup jobs (`harness.sweep.run`): each seed's warm-up and start evaluation, built in a
-process of their own before the runs; their summaries' ``setup_seconds`` are the setup's time."""
 """The learning-rate selection's runs inside a study sweep folder (`find_selection_dir`)."""
 
 
@@ -61,7 +58,7 @@ class Study:
     sweep_json: dict = field(default_factory=dict)
     records_cache: dict = field(default_factory=dict)  # problems.problem_values' cache
     selection: Optional[dict] = None                  # `load_selection`'s, when a selection folder was found
-    setup: list = field(default_factory=list)         # the setup jobs' ``setup_seconds`` (`setup_times`)
+    setup: list = field(default_factory=list)         # the setup records' ``setup_seconds`` (`setup_times`)
 
     def runs(self) -> list:
         return [r for runs in self.arms.values() for r in runs.values()]
@@ -144,18 +141,8 @@ def load_study(sweep_dir) -> Study:
 
 
 def setup_times(sweep_dir: Path) -> list:
-    """``setup_seconds`` (``warmup_build``, ``warmup_wait``, ``initial_eval``: numbers) of each
-    setup record under ``<sweep_dir>/setup/``, in folder order; [] without any. A setup record is
-    a summary whose ``setup_seconds`` reached the start evaluation (``initial_eval``), whatever
-    the process did after it: a setup job's, or that of a process stopped once its setup was done."""
-    out = []
-    root = Path(sweep_dir) / SETUP_DIR
-    for d in sorted(root.iterdir()) if root.is_dir() else []:
-        s = read_json(d / "summary.json", {}) if d.is_dir() else {}
-        secs = s.get("setup_seconds") if isinstance(s, dict) else None
-        if isinstance(secs, dict) and is_number(secs.get("initial_eval")):
-            out.append({k: float(v) for k, v in secs.items() if is_number(v)})
-    return out
+    """The ``setup_seconds`` of each setup record of the sweep (`harness.rundir.read.setup_records`)."""
+    return [secs for _, secs in setup_records(sweep_dir)]
 
 
 def per_seed(runs: dict, value: Callable[[RunData], Optional[float]], scale: float = 1.0) -> dict:

@@ -38,8 +38,8 @@ from typing import Any, Optional
 
 from evals.records import compact_record
 from harness.config.base import ConfigError
-from harness.rundir.layout import CONFIG, METRICS, SUMMARY, RunFileError, load_json, rewrite_atomic
-from harness.rundir.read import finished_problem
+from harness.rundir.layout import CONFIG, METRICS, SETUP_DIR, SUMMARY, RunFileError, load_json, rewrite_atomic
+from harness.rundir.read import finished_problem, setup_records
 
 __all__ = ["ExportError", "ExportResult", "RunChoice", "RECORD_KEYS", "GREEDY_KEYS", "SAMPLE_KEYS", "COPIED",
            "SWEEP_JSON", "trim_record", "trim_records", "kept_eval_files", "choose_runs", "plan_export",
@@ -58,7 +58,6 @@ SAMPLE_KEYS = ("key", "correct", "valid")
 """What a trimmed sample item keeps: the voting key and the grades (pass@k / maj@k rebuild from them)."""
 _STEP_FILE = re.compile(r"^(?P<task>.+)_(?P<step>\d+)(?P<samples>_samples)?\.jsonl$")
 _VALIDATION_FILE = re.compile(r"^.+_validation\.jsonl$")
-SETUP_DIR = "setup"
 _SKIP_DIRS = {"_cache", "report", "study", "plots", "mlartifacts", "mlruns", "wandb", SETUP_DIR}
 
 
@@ -276,7 +275,7 @@ def export_runs(runs_dir: str | os.PathLike, dest: str | os.PathLike, pattern: O
         data = sj.read_bytes()
         res.written += _put(out / SWEEP_JSON, data)
         res.bytes += len(data)
-    for job in _finished_setup_jobs(Path(runs_dir).expanduser() / SETUP_DIR):
+    for job, _ in setup_records(Path(runs_dir).expanduser()):
         for name in (CONFIG, SUMMARY):
             if (job / name).is_file():
                 data = (job / name).read_bytes()
@@ -284,17 +283,3 @@ def export_runs(runs_dir: str | os.PathLike, dest: str | os.PathLike, pattern: O
                 res.bytes += len(data)
     return res
 
-
-def _finished_setup_jobs(root: Path) -> list:
-    """The folders under ``root`` whose summary.json records a finished setup (``setup_seconds``
-    with ``initial_eval``: `harness.report.study_data.setup_times` reads them)."""
-    out = []
-    for d in sorted(root.iterdir()) if root.is_dir() else []:
-        try:
-            secs = load_json(d / SUMMARY).get("setup_seconds") if d.is_dir() and not d.is_symlink() else None
-            ok = isinstance(secs, dict) and isinstance(secs.get("initial_eval"), (int, float))
-        except (FileNotFoundError, RunFileError, OSError, AttributeError):
-            ok = False
-        if ok:
-            out.append(d)
-    return out

@@ -45,6 +45,9 @@ SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 CONFIG = "config.yaml"
 ERROR_TXT = "error.txt"
+SETUP_DIR = "setup"
+"""A sweep folder's setup jobs (`harness.sweep.run`): each seed's warm-up and start evaluation, built in a
+process of its own before the runs; not run folders (`harness.rundir.read.setup_records` reads them)."""
 
 MAX_JSON_BYTES = 64 * 2**20
 """Largest JSON run file read (summary.json, sweep.json, warmup.json, a cached evaluation):

@@ -26,8 +26,8 @@ from typing import Any, Callable, Optional
 from harness.config.base import flatten
 from harness.rundir.budget import BUDGET_UNITS, COUNTERS, EPS, counter_key, row_consumed
 from harness.rundir.ids import parse_run_id
-from harness.rundir.layout import (CONFIG, ERROR_TXT, METRICS, SUMMARY, RunFileError, load_json, nonregular,
-                                   read_bytes_bounded, read_metrics, warn_once)
+from harness.rundir.layout import (CONFIG, ERROR_TXT, METRICS, SETUP_DIR, SUMMARY, RunFileError, load_json,
+                                   nonregular, read_bytes_bounded, read_json, read_metrics, warn_once)
 
 _SKIP_DIRS = {"checkpoint", "eval", "wandb", "mlartifacts", "mlruns", "report", "plots", "_cache",
               "__pycache__", "superseded"}
@@ -122,6 +122,24 @@ def find_run_dirs(root: str | os.PathLike, skip_unreadable: bool = True,
 
 def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and not (isinstance(v, float) and math.isnan(v))
+
+
+def setup_records(sweep_dir: str | os.PathLike) -> list[tuple[Path, dict]]:
+    """``(folder, its setup_seconds)`` of each setup record under ``<sweep_dir>/setup/``, in folder
+    order; [] without any. A setup record is a folder (not a link) whose summary.json has
+    ``setup_seconds`` that reached the start evaluation (``initial_eval``), whatever the process did
+    after it: a setup job's, or that of a process stopped once its setup was done. The seconds kept
+    are the numeric ones (``warmup_build``, ``warmup_wait``, ``initial_eval``), as floats."""
+    out = []
+    root = Path(sweep_dir) / SETUP_DIR
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        if not d.is_dir() or d.is_symlink():
+            continue
+        s = read_json(d / SUMMARY, {})
+        secs = s.get("setup_seconds") if isinstance(s, dict) else None
+        if isinstance(secs, dict) and is_number(secs.get("initial_eval")):
+            out.append((d, {k: float(v) for k, v in secs.items() if is_number(v)}))
+    return out
 
 
 def eval_metrics(d: Any, default_task: str = "task") -> dict[str, float]:

@@ -55,7 +55,7 @@ from harness.config.schema import config_from_dict, config_hash
 from harness.report.format import table
 from harness.rundir.budget import consumed_by_unit
 from harness.rundir.ids import run_id as config_run_id
-from harness.rundir.layout import METRICS, SUMMARY, read_json, read_metrics, write_json_atomic
+from harness.rundir.layout import METRICS, SETUP_DIR, SUMMARY, read_json, read_metrics, write_json_atomic
 from harness.rundir.lock import FileLock, LockBusy
 from harness.sweep.launchers import LocalLauncher, RayLauncher, RunResult, RunSpec, callable_path
 from harness.sweep.plan import PlannedRun, Sweep, cell_label
@@ -63,6 +63,7 @@ from harness.report.study import DESIGN
 from harness.sweep import sequential
 from harness.sweep.progress import Progress
 from harness.sweep.spec import LaunchOptions, SweepError, fmt_value
+from harness.train.evalpoints import initial_eval_settings
 from harness.train.warmup import warmup_cache_root, warmup_key
 
 __all__ = ["run_sweep", "format_results", "summary_value", "unfinished_runs", "DEFAULT_TRAIN", "TRAIN_FN_ENV",
@@ -71,8 +72,6 @@ __all__ = ["run_sweep", "format_results", "summary_value", "unfinished_runs", "D
 DEFAULT_TRAIN = "harness.train.loop:train"
 SETUP_TRAIN = "harness.train.loop:prepare"
 """What a setup job's worker calls: build the warm-up and the start evaluation, then exit."""
-SETUP_DIR = "setup"
-"""The setup jobs' folder in the sweep folder (not a run folder: reports read its summaries for the setup's time)."""
 TRAIN_FN_ENV = "HARNESS_TRAIN_FN"
 """Test seam: ``module:function`` the workers call instead of :data:`DEFAULT_TRAIN`."""
 SWEEP_FILE = "sweep.json"
@@ -221,12 +220,11 @@ def _runner(opts: LaunchOptions):
 
 
 def setup_key(cfg) -> str:
-    """What a run's warm-up and start evaluation depend on (`harness.train.warmup.warmup_key`
-    with the cache's folder, and `harness.train.evalpoints.initial_eval_key` but the thread
-    count, which the sweep's launcher sets alike for every run): runs with one key share one setup job."""
-    return config_hash({"warmup": str(warmup_cache_root(cfg) / warmup_key(cfg)), "task": to_dict(cfg.task),
-                        "eval": to_dict(cfg.eval), "seed": cfg.seed, "max_new_tokens": cfg.sampling.max_new_tokens,
-                        "device": cfg.device, "numerics": cfg.numerics, "dtype": cfg.model.dtype}, 12)
+    """What a run's warm-up and start evaluation depend on (`harness.train.warmup.warmup_key` with
+    the cache's folder, and `harness.train.evalpoints.initial_eval_settings`; the thread count, the
+    rest of the start evaluation's key, is the launcher's and alike for every run): runs with one
+    key share one setup job."""
+    return config_hash({"warmup": str(warmup_cache_root(cfg) / warmup_key(cfg)), **initial_eval_settings(cfg)}, 12)
 
 
 def setup_jobs(sweep_dir: Path, todo: list[PlannedRun], opts: LaunchOptions) -> list[RunSpec]:
@@ -273,11 +271,10 @@ class _SetupProgress:
             return
         if state == "finished":
             secs = (read_json(Path(job.run_dir) / SUMMARY) or {}).get("setup_seconds") or {}
-            parts = ", ".join(f"{name} {secs[k]:.1f} s" for k, name in (("warmup_build", "warm-up built"),
-                                                                       ("warmup_wait", "waited for it"),
-                                                                       ("initial_eval", "start evaluation"))
-                              if isinstance(secs.get(k), (int, float))
-                              and secs[k] >= {"warmup_build": 1e-9, "warmup_wait": 0.5}.get(k, 0.0))
+            shown = (("warmup_build", "warm-up built", 1e-9), ("warmup_wait", "waited for it", 0.5),
+                     ("initial_eval", "start evaluation", 0.0))   # (key, words, the least worth a mention)
+            parts = ", ".join(f"{name} {secs[k]:.1f} s" for k, name, least in shown
+                              if isinstance(secs.get(k), (int, float)) and secs[k] >= least)
             took = time.monotonic() - self.t0.get(run_id, time.monotonic())
             print(f"setup ({job.label}): done in {took:.0f} s ({parts or 'nothing recorded'})",
                   file=self.stream, flush=True)
@@ -339,8 +336,8 @@ def _launch_sequential(sw: Sweep, todo: list[PlannedRun], opts: LaunchOptions, r
     all_seeds = sorted({r.config.seed for r in sw.runs})
     for seed, batch in sequential.seed_batches(todo):
         if all_seeds.index(seed) >= DESIGN.first_look:
-            drop = sequential.not_needed(sw, batch)
-            for line in sequential.open_claims(sw):
+            drop, lines = sequential.decide(sw, batch)
+            for line in lines:
                 print(f"seed {seed}: {line}", file=stream)
             for r in batch:
                 if r.run_id in drop:

@@ -26,10 +26,10 @@ from typing import Optional
 
 from harness.report.study import DESIGN
 from harness.report.study_claims import arms_to_extend, claims
-from harness.report.study_data import arm_for, load_study
+from harness.report.study_data import Study, arm_for, load_study
 from harness.sweep.plan import PlannedRun, Sweep
 
-__all__ = ["seed_batches", "arm_of_run", "needed_arms", "not_needed", "open_claims"]
+__all__ = ["seed_batches", "arm_of_run", "needed_arms", "decide"]
 
 
 def arm_of_run(run: PlannedRun) -> str:
@@ -43,46 +43,39 @@ def seed_batches(runs: list[PlannedRun]) -> list[tuple[int, list[PlannedRun]]]:
     return [(s, [r for r in runs if r.config.seed == s]) for s in seeds]
 
 
-def _finished_claims(sw: Sweep) -> Optional[list]:
+def _look(sw: Sweep) -> Optional[tuple[Study, list]]:
+    """The sweep's finished runs and their claims (`harness.report.study_claims.claims`: one bootstrap
+    per claim part); None when no run has finished yet."""
     try:
         study = load_study(sw.sweep_dir)
     except FileNotFoundError:  # no run folder yet
         return None
-    if not study.arms:
-        return None
-    return claims(study, DESIGN)
+    return (study, claims(study, DESIGN)) if study.arms else None
 
 
 def needed_arms(sw: Sweep) -> Optional[dict]:
     """``{arm: seed count it needs}`` for the claims still open on the sweep's finished runs
     (`harness.report.study_claims.arms_to_extend`); None when there is nothing to decide from yet."""
-    rows = _finished_claims(sw)
-    return None if rows is None else arms_to_extend(rows, DESIGN)
+    look = _look(sw)
+    return None if look is None else arms_to_extend(look[1], DESIGN)
 
 
-def not_needed(sw: Sweep, batch: list[PlannedRun]) -> dict:
-    """``{run id: why}`` for the runs of ``batch`` (one seed's) that no open claim needs, decided on
-    the sweep's finished runs; {} when nothing is finished yet. An arm with no finished run is
-    always needed (nothing is known of it)."""
-    try:
-        study = load_study(sw.sweep_dir)
-    except FileNotFoundError:
-        return {}
-    if not study.arms:
-        return {}
-    need = arms_to_extend(claims(study, DESIGN), DESIGN)
-    out = {}
+def decide(sw: Sweep, batch: list[PlannedRun]) -> tuple[dict, list[str]]:
+    """The decision before one seed's runs ``batch``, from the sweep's finished runs (their claims
+    computed once): ``({run id: why}`` for the runs no open claim needs, ``[one line per claim: its
+    id, verdict and sequential status])``; ``({}, [])`` when nothing is finished yet. An arm with no
+    finished run is always needed (nothing is known of it)."""
+    look = _look(sw)
+    if look is None:
+        return {}, []
+    study, rows = look
+    need = arms_to_extend(rows, DESIGN)
+    drop = {}
     for r in batch:
         arm = arm_of_run(r)
         if arm in study.arms and arm not in need:
-            seeds = len(study.arms[arm])
-            out[r.run_id] = (f"sequential design: no open claim needs {arm} after {seeds} seed(s) "
-                             f"(decided, or at its cap)")
-    return out
-
-
-def open_claims(sw: Sweep) -> list[str]:
-    """One line per claim on the finished runs: its id, verdict and sequential status."""
-    rows = _finished_claims(sw) or []
-    return [f"claim {c['id']} ({c['claim']}): {c['verdict']} at {c['n_pairs']} seed(s); {c['status'].text}"
-            for c in rows if not c["not_run"]]
+            drop[r.run_id] = (f"sequential design: no open claim needs {arm} after {len(study.arms[arm])} seed(s) "
+                              f"(decided, or at its cap)")
+    lines = [f"claim {c['id']} ({c['claim']}): {c['verdict']} at {c['n_pairs']} seed(s); {c['status'].text}"
+             for c in rows if not c["not_run"]]
+    return drop, lines

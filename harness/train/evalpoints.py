@@ -88,14 +88,18 @@ def evaluate_point(model, tok, task, cfg: Config, step: int, out_dir: Path, fina
 # --------------------------------------------------------------------------- the shared start evaluation
 
 
+def initial_eval_settings(cfg: Config) -> dict:
+    """What the start evaluation depends on besides the checkpoint and the thread count in force:
+    the task, the evaluation settings, the completion limit, the seed (sampling seeds) and the
+    numerics (mode, device, dtype)."""
+    return {"task": to_dict(cfg.task), "eval": to_dict(cfg.eval), "seed": cfg.seed,
+            "max_new_tokens": cfg.sampling.max_new_tokens, "device": cfg.device,
+            "numerics": cfg.numerics, "dtype": cfg.model.dtype}
+
+
 def initial_eval_key(cfg: Config) -> str:
-    """What the start evaluation depends on besides the checkpoint: the task, the evaluation
-    settings, the completion limit, the seed (sampling seeds) and the numerics (mode, device,
-    the thread count in force)."""
-    return config_hash({"task": to_dict(cfg.task), "eval": to_dict(cfg.eval), "seed": cfg.seed,
-                        "max_new_tokens": cfg.sampling.max_new_tokens, "device": cfg.device,
-                        "threads": torch.get_num_threads(),
-                        "numerics": cfg.numerics, "dtype": cfg.model.dtype, "v": 2}, 12)
+    """The start evaluation's cache key: `initial_eval_settings` and the thread count in force."""
+    return config_hash({**initial_eval_settings(cfg), "threads": torch.get_num_threads(), "v": 2}, 12)
 
 
 def _cache_dir(cfg: Config, start_info: dict) -> Optional[Path]:

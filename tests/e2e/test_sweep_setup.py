@@ -17,9 +17,9 @@ import yaml
 from harness.report.study import time_summary
 from harness.report.study_data import load_study
 from harness.rundir.export import export_runs
-from harness.rundir.layout import read_json, read_jsonl
+from harness.rundir.layout import SETUP_DIR, read_json, read_jsonl
 from harness.sweep.plan import load_sweep
-from harness.sweep.run import SETUP_DIR, run_sweep, setup_jobs, setup_key
+from harness.sweep.run import run_sweep, setup_jobs, setup_key
 from harness.sweep.spec import LaunchOptions
 
 

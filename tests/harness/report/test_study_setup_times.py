@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from harness.report.study_data import SETUP_DIR, setup_times
-from harness.rundir.export import _finished_setup_jobs
+from harness.report.study_data import setup_times
+from harness.rundir.layout import SETUP_DIR
+from harness.rundir.read import setup_records
 
 
 def _summary(d, **kw):
@@ -25,5 +26,5 @@ def test_setup_records_are_summaries_whose_setup_reached_the_start_evaluation(tm
     (root / "e").mkdir()                                                            # no summary
     assert setup_times(tmp_path) == [{"warmup_build": 500.5, "warmup_wait": 0.0, "initial_eval": 400.25},
                                      {"warmup_build": 0.0, "warmup_wait": 12.0, "initial_eval": 300.0}]
-    assert [d.name for d in _finished_setup_jobs(root)] == ["a", "b"]               # what `harness export` copies
+    assert [d.name for d, _ in setup_records(tmp_path)] == ["a", "b"]                # what `harness export` copies
     assert setup_times(tmp_path / "nowhere") == []

@@ -39,8 +39,8 @@ def test_seed_by_seed_and_only_the_needed_arms_after_the_first_look(tmp_path, mo
         assert set(range(batch[0].config.seed)) <= done         # every earlier seed finished first
         return {r.run_id: "sequential design: test" for r in batch if r.config.algo.name == "rft"}
 
-    monkeypatch.setattr(sequential, "not_needed", fake_not_needed)
-    monkeypatch.setattr(sequential, "open_claims", lambda sw: ["claim 2 (GRPO > online RFT): equivalent"])
+    monkeypatch.setattr(sequential, "decide",
+                        lambda sw, batch: (fake_not_needed(sw, batch), ["claim 2 (GRPO > online RFT): equivalent"]))
     p = sweep_file(tmp_path, GRID + "report: {study: true, sequential: true}\n")
     out = tmp_path / "out"
     rc, text = run_inproc(p, out)
@@ -64,8 +64,7 @@ def test_seed_by_seed_and_only_the_needed_arms_after_the_first_look(tmp_path, mo
 
 
 def test_a_seed_that_does_not_finish_stops_the_sequential_sweep(tmp_path, monkeypatch):
-    monkeypatch.setattr(sequential, "not_needed", lambda sw, batch: {})
-    monkeypatch.setattr(sequential, "open_claims", lambda sw: [])
+    monkeypatch.setattr(sequential, "decide", lambda sw, batch: ({}, []))
     head = GRID + "algorithms:\n  rft: {train.lr: 0.0666}\nreport: {study: true, sequential: true}\n"
     p = sweep_file(tmp_path, head)   # rft fails at every seed (the fake trainer's fault injection)
     out = tmp_path / "out"
@@ -85,7 +84,7 @@ def test_not_needed_drops_known_arms_without_an_open_claim(tmp_path, monkeypatch
             make_study_run(sw.sweep_dir, algo, seed, start=start, final=dict(start, acc=0.6), rss=300.0)
     monkeypatch.setattr(sequential, "arms_to_extend", lambda rows, design: {"grpo": 4})
     batch = [r for r in sw.runs if r.config.seed == 3]
-    drop = sequential.not_needed(sw, batch)
+    drop, _ = sequential.decide(sw, batch)
     assert [rid.split("-")[0] for rid in drop] == ["rft"]
     assert "no open claim needs rft after 3 seed(s)" in next(iter(drop.values()))
     # the real rule on these runs: the claims open at 3 seeds name the arms they need
