@@ -12,6 +12,11 @@ Method
    --no-progress`` in a fresh process from an empty cache (warm-up, GRPO / PPO / RFT, report),
    timed wall to wall; its last lines (the accuracy table) are printed. ``--no-quickstart`` skips
    it (about 6 minutes on a quiet 2-core machine); ``--quickstart-set KEY=VALUE`` passes overrides.
+   Beside its wall time, its **compute floor**: the warm-up's model FLOPs (replayed,
+   ``harness.train.warmup.warmup_flops``) plus every run's counted training FLOPs (``perf/flops``
+   in its metrics.jsonl) at all CPUs' 1-thread sgemm roof, a lower bound (evaluation and
+   rewards are not counted, and no schedule keeps every core at the roof). ``--floor-of DIR``
+   prints only that for an existing quickstart output folder.
 3. The summary table at the end: per shape ours and TRL s/step [round min-max], x floor, ours/TRL
    (and the FLOP ratio), peak RSS above each worker's post-import RSS, tokens equal; then the
    quickstart's wall time; with the date, the CPU, the numerics mode and the load average at the
@@ -20,11 +25,14 @@ Method
 Run:  python bench/step_report.py                                   # both shapes + the quickstart
       python bench/step_report.py --no-quickstart --rounds 2 --json results/bench/step_report.json
       python bench/step_report.py --shapes toy --rounds 1 --warmup 0 --steps 1 --no-quickstart   # seconds
+      python bench/step_report.py --floor-of results                  # the floor of a finished quickstart
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import glob
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +60,8 @@ def parse_args(argv=None):
                     help="an override for the timed quickstart (passed as --set)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per worker and for the quickstart")
     ap.add_argument("--json", metavar="OUT", help="also write the figures to this JSON file")
+    ap.add_argument("--floor-of", metavar="DIR",
+                    help="only print the compute floor of the finished quickstart under DIR (its --output-dir)")
     return ap.parse_args(argv)
 
 
@@ -82,6 +92,41 @@ def run_shape(a, shape: str, errors: list, loads: list) -> dict:
     return res
 
 
+def quickstart_floor(out_dir: str, roof_1thread: float, cores: int) -> dict:
+    """The compute floor of the finished quickstart under ``out_dir`` (its ``--output-dir``): the
+    warm-up's model FLOPs (replayed from its config) plus the runs' counted training FLOPs (the sum
+    of ``perf/flops`` over each run's metrics.jsonl), in seconds at ``cores`` x the 1-thread sgemm
+    roof (GFLOP/s). A lower bound: evaluation and rewards are not counted, and the warm-up and the
+    runs' schedule cannot keep every core at the roof."""
+    from evals.catalog import get_task
+    from harness.train.warmup import warmup_flops
+
+    runs = sorted(glob.glob(os.path.join(out_dir, "quickstart", "*", "metrics.jsonl")))
+    if not runs:
+        raise SystemExit(f"--floor-of: no quickstart run (quickstart/*/metrics.jsonl) under {out_dir}")
+    per_run = {}
+    for m in runs:
+        with open(m) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        per_run[os.path.basename(os.path.dirname(m))] = sum(float(r.get("perf/flops", 0.0)) for r in rows)
+    cfg = load_config(os.path.join(os.path.dirname(runs[0]), "config.yaml"))
+    warm = warmup_flops(cfg, get_task(cfg.task))
+    total = warm + sum(per_run.values())
+    return {"warmup_flops": warm, "run_flops": per_run, "total_flops": total, "roof_1thread_gflops": roof_1thread,
+            "cores": cores, "floor_seconds": total / (cores * roof_1thread * 1e9)}
+
+
+def print_floor_line(fl: dict, wall: float | None = None) -> None:
+    runs = ", ".join(f"{k.split('-')[0]} {v / 1e12:.2f}" for k, v in fl["run_flops"].items())
+    line = (f"quickstart compute floor: warm-up {fl['warmup_flops'] / 1e12:.2f} + runs ({runs}) = "
+            f"{fl['total_flops'] / 1e12:.2f} TFLOP at {fl['cores']} x {fl['roof_1thread_gflops']:.1f} GFLOP/s "
+            f"(1-thread sgemm roof) = {fl['floor_seconds']:.0f} s ({fl['floor_seconds'] / 60:.1f} min; a lower bound: "
+            f"evaluation not counted)")
+    if wall:
+        line += f"; wall time {wall / fl['floor_seconds']:.1f} x the floor"
+    print(line, flush=True)
+
+
 def time_quickstart(a) -> dict:
     """Wall seconds of ``harness quickstart`` from an empty cache in a fresh process; its last lines."""
     with tempfile.TemporaryDirectory(prefix="step-report-qs-") as td:
@@ -91,9 +136,11 @@ def time_quickstart(a) -> dict:
         proc = subprocess.run(cmd, cwd=str(ROOT), capture_output=True,
                               text=True, timeout=a.timeout)
         wall = time.perf_counter() - t0
+        floor = (quickstart_floor(td, sgemm_roof(1), os.cpu_count() or 1)
+                 if proc.returncode == 0 else None)
     tail = proc.stdout.strip().splitlines()[-14:]
     return {"seconds": wall, "returncode": proc.returncode, "tail": tail, "loadavg": [la0, loadavg()],
-            "command": " ".join(cmd[1:]), "stderr_tail": proc.stderr[-2000:] if proc.returncode else ""}
+            "command": " ".join(cmd[1:]), "floor": floor, "stderr_tail": proc.stderr[-2000:] if proc.returncode else ""}
 
 
 def _side(summ: dict, c: str) -> list[str]:
@@ -118,6 +165,14 @@ def summary_table(shapes: dict) -> None:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    if a.floor_of:
+        print(f"# {numerics_line()}", flush=True)
+        fl = quickstart_floor(a.floor_of, sgemm_roof(1), os.cpu_count() or 1)
+        print_floor_line(fl)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(fl, f, indent=2)
+        return 0
     shapes = [s.strip() for s in a.shapes.split(",") if s.strip()]
     bad = [s for s in shapes if s not in profile_step.SHAPES]
     if bad:
@@ -151,6 +206,8 @@ def main(argv=None) -> int:
         qs = out["quickstart"]
         print(f"quickstart wall time from an empty cache: {qs['seconds']:.0f} s ({qs['seconds'] / 60:.1f} min; "
               f"target <= 3 min), exit {qs['returncode']}, loadavg {qs['loadavg'][0]} -> {qs['loadavg'][1]}")
+        if qs.get("floor"):
+            print_floor_line(qs["floor"], qs["seconds"])
     profile_step.warn_load(cpus)
     return finish(out, errors, loads, a.json)
 

@@ -181,6 +181,28 @@ def _warmup_examples(task, long_task, rng: random.Random, w) -> list:
     return task.sample_train(rng, w.examples_per_step - n_long) + long_task.sample_train(rng, n_long)
 
 
+def warmup_flops(cfg: Config, task) -> float:
+    """The warm-up's model FLOPs (``harness.train.flops``' count: 3 F per example, a forward and
+    its backward, over its real prompt + solution + EOS tokens, padding excluded), from a replay of
+    its example draws (the same generator, seed and batches as :func:`train_warmup`; nothing is
+    trained)."""
+    from harness.train.flops import forward_flops
+
+    tok = build_char_tokenizer()
+    task.bind_tokenizer(tok)
+    seed = warmup_seed(cfg)
+    model = build_tiny_model(cfg.model, tok, seed=seed)
+    w = cfg.warmup
+    long_task = get_task(warmup_long_spec(cfg)) if w.long_share > 0 else None
+    rng = random.Random(f"warmup-{seed}")
+    total = 0.0
+    for _ in range(w.steps):
+        probs = _warmup_examples(task, long_task, rng, w)
+        _, mask, _, _ = sft_batch(tok, [task.format_prompt(p) for p in probs], [p.solution for p in probs], "cpu")
+        total += 3 * forward_flops(model, mask.sum(1))
+    return total
+
+
 def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) -> dict:
     """Train the warm-up into ``out`` with ``warmup.threads`` threads (the caller's count is
     restored after), in this process's numerics."""
