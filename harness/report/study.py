@@ -17,6 +17,7 @@ same run folders they are byte-identical.
 from __future__ import annotations
 
 import csv
+import datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -108,7 +109,34 @@ def time_summary(study: Study) -> dict:
         tot["sweep_wall"], tot["sweep_wall_from"] = float(t1 - t0), "sweep.json"
     elif starts and ends and max(ends) >= min(starts):
         tot["sweep_wall"], tot["sweep_wall_from"] = float(max(ends) - min(starts)), "first run start to last run end"
+    spans = [(float(r.summary["started"]), float(r.summary["ended"])) for r in study.runs()
+             if is_number(r.summary.get("started")) and is_number(r.summary.get("ended"))
+             and r.summary["ended"] >= r.summary["started"]]
+    tot["parts"] = busy_parts(spans + list(study.setup_spans))
+    tot["busy"] = sum(e - s for s, e in tot["parts"])
     return tot
+
+
+PART_GAP_SECONDS = 300.0
+"""An idle gap longer than this between the study's runs and setup jobs starts a new part."""
+
+
+def busy_parts(spans: list) -> list:
+    """The union of ``(start, end)`` intervals, as disjoint ``(start, end)`` parts in time order;
+    intervals less than `PART_GAP_SECONDS` apart are one part (the gap counts in it)."""
+    parts: list = []
+    for s, e in sorted(spans):
+        if parts and s <= parts[-1][1] + PART_GAP_SECONDS:
+            parts[-1] = (parts[-1][0], max(parts[-1][1], e))
+        else:
+            parts.append((s, e))
+    return parts
+
+
+def _parts_text(parts: list) -> str:
+    def utc(t):
+        return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return "; ".join(f"{utc(s)}-{utc(e)[11:]} UTC ({e - s:.0f} s)" for s, e in parts)
 
 
 def _version(name: str) -> str:
@@ -231,7 +259,10 @@ def header(study: Study, design: Design) -> list[str]:
         f"- **Where the time went** (sum over {t['runs']} runs): warm-up {t['warmup']:.0f} s (plus "
         f"{t['warmup_wait']:.0f} s waiting for a shared warm-up), RL training {t['train']:.0f} s, evaluation "
         f"{t['eval']:.0f} s, other {t['other']:.0f} s; runs' wall-clock {t['wall']:.0f} s{setup}; the sweep's "
-        f"wall-clock: {sweep_wall}. Timed on an uncontended machine: {len(timed)} of {len(study.runs())} runs "
+        f"wall-clock: {sweep_wall}; the machine's time on them (the union of the runs' and setup jobs' intervals): "
+        + (f"{t['busy']:.0f} s in {len(t['parts'])} part{'s' if len(t['parts']) != 1 else ''} (a part ends at an "
+           f"idle gap over {PART_GAP_SECONDS / 60:.0f} min): {_parts_text(t['parts'])}" if t["parts"] else
+           "not recorded") + f". Timed on an uncontended machine: {len(timed)} of {len(study.runs())} runs "
         "(the others' seconds are not used as a compute axis).",
         "- **Wall time per phase** (runs' wall-clock seconds, summed): "
         + (_walls_text("learning-rate selection", walls["selection"]) if walls["selection"] else

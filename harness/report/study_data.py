@@ -30,7 +30,7 @@ import numpy as np
 
 from algorithms.presets import DISPLAY_NAMES
 from harness.report.aggregate import SELECTION_KNOBS, knob_value, load_sweep_runs, validation_selection
-from harness.rundir.layout import read_json
+from harness.rundir.layout import SUMMARY, read_json
 from harness.rundir.read import RunData, is_number, k_of, setup_records, split_metric
 
 ARM_ORDER = ("grpo", "grpo_ps", "rft", "ppo", "grpo_iter", "dr_grpo", "rloo", "grpo_ps_prm", "grpo_ps_prm_r4",
@@ -59,6 +59,7 @@ class Study:
     records_cache: dict = field(default_factory=dict)  # problems.problem_values' cache
     selection: Optional[dict] = None                  # `load_selection`'s, when a selection folder was found
     setup: list = field(default_factory=list)         # the setup records' ``setup_seconds`` (`setup_times`)
+    setup_spans: list = field(default_factory=list)   # (start, end) of each setup record's setup (`setup_spans`)
 
     def runs(self) -> list:
         return [r for runs in self.arms.values() for r in runs.values()]
@@ -137,12 +138,25 @@ def load_study(sweep_dir) -> Study:
     except OSError:
         sweep_json = {}
     return Study(sweep_dir=sweep_dir, arms=OrderedDict((a, dict(sorted(arms[a].items()))) for a in order),
-                 task=task, ood=ood, ks=ks, excluded=excluded, sweep_json=sweep_json, setup=setup_times(sweep_dir))
+                 task=task, ood=ood, ks=ks, excluded=excluded, sweep_json=sweep_json, setup=setup_times(sweep_dir),
+                 setup_spans=setup_spans(sweep_dir))
 
 
 def setup_times(sweep_dir: Path) -> list:
     """The ``setup_seconds`` of each setup record of the sweep (`harness.rundir.read.setup_records`)."""
     return [secs for _, secs in setup_records(sweep_dir)]
+
+
+def setup_spans(sweep_dir: Path) -> list:
+    """``(start, end)`` in epoch seconds of each setup record's setup: from its summary's ``started``
+    for the sum of its ``setup_seconds`` (what the process did after its setup, if anything, is not
+    the study's time); records without a start time are left out."""
+    out = []
+    for d, secs in setup_records(sweep_dir):
+        t0 = (read_json(d / SUMMARY, {}) or {}).get("started")
+        if is_number(t0):
+            out.append((float(t0), float(t0) + sum(secs.values())))
+    return out
 
 
 def per_seed(runs: dict, value: Callable[[RunData], Optional[float]], scale: float = 1.0) -> dict:
