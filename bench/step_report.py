@@ -40,9 +40,11 @@ import tempfile
 import time
 
 from _common import ROOT, finish, fmt, fmt_spread, loadavg, numerics_line, print_table, sgemm_roof  # first: numerics
+from evals.catalog import get_task
 from harness.config.schema import load_config
 from harness.engine import numerics
 from harness.engine.models import build_char_tokenizer, build_tiny_model, num_params, save_policy
+from harness.train.warmup import warmup_flops
 
 import grpo_step  # its workers and tables (bench/ is sys.path[0])
 import profile_step  # the shapes
@@ -98,9 +100,6 @@ def quickstart_floor(out_dir: str, roof_1thread: float, cores: int) -> dict:
     of ``perf/flops`` over each run's metrics.jsonl), in seconds at ``cores`` x the 1-thread sgemm
     roof (GFLOP/s). A lower bound: evaluation and rewards are not counted, and the warm-up and the
     runs' schedule cannot keep every core at the roof."""
-    from evals.catalog import get_task
-    from harness.train.warmup import warmup_flops
-
     runs = sorted(glob.glob(os.path.join(out_dir, "quickstart", "*", "metrics.jsonl")))
     if not runs:
         raise SystemExit(f"--floor-of: no quickstart run (quickstart/*/metrics.jsonl) under {out_dir}")

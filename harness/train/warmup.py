@@ -36,6 +36,7 @@ from harness.config.base import to_dict
 from harness.engine.models import build_char_tokenizer, build_tiny_model, load_policy, save_policy
 from harness.rundir.layout import NO_PERMISSION, NO_SPACE, RunFileError, load_json, save_torch, writing
 from harness.rundir.lock import FileLock, file_lock
+from harness.train.flops import forward_flops
 
 log_ = logging.getLogger(__name__)
 
@@ -186,8 +187,6 @@ def warmup_flops(cfg: Config, task) -> float:
     its backward, over its real prompt + solution + EOS tokens, padding excluded), from a replay of
     its example draws (the same generator, seed and batches as :func:`train_warmup`; nothing is
     trained)."""
-    from harness.train.flops import forward_flops
-
     tok = build_char_tokenizer()
     task.bind_tokenizer(tok)
     seed = warmup_seed(cfg)
