@@ -29,7 +29,7 @@ from harness.report.decisions import Design
 from harness.report.format import plus_minus, table, value_text, with_interval
 from harness.report.problems import gold_keys, guessing_floor
 from harness.report.stats import mean_ci, mean_curve, paired_diff_ci
-from harness.report.study_claims import claims, claims_csv_rows, claims_markdown
+from harness.report.study_claims import amendments, claims, claims_csv_rows, claims_markdown
 from harness.report.study_data import (Study, acc_curves, arm_name, arm_of, axes_of, final, find_selection_dir,
                                        initial, load_selection, load_study, per_seed, selection_check, uncontended)
 from harness.report.study_plots import colors_for, plot_accuracy, plot_fits, plot_k
@@ -701,6 +701,6 @@ def build_study_report(sweep_dir, out_dir=None, n_boot: int = N_BOOT, seed: int 
     _write_csv(out / "compute_curves.csv", curve_rows)
     lines = (header(study, design) + selection_markdown(study, where) + table5_markdown(study, t5)
              + guessing_floor_markdown(study, guessing_floors(study)) + figures_markdown(plots)
-             + large_k_markdown(study) + compute_curves_markdown(study, curve_rows) + claims_markdown(claim_rows, design))
+             + large_k_markdown(study) + compute_curves_markdown(study, curve_rows) + claims_markdown(claim_rows, design, amendments(study)))
     (out / "report.md").write_text("\n".join(lines))
     return out / "report.md"

@@ -346,7 +346,15 @@ def _needed(r: dict) -> str:
     return f"~{r['seeds_needed']}" if r["seeds_needed"] else f"> {1000} (the test set's size limits it)"
 
 
-def claims_markdown(rows: list, design: Design) -> list:
+def amendments(study: Study) -> list:
+    """The sweep file's ``report.amendments`` as recorded in sweep.json: dated changes to the design
+    made after data came in ([] when none, or when sweep.json holds something else there)."""
+    rep = study.sweep_json.get("report") if isinstance(study.sweep_json, dict) else None
+    got = rep.get("amendments") if isinstance(rep, dict) else None
+    return [a for a in got if isinstance(a, str) and a.strip()] if isinstance(got, list) else []
+
+
+def claims_markdown(rows: list, design: Design, amended: list = ()) -> list:
     ids, m = family(rows)
     verdicts, numbers, notes = [], [], []
     for c in rows:
@@ -396,6 +404,8 @@ def claims_markdown(rows: list, design: Design) -> list:
             f"bootstrap ({design.n_boot:,} resamples: seeds with replacement, then problems; crossed when every "
             f"seed scored the same problems; numpy default_rng seeded with ({design.seed}, crc32 of claim/part)) and "
             "the 95% t interval over seeds; per-seed values a − b.", "",
+            *([f"**Amendments to the design after data came in** (the sweep file's report.amendments; the rules above "
+               f"are the design as amended):", *[f"- {a}" for a in amended], ""] if amended else []),
             table(["id", "claim", "comparison", "verdict", "seeds (pairs)", "decided at", "sequential design"],
                   verdicts, style="markdown"), "",
             table(["id", "part", "predicted", "SESOI", "per seed (a − b)", "mean", "95% bootstrap", "95% t",

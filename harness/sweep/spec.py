@@ -91,7 +91,7 @@ TOP_LEVEL_KEYS = ("name", "description", "base", "config", "grid", "algorithms",
 LAUNCHER_KEYS = ("type", "workers", "address", "cpus", "gpus", "procs", "zero_stage", "deepspeed_config", "env")
 BUDGET_KEYS = ("unit", "amount", "eval_points")
 LAUNCHER_TYPES = ("local", "ray")
-REPORT_KEYS = ("columns", "study", "selection", "sequential")
+REPORT_KEYS = ("columns", "study", "selection", "sequential", "amendments")
 
 
 class SweepError(ConfigError):
@@ -480,6 +480,9 @@ class ReportOptions:
     """The learning-rate-selection folder the study report reads (resolved; None: none)."""
     sequential: bool = False
     """Run the study seed by seed, adding seeds only for the arms of open claims (`harness.sweep.sequential`)."""
+    amendments: list = field(default_factory=list)
+    """Changes to the study's design made after data came in, each a dated sentence saying what changed
+    and why: the study report prints them beside its decision rules."""
 
 
 def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
@@ -520,7 +523,15 @@ def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
     if seq and not study:
         raise SweepError(f"{src}: report.sequential is true but report.study is not (the sequential design "
                          f"decides the study report's claims): set report.study: true or remove report.sequential")
-    return ReportOptions(columns=list(columns), study=study, selection=selection, sequential=seq)
+    amend = rep.get("amendments") or []
+    if not isinstance(amend, list) or not all(isinstance(a, str) and a.strip() and "\0" not in a for a in amend):
+        raise SweepError(f"{src}: report.amendments must be a list of sentences (text), each saying when and how "
+                         f"the study's design changed after data came in, got {amend!r}")
+    if amend and not study:
+        raise SweepError(f"{src}: report.amendments is given but report.study is not true (only the study report "
+                         f"prints them): set report.study: true or remove report.amendments")
+    return ReportOptions(columns=list(columns), study=study, selection=selection, sequential=seq,
+                         amendments=[" ".join(a.split()) for a in amend])
 
 
 def report_section(rep: Any, src: str) -> list[str]:

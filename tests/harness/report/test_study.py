@@ -473,3 +473,19 @@ def test_a_claim_whose_arm_the_sweep_plans_no_more_seeds_of_stays_underpowered(t
     assert rows["1"]["status"].text == "the sweep plans no more seeds of grpo_ps (3): stays underpowered"
     assert rows["3"]["status"].text.startswith("continue: next look at 4 seeds")   # GRPO alone: more planned
     assert arms_to_extend(list(rows.values()), design) == {"grpo": 4}
+
+
+def test_amendments_in_sweep_json_are_printed_beside_the_decision_rules(tmp_path):
+    """sweep.json's report.amendments (the sweep file's dated design changes) appear under the claims'
+    decision rules, in order; without any, no such paragraph."""
+    sweep = make_study_sweep(tmp_path, arms=("grpo", "grpo_ps"))
+    doc = {"name": "study", "report": {"study": True, "selection": None, "amendments": [
+        "2026-11-27: the learned-PRM arms from 3 to 5 seeds.", "2026-11-28: a second change."]}}
+    (sweep / "sweep.json").write_text(json.dumps(doc))
+    md = build_study_report(sweep, tmp_path / "out", n_boot=5, design=DESIGN2).read_text()
+    i = md.index("**Amendments to the design after data came in**")
+    assert md.index("Decision rules, stated before the data") < i < md.index("| id | claim | comparison |")
+    assert "\n- 2026-11-27: the learned-PRM arms from 3 to 5 seeds.\n- 2026-11-28: a second change.\n" in md[i:]
+    doc["report"].pop("amendments")
+    (sweep / "sweep.json").write_text(json.dumps(doc))
+    assert "Amendments" not in build_study_report(sweep, tmp_path / "out2", n_boot=5, design=DESIGN2).read_text()

@@ -51,7 +51,7 @@ def test_study_and_selection_are_read_and_resolved(tmp_path):
     ("report: {study: true, selection: 3}", "report.selection=3 is invalid: expected a folder path"),
     ("report: {study: true, selection: ''}", "report.selection='' is invalid: expected a non-empty folder path"),
     ("report: {selection: ../results/lr_select}", "report.selection is given but report.study is not true"),
-    ("report: {studdy: true}", "unknown key 'report.studdy'; did you mean 'study'? (valid: columns, study, selection, sequential)"),
+    ("report: {studdy: true}", "unknown key 'report.studdy'; did you mean 'study'? (valid: columns, study, selection, sequential, amendments)"),
     ("report: [study]", "report must be a mapping with columns, study, selection"),
 ])
 def test_bad_report_sections_name_the_problem(tmp_path, report, why):
@@ -162,3 +162,22 @@ def test_the_real_study_report_is_written_at_the_end(tmp_path):
     study_dir = out.resolve() / "st" / "study"
     assert p.stdout.rstrip().splitlines()[-1] == f"study report: {study_dir / 'report.md'}"
     assert {f.name for f in study_dir.iterdir()} >= {"report.md", "claims.csv", "table5.csv", "plots"}
+
+
+def test_amendments_are_checked_and_recorded_in_sweep_json(tmp_path, study):
+    """report.amendments: dated sentences on how the design changed after data came in; sweep.json keeps
+    them for the study report (which prints them: tests/harness/report/test_study.py)."""
+    for bad, why in (("amendments: 'a change'", "report.amendments must be a list of sentences"),
+                     ("amendments: ['ok', 3]", "report.amendments must be a list of sentences"),
+                     ("amendments: ['  ']", "report.amendments must be a list of sentences")):
+        with pytest.raises(SweepError, match=why):
+            load_sweep(sweep_file(tmp_path, "report: {study: true, " + bad + "}"), output_dir=str(tmp_path / "o"))
+    with pytest.raises(SweepError, match="report.amendments is given but report.study is not true"):
+        load_sweep(sweep_file(tmp_path, "report: {amendments: ['x']}"), output_dir=str(tmp_path / "o"))
+    path = sweep_file(tmp_path, "report:\n  study: true\n  amendments:\n    - '2026-11-27: arm X from 3 to 5\n"
+                                "      seeds (a cap at the first look cannot decide).'\n")
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--output-dir", str(out), "--no-progress"]) == 0
+    doc = json.loads((out.resolve() / "st" / "sweep.json").read_text())
+    assert doc["report"] == {"study": True, "selection": None,
+                             "amendments": ["2026-11-27: arm X from 3 to 5 seeds (a cap at the first look cannot decide)."]}
