@@ -136,7 +136,10 @@ def busy_parts(spans: list) -> list:
 def _parts_text(parts: list) -> str:
     def utc(t):
         return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
-    return "; ".join(f"{utc(s)}-{utc(e)[11:]} UTC ({e - s:.0f} s)" for s, e in parts)
+    def span(s, e):
+        a, b = utc(s), utc(e)
+        return f"{a}-{b[11:] if b[:10] == a[:10] else b} UTC ({e - s:.0f} s)"
+    return "; ".join(span(s, e) for s, e in parts)
 
 
 def _version(name: str) -> str:
@@ -701,6 +704,7 @@ def build_study_report(sweep_dir, out_dir=None, n_boot: int = N_BOOT, seed: int 
     _write_csv(out / "compute_curves.csv", curve_rows)
     lines = (header(study, design) + selection_markdown(study, where) + table5_markdown(study, t5)
              + guessing_floor_markdown(study, guessing_floors(study)) + figures_markdown(plots)
-             + large_k_markdown(study) + compute_curves_markdown(study, curve_rows) + claims_markdown(claim_rows, design, amendments(study)))
+             + large_k_markdown(study) + compute_curves_markdown(study, curve_rows)
+             + claims_markdown(claim_rows, design, amendments(study)))
     (out / "report.md").write_text("\n".join(lines))
     return out / "report.md"

@@ -60,3 +60,6 @@ def test_the_machines_time_is_the_union_of_run_and_setup_intervals_in_parts(tmp_
     text = "\n".join(header(load_study(sweep), DESIGN))
     assert ("the union of the runs' and setup jobs' intervals): 3902 s in 2 parts (a part ends at an idle gap over "
             "5 min): 2027-01-15 08:00-08:36 UTC (2202 s); 2027-01-16 08:00-08:28 UTC (1700 s). Timed on") in text
+    # a part across midnight names both dates
+    from harness.report.study import _parts_text
+    assert _parts_text([(t0 + 15.5 * 3600, t0 + 16.5 * 3600)]) == "2027-01-15 23:30-2027-01-16 00:30 UTC (3600 s)"
