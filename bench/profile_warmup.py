@@ -1,9 +1,8 @@
 """Where a warm-up step's time goes (issue 29): the quickstart's supervised warm-up step (harness.train.warmup's
-batch, loss, backward, clip and AdamW, 64 worked solutions of the quickstart config, seed 0's draws) at 1 thread:
+batches, loss, backward, clip and AdamW: 64 worked solutions of the quickstart config per step, its first steps) at 1 thread:
 CPU seconds per step over 10 steps after 3, the padded shape against the real tokens, then torch.profiler's op
 table over 5 more steps. Run: python bench/profile_warmup.py [--threads N] [--steps N]"""
 import argparse
-import random
 import time
 
 from _common import ROOT  # noqa: F401  (first: pins the process's numerics)
@@ -23,15 +22,17 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     cfg = load_config(str(ROOT / "harness" / "configs" / "quickstart.yaml"))
+    if not 1 <= a.steps <= cfg.warmup.steps - 8:
+        ap.error(f"--steps {a.steps}: expected 1 to {cfg.warmup.steps - 8} (the warm-up has {cfg.warmup.steps} "
+                 f"steps: 3 untimed, the timed ones, then 5 profiled)")
     task, tok = get_task(cfg.task), build_char_tokenizer()
     task.bind_tokenizer(tok)
     model = build_tiny_model(cfg.model, tok, seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
-    rng, w = random.Random("warmup-0"), cfg.warmup
+    batches = W._warmup_batches(cfg, task, tok, "cpu")   # the warm-up's own batches, in its order
 
     def step():
-        probs = W._warmup_examples(task, None, rng, w)
-        batch = W.sft_batch(tok, [task.format_prompt(p) for p in probs], [p.solution for p in probs], "cpu")
+        batch = next(batches)
         loss = W.sft_loss(model, *batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -44,6 +44,8 @@ from evals.catalog import get_task
 from harness.config.schema import load_config
 from harness.engine import numerics
 from harness.engine.models import build_char_tokenizer, build_tiny_model, num_params, save_policy
+from harness.report.study_data import STAGE_FLOPS
+from harness.rundir.read import load_run
 from harness.train.warmup import warmup_flops
 
 import grpo_step  # its workers and tables (bench/ is sys.path[0])
@@ -105,9 +107,8 @@ def quickstart_floor(out_dir: str, roof_1thread: float, cores: int) -> dict:
         raise SystemExit(f"--floor-of: no quickstart run (quickstart/*/metrics.jsonl) under {out_dir}")
     per_run = {}
     for m in runs:
-        with open(m) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        per_run[os.path.basename(os.path.dirname(m))] = sum(float(r.get("perf/flops", 0.0)) for r in rows)
+        run = load_run(os.path.dirname(m))
+        per_run[run.run_dir.name] = sum(float(r.get(STAGE_FLOPS, 0.0)) for r in run.rows)
     cfg = load_config(os.path.join(os.path.dirname(runs[0]), "config.yaml"))
     warm = warmup_flops(cfg, get_task(cfg.task))
     total = warm + sum(per_run.values())

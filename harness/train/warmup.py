@@ -182,24 +182,26 @@ def _warmup_examples(task, long_task, rng: random.Random, w) -> list:
     return task.sample_train(rng, w.examples_per_step - n_long) + long_task.sample_train(rng, n_long)
 
 
-def warmup_flops(cfg: Config, task) -> float:
-    """The warm-up's model FLOPs (``harness.train.flops``' count: 3 F per example, a forward and
-    its backward, over its real prompt + solution + EOS tokens, padding excluded), from a replay of
-    its example draws (the same generator, seed and batches as :func:`train_warmup`; nothing is
-    trained)."""
-    tok = build_char_tokenizer()
-    task.bind_tokenizer(tok)
-    seed = warmup_seed(cfg)
-    model = build_tiny_model(cfg.model, tok, seed=seed)
+def _warmup_batches(cfg: Config, task, tok, device):
+    """The warm-up's batches in step order (``sft_batch`` of each step's `_warmup_examples`, drawn
+    from the seed's own generator): what :func:`train_warmup` trains on and :func:`warmup_flops`
+    counts. The task must be bound to ``tok``."""
     w = cfg.warmup
     long_task = get_task(warmup_long_spec(cfg)) if w.long_share > 0 else None
-    rng = random.Random(f"warmup-{seed}")
-    total = 0.0
+    rng = random.Random(f"warmup-{warmup_seed(cfg)}")
     for _ in range(w.steps):
         probs = _warmup_examples(task, long_task, rng, w)
-        _, mask, _, _ = sft_batch(tok, [task.format_prompt(p) for p in probs], [p.solution for p in probs], "cpu")
-        total += 3 * forward_flops(model, mask.sum(1))
-    return total
+        yield sft_batch(tok, [task.format_prompt(p) for p in probs], [p.solution for p in probs], device)
+
+
+def warmup_flops(cfg: Config, task) -> float:
+    """The warm-up's model FLOPs (``harness.train.flops``' count: 3 F per example, a forward and
+    its backward, over its real prompt + solution + EOS tokens, padding excluded), over the
+    batches :func:`train_warmup` trains on (`_warmup_batches`; nothing is trained)."""
+    tok = build_char_tokenizer()
+    task.bind_tokenizer(tok)
+    model = build_tiny_model(cfg.model, tok, seed=warmup_seed(cfg))
+    return sum(3 * forward_flops(model, mask.sum(1)) for _, mask, _, _ in _warmup_batches(cfg, task, tok, "cpu"))
 
 
 def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) -> dict:
@@ -231,18 +233,14 @@ def _train_warmup(cfg: Config, task, out: Path, device, progress: bool) -> dict:
         f = w.final_lr_fraction
         return w.lr * (f + (1 - f) * 0.5 * (1 + math.cos(math.pi * frac)))
 
-    long_task = get_task(warmup_long_spec(cfg)) if w.long_share > 0 else None
-    rng = random.Random(f"warmup-{seed}")
     torch.manual_seed(seed)
     model.train()
     t0 = time.monotonic()
     bar = tqdm(range(w.steps), desc="warm-up (SFT)", disable=not progress, dynamic_ncols=True)
     ema = None
-    for s in bar:
+    for s, batch in zip(bar, _warmup_batches(cfg, task, tok, device)):
         for g in opt.param_groups:
             g["lr"] = lr_at(s)
-        probs = _warmup_examples(task, long_task, rng, w)
-        batch = sft_batch(tok, [task.format_prompt(p) for p in probs], [p.solution for p in probs], device)
         loss = sft_loss(model, *batch)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"warm-up loss is {loss.item()} at step {s}; lower warmup.lr")

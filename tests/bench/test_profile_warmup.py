@@ -10,3 +10,10 @@ def test_prints_cpu_padding_and_the_op_table(capsys):
     padded, real = (float(line.split(" padded")[0].split()[-1]), float(line.split(" real")[0].split()[-1]))
     assert 0 < real <= padded and f"({padded / real:.2f}x)" in line
     assert "aten::mm" in out and "Self CPU" in out
+
+
+def test_more_steps_than_the_warmup_has_are_refused_before_any_work(capsys):
+    import pytest
+    with pytest.raises(SystemExit):
+        profile_warmup.main(["--steps", "693"])
+    assert "--steps 693: expected 1 to 692 (the warm-up has 700 steps" in capsys.readouterr().err
