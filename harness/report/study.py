@@ -89,7 +89,7 @@ def time_summary(study: Study) -> dict:
     span from the first run's ``started`` to the last run's ``ended`` (summaries)."""
     keys = ("warmup", "warmup_wait", "train", "eval", "other", "wall")
     tot = {k: 0.0 for k in keys}
-    tot["runs"], starts, ends = 0, [], []
+    tot["runs"], starts, ends, spans = 0, [], [], list(study.setup_spans)
     tot["setup_jobs"] = len(study.setup)
     for k, name in (("setup_warmup", "warmup_build"), ("setup_wait", "warmup_wait"), ("setup_eval", "initial_eval")):
         tot[k] = sum(s.get(name, 0.0) for s in study.setup)
@@ -99,8 +99,11 @@ def time_summary(study: Study) -> dict:
             tot["runs"] += 1
             for k in keys:
                 tot[k] += s[k] or 0.0
-            starts += [r.summary["started"]] if is_number(r.summary.get("started")) else []
-            ends += [r.summary["ended"]] if is_number(r.summary.get("ended")) else []
+            began, ended = r.summary.get("started"), r.summary.get("ended")
+            starts += [began] if is_number(began) else []
+            ends += [ended] if is_number(ended) else []
+            if is_number(began) and is_number(ended) and ended >= began:
+                spans.append((float(began), float(ended)))
     sj = study.sweep_json
     t0 = next((sj[k] for k in ("started", "start", "started_at") if is_number(sj.get(k))), None)
     t1 = next((sj[k] for k in ("finished", "ended", "end", "updated") if is_number(sj.get(k))), None)
@@ -109,10 +112,7 @@ def time_summary(study: Study) -> dict:
         tot["sweep_wall"], tot["sweep_wall_from"] = float(t1 - t0), "sweep.json"
     elif starts and ends and max(ends) >= min(starts):
         tot["sweep_wall"], tot["sweep_wall_from"] = float(max(ends) - min(starts)), "first run start to last run end"
-    spans = [(float(r.summary["started"]), float(r.summary["ended"])) for r in study.runs()
-             if is_number(r.summary.get("started")) and is_number(r.summary.get("ended"))
-             and r.summary["ended"] >= r.summary["started"]]
-    tot["parts"] = busy_parts(spans + list(study.setup_spans))
+    tot["parts"] = busy_parts(spans)
     tot["busy"] = sum(e - s for s, e in tot["parts"])
     return tot
 

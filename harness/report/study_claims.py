@@ -404,8 +404,8 @@ def claims_markdown(rows: list, design: Design, amended: list = ()) -> list:
             f"bootstrap ({design.n_boot:,} resamples: seeds with replacement, then problems; crossed when every "
             f"seed scored the same problems; numpy default_rng seeded with ({design.seed}, crc32 of claim/part)) and "
             "the 95% t interval over seeds; per-seed values a − b.", "",
-            *([f"**Amendments to the design after data came in** (the sweep file's report.amendments; the rules above "
-               f"are the design as amended):", *[f"- {a}" for a in amended], ""] if amended else []),
+            *(["**Amendments to the design after data came in** (the sweep file's report.amendments; the rules above "
+               "are the design as amended):", *[f"- {a}" for a in amended], ""] if amended else []),
             table(["id", "claim", "comparison", "verdict", "seeds (pairs)", "decided at", "sequential design"],
                   verdicts, style="markdown"), "",
             table(["id", "part", "predicted", "SESOI", "per seed (a − b)", "mean", "95% bootstrap", "95% t",
