@@ -13,6 +13,7 @@ sweep_run = lazy("harness.sweep.run")
 report_build = lazy("harness.report.build")
 report_study = lazy("harness.report.study")
 report_upload = lazy("harness.tracking.report_upload")
+sweep_sequential = lazy("harness.sweep.sequential")
 
 
 DESCRIPTION = ("Expand a sweep file's grid into runs (algorithms x seeds x ...) at one matched budget, "
@@ -34,6 +35,9 @@ def cmd_sweep(args) -> int:
             raise SweepError(f"--workers {args.workers}: must be >= 1")
         sw.launcher.workers = args.workers
     print(format_plan(sw))
+    if sw.report_sequential:
+        for line in sweep_sequential.design_warnings(sw):
+            print(f"warning: {line}")
     if args.dry_run:
         return 0
     check_output_dir(sw.output_dir, "output_dir")
