@@ -35,7 +35,7 @@ import torch
 from algorithms.presets import resolve
 from evals.catalog import get_task
 from harness.config.schema import load_config
-from harness.engine import fastlm, logprobs
+from harness.engine import fastlm, heap, logprobs
 from harness.engine.learner import Learner
 from harness.engine.models import load_policy
 from harness.engine.perf import PerfTracker
@@ -65,6 +65,11 @@ def parse(argv=None):
                    help="off: the learner keeps every decoder layer's activations for backward (the computation "
                         "before layer recomputation), to compare peak memory; auto: each layer is recomputed in "
                         "backward above harness.engine.fastlm.CHECKPOINT_MIN_BYTES of estimated activations")
+    p.add_argument("--recompute-budget", type=float, metavar="MIB",
+                   help="with --recompute auto: fastlm.RECOMPUTE_BUDGET_BYTES in MiB (default: fastlm's)")
+    p.add_argument("--release-heap", choices=("on", "off"),
+                   help="harness.engine.heap.RELEASE_FREED_HEAP: glibc's malloc_trim(0) after each recomputed "
+                        "forward and backward (default: the module's switch)")
     p.add_argument("--malloc-trim", action="store_true",
                    help="call glibc's malloc_trim(0) before and after each learner step (diagnostic: how much "
                         "of the RSS is freed heap that glibc keeps; the trainer does not do this; the call before "
@@ -90,6 +95,19 @@ def run_backend(backend: str, a) -> dict:
         logprobs.FULL_LOGITS_MAX_BYTES = 1 << 62  # never chunked
     if a.recompute == "off":
         fastlm.CHECKPOINT_MIN_BYTES = 1 << 62  # never recomputed
+    elif a.recompute_budget is not None:
+        fastlm.RECOMPUTE_BUDGET_BYTES = a.recompute_budget * 2**20
+    if a.release_heap is not None:
+        heap.RELEASE_FREED_HEAP = a.release_heap == "on"
+    plans: dict = {}
+    real_plan = fastlm.recompute_plan
+
+    def plan(dec, tokens):  # the layer plans fastlm chose (one letter per layer: k keep, s selective, f full)
+        out = real_plan(dec, tokens)
+        key = "".join(h[0] for h in out)
+        plans[key] = plans.get(key, 0) + 1
+        return out
+    fastlm.recompute_plan = plan
     algo = resolve(cfg.algorithm)
     perf = PerfTracker(torch.device("cpu"))
     with perf.phase("load"):
@@ -155,7 +173,9 @@ def run_backend(backend: str, a) -> dict:
             "gen_tokens_per_s": median([s["tokens"] / s["phases"]["generate"] for s in timed]),
             "peak_rss_mb": perf.summary().get("perf/peak_rss_mb"),
             "peak_rss_phase_mb": dict(perf.peak_rss),
-            "step_peak_rss_mb": max(v for p, v in perf.peak_rss.items() if p != "load")}
+            "step_peak_rss_mb": max(v for p, v in perf.peak_rss.items() if p != "load"),
+            "recompute_budget_bytes": fastlm.RECOMPUTE_BUDGET_BYTES, "recompute_plans": plans,
+            "release_heap": heap.RELEASE_FREED_HEAP}
 
 
 def _fill_uncounted_generate(results: list, roof: float) -> None:
@@ -200,7 +220,9 @@ def main(argv=None) -> int:
                  for r in results])
     for r in results:
         print(f"{r['backend']} peak RSS MiB per phase (max over steps): "
-              + ", ".join(f"{p} {v:.0f}" for p, v in r["peak_rss_phase_mb"].items()))
+              + ", ".join(f"{p} {v:.0f}" for p, v in r["peak_rss_phase_mb"].items())
+              + f"; recompute budget {r['recompute_budget_bytes'] / 2**20:.0f} MiB, plans {r['recompute_plans']}, "
+                f"heap release {'on' if r['release_heap'] else 'off'}")
     print("(s/step: median [min-max] over the timed steps; phases: medians; x floor: s/step over the time of the counted "
           "step's GFLOP, scaled to the median tokens/step, at the sgemm roof; tokens/step, gen tok/s: medians; step peak "
           "RSS: the process's high-water mark, reset at each phase, highest over the step's phases (generate, score, the "

@@ -13,9 +13,11 @@ Method
    timed wall to wall; its last lines (the accuracy table) are printed. ``--no-quickstart`` skips
    it (about 6 minutes on a quiet 2-core machine); ``--quickstart-set KEY=VALUE`` passes overrides.
    Beside its wall time, its **compute floor**: the warm-up's model FLOPs (replayed,
-   ``harness.train.warmup.warmup_flops``) plus every run's counted training FLOPs (``perf/flops``
-   in its metrics.jsonl) at all CPUs' 1-thread sgemm roof, a lower bound (evaluation and
-   rewards are not counted, and no schedule keeps every core at the roof). ``--floor-of DIR``
+   ``harness.train.warmup.warmup_flops``) plus every run's training FLOPs at all CPUs' 1-thread
+   sgemm roof, the runs' counted ``perf/flops`` (model FLOPs, every row's prompt counted) scaled to
+   the work the code executes (each group's prompt once: `executed_run_flops`); a lower bound
+   (evaluation and rewards are not counted, and no schedule keeps every core at the roof). The
+   model FLOPs' time is printed beside it. ``--floor-of DIR``
    prints only that for an existing quickstart output folder.
 3. The summary table at the end: per shape ours and TRL s/step [round min-max], x floor, ours/TRL
    (and the FLOP ratio), peak RSS above each worker's post-import RSS, tokens equal; then the
@@ -46,6 +48,7 @@ from harness.engine import numerics
 from harness.engine.models import build_char_tokenizer, build_tiny_model, num_params, save_policy
 from harness.report.study_data import STAGE_FLOPS
 from harness.rundir.read import load_run
+from harness.train.stage import stage_problems
 from harness.train.warmup import warmup_flops
 
 import grpo_step  # its workers and tables (bench/ is sys.path[0])
@@ -96,34 +99,66 @@ def run_shape(a, shape: str, errors: list, loads: list) -> dict:
     return res
 
 
+def executed_run_flops(run, cfg, task, tok) -> float:
+    """A run's counted FLOPs with each group's prompt counted once instead of once per sample: the model
+    FLOPs (``harness.train.flops``) count every row's prompt, while the sampler prefills each distinct
+    prompt once and the fast forward computes it once per group (``harness.engine.fastlm``), so this is
+    the work the code executes. Per stage, the counted FLOPs are scaled by (P + C) / (G P + C), P the
+    stage's prompt tokens (its problems replayed: ``stage_problems`` at the row's step - 1, formatted and
+    tokenized), C its completion tokens (the row's ``tokens``), G the samples per prompt; the small
+    attention term is scaled alike. For RFT's update on its kept samples only, the same ratio is an
+    approximation (its groups keep fewer than G rows)."""
+    G = cfg.sampling.samples_per_prompt
+    total = 0.0
+    for r in run.rows:
+        f = float(r.get(STAGE_FLOPS) or 0.0)
+        if not f:
+            continue
+        problems = stage_problems(task, cfg.seed, int(r["step"]) - 1, max(1, int(r["samples"]) // G))
+        p = float(sum(len(tok(task.format_prompt(q)).input_ids) for q in problems))
+        c = float(r["tokens"])
+        total += f * (p + c) / (G * p + c)
+    return total
+
+
 def quickstart_floor(out_dir: str, roof_1thread: float, cores: int) -> dict:
-    """The compute floor of the finished quickstart under ``out_dir`` (its ``--output-dir``): the
-    warm-up's model FLOPs (replayed from its config) plus the runs' counted training FLOPs (the sum
-    of ``perf/flops`` over each run's metrics.jsonl), in seconds at ``cores`` x the 1-thread sgemm
-    roof (GFLOP/s). A lower bound: evaluation and rewards are not counted, and the warm-up and the
-    runs' schedule cannot keep every core at the roof."""
+    """The compute floor of the finished quickstart under ``out_dir`` (its ``--output-dir``), in seconds at
+    ``cores`` x the 1-thread sgemm roof (GFLOP/s), two ways: the model FLOPs (the warm-up's, replayed from
+    its config, plus the sum of ``perf/flops`` over each run's metrics.jsonl), and the work the code
+    executes (the runs' FLOPs with each group's prompt once, `executed_run_flops`; the warm-up's rows are
+    distinct, so its count is the same). The second is the lower bound: evaluation and rewards are not
+    counted, and the warm-up and the runs' schedule cannot keep every core at the roof."""
     runs = sorted(glob.glob(os.path.join(out_dir, "quickstart", "*", "metrics.jsonl")))
     if not runs:
         raise SystemExit(f"--floor-of: no quickstart run (quickstart/*/metrics.jsonl) under {out_dir}")
-    per_run = {}
+    per_run, executed = {}, {}
+    tok = build_char_tokenizer()
     for m in runs:
         run = load_run(os.path.dirname(m))
+        rcfg = load_config(os.path.join(os.path.dirname(m), "config.yaml"))
         per_run[run.run_dir.name] = sum(float(r.get(STAGE_FLOPS, 0.0)) for r in run.rows)
+        executed[run.run_dir.name] = executed_run_flops(run, rcfg, get_task(rcfg.task), tok)
     cfg = load_config(os.path.join(os.path.dirname(runs[0]), "config.yaml"))
     warm = warmup_flops(cfg, get_task(cfg.task))
-    total = warm + sum(per_run.values())
+    total, total_exec = warm + sum(per_run.values()), warm + sum(executed.values())
+    rate = cores * roof_1thread * 1e9
     return {"warmup_flops": warm, "run_flops": per_run, "total_flops": total, "roof_1thread_gflops": roof_1thread,
-            "cores": cores, "floor_seconds": total / (cores * roof_1thread * 1e9)}
+            "cores": cores, "model_floor_seconds": total / rate, "executed_run_flops": executed,
+            "executed_flops": total_exec, "floor_seconds": total_exec / rate}
 
 
 def print_floor_line(fl: dict, wall: float | None = None) -> None:
     runs = ", ".join(f"{k.split('-')[0]} {v / 1e12:.2f}" for k, v in fl["run_flops"].items())
-    line = (f"quickstart compute floor: warm-up {fl['warmup_flops'] / 1e12:.2f} + runs ({runs}) = "
-            f"{fl['total_flops'] / 1e12:.2f} TFLOP at {fl['cores']} x {fl['roof_1thread_gflops']:.1f} GFLOP/s "
-            f"(1-thread sgemm roof) = {fl['floor_seconds']:.0f} s ({fl['floor_seconds'] / 60:.1f} min; a lower bound: "
-            f"evaluation not counted)")
+    ex = ", ".join(f"{k.split('-')[0]} {v / 1e12:.2f}" for k, v in fl["executed_run_flops"].items())
+    at = f"at {fl['cores']} x {fl['roof_1thread_gflops']:.1f} GFLOP/s (1-thread sgemm roof)"
+    line = (f"quickstart compute floor: model FLOPs warm-up {fl['warmup_flops'] / 1e12:.2f} + runs ({runs}) = "
+            f"{fl['total_flops'] / 1e12:.2f} TFLOP {at} = {fl['model_floor_seconds']:.0f} s; the work executed (each "
+            f"group's prompt once): warm-up {fl['warmup_flops'] / 1e12:.2f} + runs ({ex}) = "
+            f"{fl['executed_flops'] / 1e12:.2f} TFLOP = {fl['floor_seconds']:.0f} s ({fl['floor_seconds'] / 60:.1f} min; "
+            f"the floor, a lower bound: evaluation not counted)")
     if wall:
-        line += f"; wall time {wall / fl['floor_seconds']:.1f} x the floor"
+        line += (f"; wall time {wall / fl['floor_seconds']:.1f} x the floor "
+                 f"({wall / fl['model_floor_seconds']:.1f} x the model FLOPs' time)")
     print(line, flush=True)
 
 

@@ -256,14 +256,15 @@ RECOMPUTE = "selective"
 # (_saved_bytes) above this many bytes of saved activations for one forward, the first layers are
 # recomputed fully instead, as few as bring the estimate within it (all of them if none does;
 # recompute_plan). Each such layer saves about (3 hidden + 2 key/value width + 2 MLP) floats per token
-# and does its matmuls again in backward; the bits do not change. 512 MiB, as CHECKPOINT_MIN_BYTES: one
-# forward keeps at most about that much wherever recomputation can get it there, recomputing as little as
-# it can. The 27.3M bench's 64-row micro-batch (8 layers, ~8,200 positions; selectively 1.5 GiB estimated)
-# then recomputes 6 of its 8 layers fully: its whole step peaks at 2.5 GiB RSS instead of 4.2 GiB, for about
-# 6/8 of full recomputation's extra FLOPs (bench/README.md, issue 29.2c). float("inf"): no budget (every
-# layer selective, the least FLOPs). harness.engine.heap.RELEASE_FREED_HEAP (off by default) hands the heap
-# freed by each recomputed layer's forward and backward back to the system: less memory, more CPU (29.2d).
-RECOMPUTE_BUDGET_BYTES = 512 * 2**20
+# and does its matmuls again in backward; the bits do not change. 1,200 MiB, with the freed heap handed back
+# (harness.engine.heap.RELEASE_FREED_HEAP, on by default): the 27.3M bench's 64-row micro-batch (8 layers,
+# ~8,200 positions; selectively 1.5 GiB estimated) recomputes 2 of its 8 layers fully, and its whole step
+# peaks at 2,772-2,802 MiB RSS (under 3 GB) where the earlier 512 MiB budget without the trim (6 layers full)
+# peaked at 2,752-2,870 MiB for 365 GFLOP more per step; three alternating pairs on a quiet 2-core machine:
+# 1.4% and 3.3% faster in the two uncontended ones; SmolLM2's recipe step (30 layers) peaks 210 MiB lower,
+# every layer selective (bench/README.md, issue 29.2e). float("inf"): no budget (every layer selective, the
+# least FLOPs).
+RECOMPUTE_BUDGET_BYTES = 1200 * 2**20
 
 # ops whose outputs a selectively recomputed layer keeps: matmuls and fused attention kernels
 _SAVE_OPS = tuple(op for op in (

@@ -23,12 +23,12 @@ import ctypes.util
 import functools
 import platform
 
-# Whether release_freed_heap trims at all. Off by default: at the 27.3M bench step (bench/README.md, issue
-# 29.2d; single runs) it lowers the peak RSS with the default recomputation budget from 2,853 to 1,998 MiB, and
-# with selective recomputation in every layer from 4,622 to 3,198 MiB, but costs about 4% more CPU per step
-# (the trims, and touching the returned pages again), and the default already peaks under 3 GB. True: less
-# memory for that CPU (bench/grpo_step.py --release-heap on).
-RELEASE_FREED_HEAP = False
+# Whether release_freed_heap trims at all. On by default, with fastlm's 1,200 MiB recomputation budget: at the
+# 27.3M bench step that pair peaks at 2,772-2,802 MiB (under 3 GB) and runs 1.4-3.3% faster than the earlier
+# default (512 MiB budget, no trim: 2,752-2,870 MiB), its trims costing about 1.6 CPU s per step
+# (bench/README.md, issue 29.2e). It is called only where a layer is recomputed (a large micro-batch), so
+# small models never trim. False: the heap is kept (slightly less CPU, more memory).
+RELEASE_FREED_HEAP = True
 
 
 @functools.lru_cache(maxsize=1)

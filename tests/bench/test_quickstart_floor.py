@@ -1,6 +1,6 @@
 """The quickstart's compute floor (bench/step_report.py, issue 29): the warm-up's model FLOPs replayed from
 its config equal the count over the batches a real warm-up trains on, by the hand formula; the floor of a
-quickstart folder adds every run's perf/flops and divides by cores x roof."""
+quickstart folder adds every run's perf/flops, scaled to each group's prompt once, and divides by cores x roof."""
 import json
 
 import pytest
@@ -10,6 +10,7 @@ import step_report  # bench/ is on pytest's pythonpath (pyproject.toml)
 from evals.catalog import get_task
 from harness.config.schema import load_config, save_config
 from harness.engine.models import build_char_tokenizer
+from harness.train.stage import stage_problems
 from support_paths import REPO
 
 QUICKSTART = REPO / "harness" / "configs" / "quickstart.yaml"
@@ -47,13 +48,26 @@ def test_the_floor_adds_the_warmup_and_every_runs_counted_flops(tmp_path):
         d = tmp_path / "quickstart" / run
         d.mkdir(parents=True)
         save_config(cfg, d / "config.yaml")
-        rows = [{"step": 0, "eval/arith/acc": 0.5}] + [{"step": i + 1, "perf/flops": f} for i, f in enumerate(flops)]
+        rows = [{"step": 0, "eval/arith/acc": 0.5}] + [{"step": i + 1, "perf/flops": f, "samples": 256, "tokens": 5000}
+                                                      for i, f in enumerate(flops)]
         (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     fl = step_report.quickstart_floor(str(tmp_path), roof_1thread=50.0, cores=2)
     warm = warmup.warmup_flops(cfg, get_task(cfg.task))
     assert fl["run_flops"] == {"grpo-s0-aaaa": 3e12, "ppo-s0-bbbb": 5e12}
     assert fl["total_flops"] == pytest.approx(warm + 8e12)
-    assert fl["floor_seconds"] == pytest.approx((warm + 8e12) / 100e9)
+    assert fl["model_floor_seconds"] == pytest.approx((warm + 8e12) / 100e9)
+    # executed: each stage scaled by (P + C) / (G P + C); P = the stage's 32 prompts' characters + 1 BOS each
+    # (the character tokenizer), C = 5000 completion tokens, G = 8
+    task = get_task(cfg.task)
+
+    def scale(step):
+        p = sum(len(task.format_prompt(q)) + 1 for q in stage_problems(task, cfg.seed, step - 1, 32))
+        assert 32 * 9 < p < 32 * 20          # prompts like "Q:5*6*5*3\nA:"
+        return (p + 5000) / (8 * p + 5000)
+    grpo, ppo = 1e12 * scale(1) + 2e12 * scale(2), 5e12 * scale(1)
+    assert fl["executed_run_flops"] == {"grpo-s0-aaaa": pytest.approx(grpo), "ppo-s0-bbbb": pytest.approx(ppo)}
+    assert fl["floor_seconds"] == pytest.approx((warm + grpo + ppo) / 100e9)
+    assert 0.6 < (grpo + ppo) / 8e12 < 0.8       # about a third of the counted rows' tokens are prompts
 
 
 def test_floor_of_a_folder_without_a_quickstart_says_so(tmp_path):
