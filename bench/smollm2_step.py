@@ -35,12 +35,14 @@ import torch
 from algorithms.presets import resolve
 from evals.catalog import get_task
 from harness.config.schema import load_config
-from harness.engine import fastlm, heap, logprobs
+from harness.engine import fastlm, logprobs
 from harness.engine.learner import Learner
 from harness.engine.models import load_policy
 from harness.engine.perf import PerfTracker
 from harness.train.loop import score
 from harness.train.stage import build_models, run_stage, stage_problems
+
+import grpo_step  # its recompute / heap switches and recorders (bench/ is sys.path[0])
 
 CONFIG = ROOT / "harness" / "configs" / "gsm8k_smollm2.yaml"
 
@@ -95,19 +97,8 @@ def run_backend(backend: str, a) -> dict:
         logprobs.FULL_LOGITS_MAX_BYTES = 1 << 62  # never chunked
     if a.recompute == "off":
         fastlm.CHECKPOINT_MIN_BYTES = 1 << 62  # never recomputed
-    elif a.recompute_budget is not None:
-        fastlm.RECOMPUTE_BUDGET_BYTES = a.recompute_budget * 2**20
-    if a.release_heap is not None:
-        heap.RELEASE_FREED_HEAP = a.release_heap == "on"
-    plans: dict = {}
-    real_plan = fastlm.recompute_plan
-
-    def plan(dec, tokens):  # the layer plans fastlm chose (one letter per layer: k keep, s selective, f full)
-        out = real_plan(dec, tokens)
-        key = "".join(h[0] for h in out)
-        plans[key] = plans.get(key, 0) + 1
-        return out
-    fastlm.recompute_plan = plan
+    else:
+        grpo_step.set_recompute("default", a.recompute_budget)
     algo = resolve(cfg.algorithm)
     perf = PerfTracker(torch.device("cpu"))
     with perf.phase("load"):
@@ -174,8 +165,20 @@ def run_backend(backend: str, a) -> dict:
             "peak_rss_mb": perf.summary().get("perf/peak_rss_mb"),
             "peak_rss_phase_mb": dict(perf.peak_rss),
             "step_peak_rss_mb": max(v for p, v in perf.peak_rss.items() if p != "load"),
-            "recompute_budget_bytes": fastlm.RECOMPUTE_BUDGET_BYTES, "recompute_plans": plans,
-            "release_heap": heap.RELEASE_FREED_HEAP}
+            "recompute_budget_bytes": fastlm.RECOMPUTE_BUDGET_BYTES}
+
+
+def run_recorded(backend: str, a) -> dict:
+    """:func:`run_backend` with the layer plans fastlm chose and its heap releases recorded (grpo_step's
+    recorders, ``--release-heap`` applied), the recorders undone afterwards so that each backend counts its own."""
+    saved = fastlm.recompute_plan, fastlm.release_freed_heap
+    plans, releases = grpo_step.record_plans(), grpo_step.record_releases(a.release_heap)
+    try:
+        res = run_backend(backend, a)
+    finally:
+        fastlm.recompute_plan, fastlm.release_freed_heap = saved
+    res.update(recompute_plans=dict(plans), heap_releases=releases)
+    return res
 
 
 def _fill_uncounted_generate(results: list, roof: float) -> None:
@@ -207,7 +210,7 @@ def main(argv=None) -> int:
     print(f"SmolLM2-135M-Instruct GRPO step: G={a.group}, {a.prompts} prompts, <= {a.max_new_tokens} new tokens, "
           f"micro-batch {a.micro_batch or a.group * a.prompts}, log-probs {a.logprobs}, recompute {a.recompute}, "
           f"{a.threads} threads, {a.steps} timed steps (+{a.warmup} warm-up); load {loadavg()}")
-    results = [run_backend(b.strip(), a) for b in a.backends.split(",") if b.strip()]
+    results = [run_recorded(b.strip(), a) for b in a.backends.split(",") if b.strip()]
     _fill_uncounted_generate(results, a.roof)
     phases = sorted({p for r in results for p in r["phase_seconds"]})
     print_table(["backend", "s/step [min-max]", "x floor", *[f"{p} s" for p in phases], "generate x floor",
@@ -222,7 +225,7 @@ def main(argv=None) -> int:
         print(f"{r['backend']} peak RSS MiB per phase (max over steps): "
               + ", ".join(f"{p} {v:.0f}" for p, v in r["peak_rss_phase_mb"].items())
               + f"; recompute budget {r['recompute_budget_bytes'] / 2**20:.0f} MiB, plans {r['recompute_plans']}, "
-                f"heap release {'on' if r['release_heap'] else 'off'}")
+                f"heap release {'on' if r['heap_releases']['on'] else 'off'} ({r['heap_releases']['calls']} calls)")
     print("(s/step: median [min-max] over the timed steps; phases: medians; x floor: s/step over the time of the counted "
           "step's GFLOP, scaled to the median tokens/step, at the sgemm roof; tokens/step, gen tok/s: medians; step peak "
           "RSS: the process's high-water mark, reset at each phase, highest over the step's phases (generate, score, the "

@@ -131,15 +131,14 @@ def quickstart_floor(out_dir: str, roof_1thread: float, cores: int) -> dict:
     runs = sorted(glob.glob(os.path.join(out_dir, "quickstart", "*", "metrics.jsonl")))
     if not runs:
         raise SystemExit(f"--floor-of: no quickstart run (quickstart/*/metrics.jsonl) under {out_dir}")
-    per_run, executed = {}, {}
+    per_run, executed, cfgs = {}, {}, []
     tok = build_char_tokenizer()
     for m in runs:
         run = load_run(os.path.dirname(m))
-        rcfg = load_config(os.path.join(os.path.dirname(m), "config.yaml"))
+        cfgs.append(load_config(os.path.join(os.path.dirname(m), "config.yaml")))
         per_run[run.run_dir.name] = sum(float(r.get(STAGE_FLOPS, 0.0)) for r in run.rows)
-        executed[run.run_dir.name] = executed_run_flops(run, rcfg, get_task(rcfg.task), tok)
-    cfg = load_config(os.path.join(os.path.dirname(runs[0]), "config.yaml"))
-    warm = warmup_flops(cfg, get_task(cfg.task))
+        executed[run.run_dir.name] = executed_run_flops(run, cfgs[-1], get_task(cfgs[-1].task), tok)
+    warm = warmup_flops(cfgs[0], get_task(cfgs[0].task))
     total, total_exec = warm + sum(per_run.values()), warm + sum(executed.values())
     rate = cores * roof_1thread * 1e9
     return {"warmup_flops": warm, "run_flops": per_run, "total_flops": total, "roof_1thread_gflops": roof_1thread,

@@ -1,5 +1,7 @@
 """bench/profile_warmup.py (issue 29): a warm-up step's CPU time, its padding against its real tokens, and the
 profiler's op table, in one short run."""
+import pytest
+
 import profile_warmup  # bench/ is on pytest's pythonpath (pyproject.toml)
 
 
@@ -13,7 +15,6 @@ def test_prints_cpu_padding_and_the_op_table(capsys):
 
 
 def test_more_steps_than_the_warmup_has_are_refused_before_any_work(capsys):
-    import pytest
     with pytest.raises(SystemExit):
         profile_warmup.main(["--steps", "693"])
     assert "--steps 693: expected 1 to 692 (the warm-up has 700 steps" in capsys.readouterr().err
