@@ -107,17 +107,23 @@ def _rms(x, w, eps):
 
 
 def _rope_tables(dec, position_ids, dtype):
-    """cos, sin: [B, L, head_dim], as ``LlamaRotaryEmbedding.forward`` computes them."""
+    """cos, signed sin: [B, L, head_dim]. cos and sin as ``LlamaRotaryEmbedding.forward`` computes them;
+    the first half of sin negated, for :func:`_rotate`."""
     rot = dec.rotary_emb
     freqs = position_ids[..., None].float() * rot.inv_freq.to(device=position_ids.device, dtype=torch.float)
     emb = torch.cat((freqs, freqs), dim=-1)
-    return (emb.cos() * rot.attention_scaling).to(dtype), (emb.sin() * rot.attention_scaling).to(dtype)
+    cos, sin = (emb.cos() * rot.attention_scaling).to(dtype), (emb.sin() * rot.attention_scaling).to(dtype)
+    half = sin.shape[-1] // 2
+    return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
 
-def _rotate(x, cos, sin):
-    """Rotary embedding on the last axis of ``x``; cos/sin broadcast against it."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+def _rotate(x, cos, sin_signed):
+    """Rotary embedding on the last axis of ``x``: ``x * cos + rotate_half(x) * sin`` (as ``transformers``'
+    ``apply_rotary_pos_emb``) with ``rotate_half(x) * sin = cat(-x2 * s1, x1 * s2) = roll(x) * cat(-s1, s2)``:
+    negating a factor negates the product exactly, so these are the same bits, without the negation and with a
+    backward of one roll instead of two slices' zero-filled gradients and their sum. cos and the signed sin
+    (:func:`_rope_tables`) broadcast against ``x``."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
 
 
 def _prompt_attn_mask(mask):
@@ -171,14 +177,18 @@ def _mlp(x, wgu, wdown):
     return F.linear(F.silu(g) * u, wdown)
 
 
-def _rope_qkv(qkv, cos, sin, d: _Dims):
+def _rope_qkv(qkv, cos, sin, d: _Dims, pad=None):
     """Split a fused projection [..., (heads + 2 kv_heads) * head_dim] into rotated q
     [..., heads, d], rotated k [..., kv_heads, d] and v [..., kv_heads, d]; q and k are
-    rotated together (cos/sin broadcast over the head axis)."""
-    nqk = (d.heads + d.kv_heads) * d.head_dim
-    qk = _rotate(qkv[..., :nqk].unflatten(-1, (d.heads + d.kv_heads, d.head_dim)), cos, sin)
-    v = qkv[..., nqk:].unflatten(-1, (d.kv_heads, d.head_dim))
-    return qk[..., :d.heads, :], qk[..., d.heads:, :], v
+    rotated together (cos/sin broadcast over the head axis); ``pad``, when given, maps the rotated q|k and v to
+    another layout before they are split. Split, not sliced: in backward the parts'
+    gradients are concatenated once, where slices would each be a zero-filled copy, summed."""
+    qk, v = qkv.split([(d.heads + d.kv_heads) * d.head_dim, d.kv_heads * d.head_dim], -1)
+    qk = _rotate(qk.unflatten(-1, (d.heads + d.kv_heads, d.head_dim)), cos, sin)
+    if pad is not None:  # packed positions -> the padded layout (_padded)
+        qk, v = pad(qk), pad(v)
+    q, k = qk.split([d.heads, d.kv_heads], -2)
+    return q, k, v.unflatten(-1, (d.kv_heads, d.head_dim))
 
 
 @dataclass(frozen=True)
@@ -192,12 +202,30 @@ class _Shared:
     cos_c: torch.Tensor
     sin_c: torch.Tensor
     m_c: torch.Tensor
-    flat: torch.Tensor
+    flat: "torch.Tensor | None"  # packed positions in the [B * T] layout; None: all of them (no padding)
     inv: torch.Tensor
-    nq: int
-    nkv: int
     B: int
     T: int
+
+
+def _padded(x, s: _Shared) -> torch.Tensor:
+    """Packed completion positions ``x`` [N, ...] in the padded layout [B, T, ...], zeros at the padding: a view
+    when nothing is padded (``s.flat`` None)."""
+    if s.flat is None:
+        return x.view(s.B, s.T, *x.shape[1:])
+    return x.new_zeros(s.B * s.T, *x.shape[1:]).index_copy_(0, s.flat, x).view(s.B, s.T, *x.shape[1:])
+
+
+def _packing(need: torch.Tensor) -> "torch.Tensor | None":
+    """The packed completion positions in the [B * T] layout (``need``: [B, T], the positions whose next token is
+    real), or None when that is all of them: no padding, so the packed layout is the padded one."""
+    flat = need.reshape(-1).nonzero().squeeze(1)
+    return None if flat.numel() == need.numel() else flat
+
+
+def _packed(x, s: _Shared) -> torch.Tensor:
+    """[B * T, ...] -> the packed positions [N, ...] (``x`` itself when nothing is padded)."""
+    return x if s.flat is None else x.index_select(0, s.flat)
 
 
 def _layer(layer, xp, xc, s: _Shared):
@@ -213,16 +241,12 @@ def _layer(layer, xp, xc, s: _Shared):
     xp = xp + _mlp(_rms(xp, w_post, d.eps), wgu, wdown)
     if xc is None:
         return xp, None
-    B, T, nq, nkv = s.B, s.T, s.nq, s.nkv
-    q, k, v = _rope_qkv(_proj_qkv(_rms(xc, w_in, d.eps), wqkv), s.cos_c, s.sin_c, d)  # packed [N, h, d]
-    qkv = torch.cat([q.flatten(1), k.flatten(1), v.flatten(1)], 1)
-    qkv = qkv.new_zeros(B * T, qkv.shape[1]).index_copy(0, s.flat, qkv).view(B, T, -1)
-    qc = qkv[..., :nq].unflatten(-1, (d.heads, d.head_dim)).transpose(1, 2)
-    kc = qkv[..., nq:nq + nkv].unflatten(-1, (d.kv_heads, d.head_dim)).transpose(1, 2)
-    vc = qkv[..., nq + nkv:].unflatten(-1, (d.kv_heads, d.head_dim)).transpose(1, 2)
+    # rotated where packed, then padded to [B, T, .] (views when nothing is padded): attention runs on the padded layout
+    qc, kc, vc = (t.transpose(1, 2) for t in _rope_qkv(_proj_qkv(_rms(xc, w_in, d.eps), wqkv), s.cos_c, s.sin_c, d,
+                                                        pad=functools.partial(_padded, s=s)))
     k_all = torch.cat([kp.index_select(0, s.inv), kc], 2)
     v_all = torch.cat([vp.index_select(0, s.inv), vc], 2)
-    oc = _attend(qc, k_all, v_all, s.m_c, d).transpose(1, 2).reshape(B * T, -1).index_select(0, s.flat)
+    oc = _packed(_attend(qc, k_all, v_all, s.m_c, d).transpose(1, 2).reshape(s.B * s.T, -1), s)
     xc = xc + F.linear(oc, wo)
     xc = xc + _mlp(_rms(xc, w_post, d.eps), wgu, wdown)
     return xp, xc
@@ -369,7 +393,6 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
     T = completion_ids.shape[1] - 1  # completion positions that can be inputs
     dev = prompt_ids.device
     pmask = prompt_mask.bool()
-    H = dec.embed_tokens.weight.shape[1]
     # distinct prompts (rows of ids and mask) -> computed once
     key = torch.cat([prompt_ids, pmask.long()], 1)
     uniq, inv = torch.unique(key, dim=0, return_inverse=True)
@@ -382,21 +405,22 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
     # as nn.Embedding(padding_idx=...): no gradient into the pad row from inputs
     xp = F.embedding(u_ids, dec.embed_tokens.weight, dec.embed_tokens.padding_idx)
     xc = cos_c = sin_c = m_c = flat = None
-    nq = nkv = 0
     if T > 0:
         # input position t is needed iff token t+1 is real (the mask is a prefix of ones)
         need = completion_mask[:, 1:T + 1].bool()
-        flat = need.reshape(-1).nonzero().squeeze(1)  # packed positions in the [B*T] layout
-        c_pos = (pmask.sum(1, keepdim=True) + torch.arange(T, device=dev)[None]).reshape(-1).index_select(0, flat)
+        flat = _packing(need)
+        c_pos = (pmask.sum(1, keepdim=True) + torch.arange(T, device=dev)[None]).reshape(-1)
+        if flat is not None:
+            c_pos = c_pos.index_select(0, flat)
         cos_c, sin_c = (t[0, :, None] for t in _rope_tables(dec, c_pos[None], dtype))  # [N, 1, d]
         causal_c = torch.tril(torch.ones(T, T, dtype=torch.bool, device=dev))
         m_c = torch.cat([pmask[:, None, :].expand(B, T, P), (causal_c[None] & need[:, None, :]) | torch.eye(
             T, dtype=torch.bool, device=dev)[None]], 2)[:, None]  # [B, 1, T, P+T]
-        xc = F.embedding(completion_ids[:, :T].reshape(-1).index_select(0, flat), dec.embed_tokens.weight,
+        ids_c = completion_ids[:, :T].reshape(-1)
+        xc = F.embedding(ids_c if flat is None else ids_c.index_select(0, flat), dec.embed_tokens.weight,
                          dec.embed_tokens.padding_idx)  # [N, H]
-        nq, nkv = d.heads * d.head_dim, d.kv_heads * d.head_dim
     fuse = _fuse(dec, FUSE_MAX_PARAMS)
-    shared = _Shared(d, fuse, cos_p, sin_p, m_p, cos_c, sin_c, m_c, flat, inv, nq, nkv, B, T)
+    shared = _Shared(d, fuse, cos_p, sin_p, m_p, cos_c, sin_c, m_c, flat, inv, B, T)
     # under autograd, a big enough batch keeps only each layer's input and matmul / attention outputs (or,
     # within a memory budget, only the input of some layers) and recomputes the rest in backward
     # (recompute_plan; same ops on the same inputs: the same bits)
@@ -417,7 +441,7 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
             release_freed_heap()
     h = xp[:, -1:].index_select(0, inv)
     if T > 0:
-        h = torch.cat([h, xc.new_zeros(B * T, H).index_copy(0, flat, xc).view(B, T, H)], 1)
+        h = torch.cat([h, _padded(xc, shared)], 1)
     return _rms(h, dec.norm.weight, d.eps)
 
 
@@ -512,8 +536,8 @@ class DecodeState:
         x = F.embedding(tok, self.embed)  # [B, hidden]
         for i, (w_in, wqkv, wo, w_post, wgu, wdown) in enumerate(self.layers):
             q, k, v = _rope_qkv(_proj_qkv(_rms(x, w_in, d.eps), wqkv), cos, sin, d)  # [B, h, d]
-            self.k[i, :, t] = k.reshape(B * d.kv_heads, d.head_dim)
-            self.v[i, :, t] = v.reshape(B * d.kv_heads, d.head_dim)
+            self.k[i, :, t].view(B, d.kv_heads, d.head_dim).copy_(k)  # written in place, no contiguous copy first
+            self.v[i, :, t].view(B, d.kv_heads, d.head_dim).copy_(v)
             # query heads are ordered [kv_head, group] (as repeat_kv pairs them)
             s = torch.bmm(q.reshape(B * d.kv_heads, groups, d.head_dim), self.k[i, :, :t + 1].transpose(1, 2))
             p = torch.softmax(s.view(B, d.heads, t + 1) * scale + bias, -1)

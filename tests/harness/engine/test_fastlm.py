@@ -122,6 +122,69 @@ def test_layer_recomputation_gives_the_same_bits_and_keeps_less(fuse, monkeypatc
     assert not fastlm.checkpoint_layers(model.model, 100) and fastlm.checkpoint_layers(model.model, 101)
 
 
+def _bits(t):
+    return t.detach().contiguous().view(torch.int32)
+
+
+def test_rotary_gives_transformers_rotate_half_bits():
+    """fastlm's rotary (one roll times a sin whose first half is negated) against transformers' own
+    ``x * cos + rotate_half(x) * sin`` with its own tables: the same bits, values and the input's gradient,
+    on a strided input (a slice of a fused projection, as the model gives it)."""
+    from transformers.models.llama.modeling_llama import rotate_half
+    tok = build_char_tokenizer()
+    dec = _gqa_llama(tok).model  # head_dim 8, rope_theta 500
+    pos = torch.tensor([[0, 1, 2, 5, 9, 17, 30, 63]])
+    g = torch.Generator().manual_seed(4)
+    cos, sin = dec.rotary_emb(torch.zeros(1, 8, 48), pos)  # [1, 8, 8]
+    cos_f, sin_signed = fastlm._rope_tables(dec, pos, torch.float32)
+    assert torch.equal(_bits(cos_f), _bits(cos))
+    assert torch.equal(_bits(sin_signed[..., 4:]), _bits(sin[..., 4:]))
+    assert torch.equal(_bits(sin_signed[..., :4]), _bits(-sin[..., :4]))
+    proj = torch.randn(8, 80, generator=g) * 3
+    grad = torch.randn(8, 8, 8, generator=g)
+    out = []
+    for f in (lambda x: x * cos[0, :, None] + rotate_half(x) * sin[0, :, None],
+              lambda x: fastlm._rotate(x, cos_f[0, :, None], sin_signed[0, :, None])):
+        p = proj.clone().requires_grad_()
+        y = f(p[:, :64].unflatten(-1, (8, 8)))  # 6 query + 2 key heads of a fused q|k|v projection
+        y.backward(grad)
+        out.append((y, p.grad))
+    assert torch.equal(_bits(out[0][0]), _bits(out[1][0]))
+    assert torch.equal(_bits(out[0][1]), _bits(out[1][1]))
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_batch_without_padding_skips_the_packing_with_the_same_bits(fuse, monkeypatch):
+    """When every completion position is real, completion_hidden uses the packed positions as the padded layout
+    (no scatter, no gather): the same hidden states and gradients, bit for bit, as the same batch put through the
+    packing (an index of every position); and a batch with padding takes the packing."""
+    if not fuse:
+        monkeypatch.setattr(fastlm, "FUSE_MAX_PARAMS", 0)
+    tok = build_char_tokenizer()
+    model = _gqa_llama(tok)
+    p_ids, p_mask, c_ids, c_padded = _rollout_like(tok)
+    c_mask = torch.ones_like(c_ids)
+    w = torch.randn(*c_ids.shape, 48, generator=torch.Generator().manual_seed(5))
+    packing = fastlm._packing
+    assert packing(c_mask[:, 1:].bool()) is None
+    assert torch.equal(packing(c_padded[:, 1:].bool()), c_padded[:, 1:].reshape(-1).nonzero().squeeze(1))
+
+    def run(force_packing):
+        if force_packing:
+            monkeypatch.setattr(fastlm, "_packing", lambda need: need.reshape(-1).nonzero().squeeze(1))
+        model.zero_grad(set_to_none=True)
+        h = fastlm.completion_hidden(model, p_ids, p_mask, c_ids, c_mask)
+        (h * w).sum().backward()
+        monkeypatch.setattr(fastlm, "_packing", packing)
+        return h.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    (h1, g1), (h2, g2) = run(False), run(True)
+    assert h1.shape == (*c_ids.shape, 48)
+    assert torch.equal(_bits(h1), _bits(h2))
+    assert g1.keys() == g2.keys() and len(g1) == len(list(model.model.parameters()))
+    assert all(torch.equal(_bits(g1[n]), _bits(g2[n])) for n in g1)
+
+
 def test_value_model_fast_path_matches_backbone_forward():
     tok = build_char_tokenizer()
     policy = build_tiny_model(ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), tok)
