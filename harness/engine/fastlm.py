@@ -223,9 +223,9 @@ def _packing(need: torch.Tensor) -> "torch.Tensor | None":
     return None if flat.numel() == need.numel() else flat
 
 
-def _packed(x, s: _Shared) -> torch.Tensor:
-    """[B * T, ...] -> the packed positions [N, ...] (``x`` itself when nothing is padded)."""
-    return x if s.flat is None else x.index_select(0, s.flat)
+def _packed(x, flat: "torch.Tensor | None") -> torch.Tensor:
+    """[B * T, ...] -> the packed positions ``flat`` [N, ...] (``x`` itself when nothing is padded: None)."""
+    return x if flat is None else x.index_select(0, flat)
 
 
 def _layer(layer, xp, xc, s: _Shared):
@@ -246,7 +246,7 @@ def _layer(layer, xp, xc, s: _Shared):
                                                         pad=functools.partial(_padded, s=s)))
     k_all = torch.cat([kp.index_select(0, s.inv), kc], 2)
     v_all = torch.cat([vp.index_select(0, s.inv), vc], 2)
-    oc = _packed(_attend(qc, k_all, v_all, s.m_c, d).transpose(1, 2).reshape(s.B * s.T, -1), s)
+    oc = _packed(_attend(qc, k_all, v_all, s.m_c, d).transpose(1, 2).reshape(s.B * s.T, -1), s.flat)
     xc = xc + F.linear(oc, wo)
     xc = xc + _mlp(_rms(xc, w_post, d.eps), wgu, wdown)
     return xp, xc
@@ -409,15 +409,12 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
         # input position t is needed iff token t+1 is real (the mask is a prefix of ones)
         need = completion_mask[:, 1:T + 1].bool()
         flat = _packing(need)
-        c_pos = (pmask.sum(1, keepdim=True) + torch.arange(T, device=dev)[None]).reshape(-1)
-        if flat is not None:
-            c_pos = c_pos.index_select(0, flat)
+        c_pos = _packed((pmask.sum(1, keepdim=True) + torch.arange(T, device=dev)[None]).reshape(-1), flat)
         cos_c, sin_c = (t[0, :, None] for t in _rope_tables(dec, c_pos[None], dtype))  # [N, 1, d]
         causal_c = torch.tril(torch.ones(T, T, dtype=torch.bool, device=dev))
         m_c = torch.cat([pmask[:, None, :].expand(B, T, P), (causal_c[None] & need[:, None, :]) | torch.eye(
             T, dtype=torch.bool, device=dev)[None]], 2)[:, None]  # [B, 1, T, P+T]
-        ids_c = completion_ids[:, :T].reshape(-1)
-        xc = F.embedding(ids_c if flat is None else ids_c.index_select(0, flat), dec.embed_tokens.weight,
+        xc = F.embedding(_packed(completion_ids[:, :T].reshape(-1), flat), dec.embed_tokens.weight,
                          dec.embed_tokens.padding_idx)  # [N, H]
     fuse = _fuse(dec, FUSE_MAX_PARAMS)
     shared = _Shared(d, fuse, cos_p, sin_p, m_p, cos_c, sin_c, m_c, flat, inv, B, T)
