@@ -100,3 +100,55 @@ def test_provenance_records_numerics_cpu_versions_and_tags():
     assert tags["provenance.version.torch"] == prov["versions"]["torch"]
     lines = provenance.describe(prov)
     assert any(provenance.PORTABLE_CLAIM in line for line in lines)
+
+
+def test_portable_children_pin_numpy_and_openblas_too():
+    base = {"NPY_DISABLE_CPU_FEATURES": "", "OPENBLAS_CORETYPE": "SkylakeX", "PATH": "/bin"}
+    env = numerics.env_for("portable", None, base=base)
+    assert env["NPY_DISABLE_CPU_FEATURES"] == "X86_V4 AVX512_ICL AVX512_SPR"
+    if numerics._has_avx2_fma():
+        assert env["OPENBLAS_CORETYPE"] == "Haswell"
+    else:  # never force OpenBLAS onto AVX2 code on a CPU without it
+        assert "OPENBLAS_CORETYPE" not in env
+    native = numerics.env_for("native", None, base=env)
+    assert native["OPENBLAS_CORETYPE"] == "SkylakeX" and native["NPY_DISABLE_CPU_FEATURES"] == ""
+
+
+_NUMPY_STATE = ("from harness.engine import numerics\n"
+                "st = numerics.state('portable')\n"
+                "print(json.dumps({k: st[k] for k in ('numpy_simd', 'openblas', 'portable', 'why')}))\n")
+
+
+def _x86_avx2() -> bool:
+    return numerics.cpu_info()["arch"] in ("x86_64", "AMD64") and numerics._has_avx2_fma()
+
+
+@pytest.mark.skipif(not _x86_avx2(), reason="portable numerics cover x86-64 CPUs with AVX2 and FMA")
+def test_numpy_runs_its_avx2_kernels_under_the_pins_whatever_the_cpu_has():
+    """numpy's float64 exp/log dispatch on the ISA group (X86_V4 on AVX-512 CPUs) and its OpenBLAS picks kernels
+    by CPU model: under the pins both are the AVX2 ones on every x86-64 CPU with AVX2."""
+    p = _python("import json\nfrom harness.engine import numerics\nnumerics.pin_process('portable')\n"
+                "import numpy\n" + _NUMPY_STATE)
+    assert p.returncode == 0, p.stderr
+    st = json.loads(p.stdout)
+    assert st["numpy_simd"] == ["X86_V3"] and st["portable"] is True, st
+    assert st["openblas"] and set(st["openblas"].values()) == {"Haswell"}, st
+
+
+@pytest.mark.skipif(not _x86_avx2(), reason="portable numerics cover x86-64 CPUs with AVX2 and FMA")
+def test_numpy_imported_before_the_pins_is_recorded_as_not_portable():
+    import numpy as np
+
+    p = _python("import json, numpy\nfrom harness.engine import numerics\nnumerics.pin_process('portable')\n"
+                + _NUMPY_STATE)
+    assert p.returncode == 0, p.stderr
+    st = json.loads(p.stdout)
+    if set(st["numpy_simd"]) - {"X86_V3"}:  # an AVX-512 CPU: numpy chose its X86_V4 kernels at import
+        assert st["portable"] is False
+        assert "numpy was imported before the pins" in st["why"]
+    else:  # an AVX2 CPU: the kernels numpy chose are the pinned ones anyway
+        assert st["numpy_simd"] == ["X86_V3"] and st["portable"] is True
+    # and this test process itself (tests/conftest.py pins before anything imports numpy) is portable
+    here = numerics.state("portable")
+    assert here["numpy_simd"] == ["X86_V3"] and here["portable"] is True, here
+    assert np.exp(np.float64(1.0)) == np.float64(2.718281828459045)
