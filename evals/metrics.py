@@ -8,8 +8,10 @@ huge binomials).
 maj@k: the accuracy of the majority answer among ``k`` samples, averaged over *all*
 ``C(n, k)`` subsets of the ``n`` samples. The average is computed exactly by counting
 (multivariate hypergeometric over the answer groups) rather than by enumerating subsets, so
-it is exact for any ``n`` up to :data:`MAJ_EXACT_MAX_N`; above that it is estimated from
-``num_subsets`` random subsets drawn with a seeded generator (deterministic).
+it is exact (to float64 rounding) for any ``n`` up to :data:`MAJ_EXACT_MAX_N`; above that it is
+estimated from ``num_subsets`` random orders of the samples drawn with a seeded generator
+(deterministic): the first ``k`` samples of a uniformly random order are a uniformly random
+``k``-subset, so one order gives a draw for every ``k`` at once.
 
 Voting rules (deterministic):
   * samples are grouped by their answer *key* (:func:`evals.grading.answer_key`: equal
@@ -35,8 +37,10 @@ __all__ = [
     "maj_curve_from_groups", "majority_key", "pass_at_k", "pass_at_k_curve", "problem_curves",
 ]
 
-MAJ_EXACT_MAX_N = 256
-"""Largest ``n`` for which maj@k is computed exactly; larger ``n`` uses random subsets."""
+MAJ_EXACT_MAX_N = 1000
+"""Largest ``n`` for which maj@k is computed exactly; larger ``n`` uses random orders. The exact
+count of ``k``-subsets reaches ``C(n, n/2)``: about 2.7e299 at 1,000, within float64's range (1.8e308),
+which ``C(1030, 515)`` leaves."""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -139,25 +143,35 @@ def maj_curve_from_groups(n: int, sizes: Sequence[int], good: Sequence[bool], m_
 
 
 def _maj_curve_sampled(keys, correct, num_subsets: int, seed: int) -> list[float]:
+    """maj@k for every k from ``num_subsets`` random orders of the samples: the majority of each order's first k
+    samples, kept up to date as k grows (one vote changes one count, so the majority either stays or becomes the
+    key just voted for): O(n) per order for all k together."""
     order, sizes, good = _groups(keys, correct)
     n = len(keys)
+    group = [None if q is None else order[q] for q in keys]  # group index = rank of first appearance
     rng = random.Random(seed)
-    out = []
-    for k in range(1, n + 1):
-        hits = 0
-        for _ in range(num_subsets):
-            sub = rng.sample(range(n), k)
-            maj = majority_key([keys[i] for i in sub], order)
-            hits += maj is not None and good[order[maj]]
-        out.append(hits / num_subsets)
-    return out
+    hits = [0] * n
+    idx = list(range(n))
+    for _ in range(num_subsets):
+        rng.shuffle(idx)
+        counts = [0] * len(sizes)
+        best = None
+        for k, i in enumerate(idx):
+            g = group[i]
+            if g is not None:
+                counts[g] += 1
+                if best is None or counts[g] > counts[best] or (counts[g] == counts[best] and g < best):
+                    best = g
+            if best is not None and good[best]:
+                hits[k] += 1
+    return [h / num_subsets for h in hits]
 
 
 def maj_at_k_curve(keys: Sequence[Optional[Hashable]], correct: Sequence[bool], *, method: str = "auto",
                    num_subsets: int = 1000, seed: int = 0) -> list[float]:
     """[maj@1, ..., maj@n] for one problem. ``method``: exact | sampled | auto (exact up to
-    :data:`MAJ_EXACT_MAX_N` samples; sampled uses ``num_subsets`` random subsets per k from
-    ``random.Random(seed)``)."""
+    :data:`MAJ_EXACT_MAX_N` samples; sampled uses ``num_subsets`` random orders of the samples
+    from ``random.Random(seed)``, whose first k samples are the subsets of every k)."""
     n = len(keys)
     if n == 0:
         return []
@@ -167,6 +181,9 @@ def maj_at_k_curve(keys: Sequence[Optional[Hashable]], correct: Sequence[bool], 
         return _maj_curve_sampled(keys, correct, num_subsets, seed)
     if method != "exact":
         raise ValueError(f"method must be exact, sampled or auto, got {method!r}")
+    if n > MAJ_EXACT_MAX_N:
+        raise ValueError(f"exact maj@k needs n <= {MAJ_EXACT_MAX_N} (its subset counts leave float64's range "
+                         f"above), got n={n}: use method='sampled' or 'auto'")
     order, sizes, good = _groups(keys, correct)
     return _maj_curve_exact(n, sizes, good, sum(1 for q in keys if q is None))
 

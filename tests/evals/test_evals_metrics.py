@@ -143,3 +143,56 @@ def test_maj_exact_is_fast_for_n64():
     assert time.time() - t0 < 2.0
     assert len(curve) == 64 and all(0.0 <= v <= 1.0 for v in curve)
     assert curve[0] == pytest.approx(keys.count("a") / 64)
+
+
+def _two_groups_closed_form(a: int, b: int, z: int, k: int) -> float:
+    """maj@k with a right answer given a times (ranked first: it wins ties), a wrong one b times and z samples
+    without an answer, counted over all C(n, k) subsets in exact integers."""
+    from fractions import Fraction
+    from math import comb
+    hits = 0
+    for xz in range(0, min(z, k) + 1):
+        for xb in range(0, min(b, k - xz) + 1):
+            xa = k - xz - xb
+            if 1 <= xa <= a and xa >= xb:
+                hits += comb(a, xa) * comb(b, xb) * comb(z, xz)
+    return float(Fraction(hits, comb(a + b + z, k)))
+
+
+def _two_groups(a, b, z):
+    keys = ["r"] + ["w"] * b + [None] * z + ["r"] * (a - 1)  # "r" appears first
+    return keys, [q == "r" for q in keys]
+
+
+def test_exact_maj_at_large_n_matches_integer_counting():
+    for a, b, z in [(300, 295, 5), (480, 510, 10)]:  # n = 600 and n = 1000 (the exact path's limit)
+        keys, correct = _two_groups(a, b, z)
+        curve = maj_at_k_curve(keys, correct)
+        assert len(curve) == a + b + z
+        for k in list(range(1, 40)) + list(range(40, a + b + z + 1, 37)) + [a + b + z]:
+            assert curve[k - 1] == pytest.approx(_two_groups_closed_form(a, b, z, k), rel=1e-12, abs=1e-300), k
+
+
+def test_above_the_exact_limit_maj_is_estimated_from_seeded_orders():
+    a, b, z = 620, 590, 20  # n = 1230 > MAJ_EXACT_MAX_N
+    keys, correct = _two_groups(a, b, z)
+    s1 = maj_at_k_curve(keys, correct, num_subsets=400, seed=1)
+    assert s1 == maj_at_k_curve(keys, correct, num_subsets=400, seed=1)
+    assert s1 != maj_at_k_curve(keys, correct, num_subsets=400, seed=2)
+    ks = list(range(1, 1231, 41))
+    err = [abs(s1[k - 1] - _two_groups_closed_form(a, b, z, k)) for k in ks]
+    assert max(err) < 0.1 and sum(err) / len(err) < 0.03  # 400 orders: standard error <= 0.025 per k
+    assert s1[-1] == 1.0  # every order's full vote: 620 against 590
+    with pytest.raises(ValueError, match="n <= 1000"):
+        maj_at_k_curve(keys, correct, method="exact")
+
+
+def test_sampled_orders_agree_with_brute_force_on_small_problems():
+    rng = random.Random(9)
+    for _ in range(20):
+        n = rng.randint(2, 8)
+        keys = [rng.choice([None, "a", "b", "c"]) for _ in range(n)]
+        correct = [q == "b" for q in keys]
+        est = maj_at_k_curve(keys, correct, method="sampled", num_subsets=4000, seed=3)
+        brute = [maj_at_k_bruteforce(keys, correct, k) for k in range(1, n + 1)]
+        assert max(abs(x - y) for x, y in zip(est, brute)) < 0.04, (keys, est, brute)
