@@ -14,6 +14,8 @@ from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
 from harness.cli.polish import lazy, split_list
 from harness.config import yamlsafe
+from harness.config.base import ConfigError, did_you_mean
+from harness.config.paths import check_input_paths
 from harness.config.schema import config_warnings, describe, load_config
 from harness.engine import numerics
 from harness.report.format import count, percent, percent_or_text
@@ -70,23 +72,46 @@ def warn_config(cfg, command: str) -> None:
 
 
 def check_models(cfg) -> None:
-    """The policy's and the process reward model's folders are complete (config, tokenizer, whole
-    weight files) before the run directory is made: `ModelLoadError`, one line, exit 2."""
-    m = cfg.model
-    if m.name_or_path != "tiny" and not m.gguf_file and not m.name_or_path.endswith(".gguf"):
-        models.check_model_folder(models.resolve_model_path(m.name_or_path))
-    if cfg.algo.prm not in (None, "", "rule"):
-        models.check_model_folder(cfg.algo.prm)
+    """Every file and folder the run of ``cfg`` reads (the policy, algorithm.prm, reward_model.init,
+    the task's data) is there and whole before the run directory is made:
+    :func:`harness.config.paths.check_input_paths` (ConfigError or `ModelLoadError` naming the
+    field and the path, one line, exit 2)."""
+    check_input_paths(cfg)
+
+
+def uses_warmup_cache(cfg) -> bool:
+    """Whether a run of ``cfg`` reads or builds the cached warm-up (the tiny model, warm-up on)."""
+    return cfg.model.name_or_path == "tiny" and cfg.warmup.enabled
+
+
+def check_warmup_cache(cfg) -> None:
+    """The warm-up cache (``warmup.cache_dir``, else ``<output_dir>/_cache/warmup``) is, or can
+    become, a writable directory, when the run uses it: a ConfigError naming warmup.cache_dir
+    (created if missing, as the warm-up would)."""
+    if uses_warmup_cache(cfg):
+        check_output_dir(warmup.warmup_cache_root(cfg), "warmup.cache_dir")
+
+
+def output_field(args) -> str:
+    """How an error names the results root: the option when it came from ``--output-dir``."""
+    return "--output-dir" if getattr(args, "output_dir", None) is not None else "output_dir"
+
+
+def check_start(cfg, field: str = "output_dir") -> None:
+    """Everything a run of ``cfg`` needs that can be checked before its run folder is made, in
+    the order a refusal writes least: the device, every path it reads (:func:`check_models`),
+    then the output directory (``field`` names it) and the warm-up cache, each created if
+    missing. One line naming the field or option, exit 2."""
+    check_device(cfg.device)
+    check_models(cfg)
+    check_output_dir(cfg.output_dir, field)
+    check_warmup_cache(cfg)
 
 
 def cmd_train(args) -> int:
     cfg = load_config(args.config, _overrides(args))
     warn_config(cfg, "train")
-    check_device(cfg.device)
-    check_models(cfg)
-    check_output_dir(cfg.output_dir, "output_dir")
-    if cfg.warmup.cache_dir and cfg.model.name_or_path == "tiny" and cfg.warmup.enabled:
-        check_output_dir(cfg.warmup.cache_dir, "warmup.cache_dir")  # refused before the run starts
+    check_start(cfg, output_field(args))
     print(f"results: {loop.run_dir(cfg)}")
     prev = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # SIGTERM: "interrupted", like Ctrl-C
     if args.no_progress:
@@ -114,10 +139,16 @@ def cmd_quickstart(args) -> int:
     matched budget), then the report."""
     t0 = time.time()
     sw = load_sweep(args.sweep or _quickstart_sweep(), overrides=args.set, output_dir=args.output_dir)
-    args.only = split_list(args.only)
+    args.only = only_algorithms(args.only, sw)
     runs = [r for r in sw.runs if not args.only or r.config.algo.name in args.only]
-    if not runs:
-        raise SystemExit(f"--only {','.join(args.only)}: no run of the quickstart sweep matches")
+    # every check before the plan is printed and anything is written: each run's device and input
+    # paths, then the results root and the warm-up cache (created if missing)
+    for r in runs:
+        check_device(r.config.device)
+        check_models(r.config)
+    check_output_dir(sw.output_dir, output_field(args))
+    for r in {str(warmup.warmup_cache_root(r.config)): r for r in runs}.values():  # each cache once
+        check_warmup_cache(r.config)
     print("quickstart: a 0.87M-parameter Llama with a character tokenizer learns multi-step arithmetic "
           "(supervised warm-up, cached), then GRPO, PPO and online RFT train from it at the same budget.\n")
     print(format_plan(sw))
@@ -143,10 +174,33 @@ def cmd_quickstart(args) -> int:
     return rc
 
 
+def only_algorithms(given, sw) -> list[str] | None:
+    """``--only`` as a list of algorithms of the quickstart's sweep ``sw`` (None: not given, every
+    run): an --only that names nothing (``--only ''``, ``--only ,``) or an algorithm no run of the
+    sweep uses is a ConfigError (exit 2) naming the valid choices, in `harness sweep --only`'s words."""
+    if given is None:
+        return None
+    names = split_list(given)
+    have = list(dict.fromkeys(r.config.algo.name for r in sw.runs))
+    choices = f"this sweep's algorithms: {', '.join(have)}"
+    if not names:
+        raise ConfigError(f"--only selects no run: it names no algorithm (e.g. --only {have[0] if have else 'grpo'}; "
+                          f"{choices})")
+    for name in names:
+        if name not in have:
+            raise ConfigError(f"--only {name!r} matches no run of sweep {sw.name}{did_you_mean(name, have, n=1)} "
+                              f"({choices})")
+    return names
+
+
 def cmd_warmup(args) -> int:
     cfg = load_config(args.config, _overrides(args))
     warn_config(cfg, "warmup")
     check_device(cfg.device)
+    check_models(cfg)
+    if (uses_warmup_cache(cfg) and not cfg.warmup.cache_dir) or args.output_dir is not None:
+        check_output_dir(cfg.output_dir, output_field(args))  # the cache's root, or a folder asked for
+    check_warmup_cache(cfg)
     numerics.enter(cfg.numerics, 0)  # the warm-up sets its own thread count (warmup.threads)
     task = get_task(cfg.task)
     _, _, info = warmup.starting_checkpoint(cfg, task, models.resolve_device(cfg.device), progress=True)

@@ -42,7 +42,7 @@ __all__ = [
     "ConfigError",
     "load_config", "save_config", "config_hash", "config_from_dict", "field_docs", "algorithm_name", "ood_task_spec",
     "config_warnings", "dir_path_problem", "effective_dict", "deep_merge", "set_dotted", "rename_section",
-    "NAMED_SECTIONS",
+    "NAMED_SECTIONS", "MAX_THREADS", "MAX_TINY_PARAMS", "tiny_param_count", "mlflow_uri_problem",
 ]
 
 
@@ -54,6 +54,22 @@ MAX_NEW_TOKENS = 1_048_576
 MAX_EVAL_POINTS = 100_000
 MAX_SEED = 2**63 - 1            # torch's generators take at most 64 bits; numpy's seed is taken mod 2**32
 MAX_ARITH_EVAL_SIZE = 1_000_000  # arith problems generated for one evaluation set
+MAX_THREADS = 1024              # every thread-count field (OpenBLAS and OpenMP fail to start far more threads)
+TINY_VOCAB_SIZE = 100           # the character tokenizer's tokens (harness.engine.models.build_char_tokenizer)
+MAX_TINY_PARAMS = 1_000_000_000
+"""Most parameters of the built-in tiny model: float32 weights, gradients and Adam's two moments
+(16 bytes a parameter) fit in 16 GB, so a 24 GiB machine can hold it. A fixed number, not this
+machine's memory: a config validates the same everywhere."""
+WANDB_MODES = ("offline", "online", "disabled")
+MLFLOW_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql", "databricks", "databricks-uc",
+                  "uc")
+"""The tracking-store URI schemes MLflow knows (a database scheme may carry a driver: postgresql+psycopg2)."""
+MLFLOW_URI_FORMS = ("sqlite:///<path>.db, file:<path>, http(s)://<host>[:<port>], "
+                    "postgresql|mysql|mssql://<user>@<host>/<database>, databricks")
+"""The forms of tracking.mlflow_uri, as the message of a refused one lists them."""
+_URI_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9.+-]*):(.*)$", re.S)
+_WANDB_PROJECT_BAD = tuple("/\\#?%:")
+"""Characters wandb refuses in a project name (wandb.Settings.validate_project)."""
 NAME_RULE = ("must be a non-empty name of letters, digits, '.', '_', '-', '+', '=', ',' or '@', "
              "without '/', '\\' or '..' and not starting with '.' (it becomes a directory name)")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_+=,@-][A-Za-z0-9._+=,@-]*$")
@@ -63,6 +79,20 @@ _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
 def is_safe_name(name) -> bool:
     """A run or sweep name that stays one directory below the output directory."""
     return isinstance(name, str) and len(name) <= 200 and bool(_NAME_RE.match(name)) and ".." not in name
+
+
+def check_threads(field: str, value: int, low: int = 1, meaning: str = "") -> None:
+    """A thread-count field is between ``low`` and :data:`MAX_THREADS` (one message for them all)."""
+    check(low <= value <= MAX_THREADS, field, value, f"must be between {low} and {MAX_THREADS}{meaning}")
+
+
+def tiny_param_count(m: "ModelConfig") -> int:
+    """Parameters of the built-in tiny model ``m`` describes (`harness.engine.models.build_tiny_model`:
+    a Llama with tied embeddings, as many key/value heads as heads, no biases): the embedding,
+    per layer four hidden x hidden attention projections, three hidden x intermediate MLP
+    projections and two norms, and the final norm."""
+    h, i = m.hidden_size, m.intermediate_size
+    return TINY_VOCAB_SIZE * h + m.num_layers * (4 * h * h + 3 * h * i + 2 * h) + h
 
 
 def arith_prompt_tokens(task) -> int:
@@ -100,11 +130,34 @@ class ModelConfig:
         check(self.num_heads >= 1, "model.num_heads", self.num_heads, "must be >= 1")
         check(self.intermediate_size >= 1, "model.intermediate_size", self.intermediate_size, "must be >= 1")
         check(self.max_length >= 8, "model.max_length", self.max_length, "must be >= 8")
+        if self.name_or_path == "tiny":
+            head_dim = self.hidden_size // self.num_heads
+            check(head_dim % 2 == 0, "model.num_heads", self.num_heads,
+                  f"model.hidden_size / model.num_heads = {head_dim} must be even (rotary position embeddings "
+                  f"rotate pairs of dimensions)")
+            self._check_size()
         p = Path(os.path.expanduser(self.name_or_path))
         if self.name_or_path != "tiny" and p.is_file():
             check(p.suffix.lower() == ".gguf", "model.name_or_path", self.name_or_path,
                   "a file must be a .gguf model; otherwise give a Hugging Face model directory or 'tiny'")
         check_choice("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
+
+    SIZE_FIELDS: ClassVar[tuple[str, ...]] = ("hidden_size", "num_layers", "intermediate_size")
+
+    def _check_size(self) -> None:
+        """The tiny model holds at most :data:`MAX_TINY_PARAMS` parameters; the message names the
+        size field furthest above its default (the one most likely meant otherwise) and every size."""
+        n = tiny_param_count(self)
+        if n <= MAX_TINY_PARAMS:
+            return
+        field = max(self.SIZE_FIELDS, key=lambda f: getattr(self, f) / getattr(ModelConfig, f))
+        sizes = ", ".join(f"{f}={getattr(self, f)}" for f in self.SIZE_FIELDS)
+        about = re.sub(r"e\+0*", "e", f"{n:.2g}")  # 2.8e14
+        check(False, f"model.{field}", getattr(self, field),
+              f"the built-in tiny model would hold about {about} parameters ({sizes}, a {TINY_VOCAB_SIZE}-token "
+              f"vocabulary), more than {MAX_TINY_PARAMS:,} (float32 weights, gradients and Adam state at 16 bytes "
+              f"a parameter must fit in memory): lower model.hidden_size, model.num_layers or "
+              f"model.intermediate_size")
 
 
 @dataclass(frozen=True)
@@ -174,7 +227,7 @@ class WarmupConfig:
     ``<output_dir>/_cache/warmup``, so every run and sweep under one output directory shares
     it wherever the command is started. Does not enter the run id."""
     threads: int = 2
-    """torch CPU threads of the warm-up: a fixed number, not the machine's cores, because the
+    """torch CPU threads of the warm-up (1 to 1024): a fixed number, not the machine's cores, because the
     thread count changes how sums are split and so the checkpoint (it enters the cache key)."""
     per_seed: bool = False
     """Train one warm-up per run seed (the seed initialises the model and orders its data),
@@ -198,7 +251,7 @@ class WarmupConfig:
         check(self.examples_per_step >= 1, "warmup.examples_per_step", self.examples_per_step, "must be >= 1")
         check(self.lr > 0, "warmup.lr", self.lr, "must be > 0")
         check(0 <= self.final_lr_fraction <= 1, "warmup.final_lr_fraction", self.final_lr_fraction, "must be in [0, 1]")
-        check(1 <= self.threads <= 1024, "warmup.threads", self.threads, "must be between 1 and 1024")
+        check_threads("warmup.threads", self.threads)
         check(0.0 <= self.long_share <= 1.0, "warmup.long_share", self.long_share, "must be in [0, 1]")
         check(1 <= self.long_ops <= 16, "warmup.long_ops", self.long_ops, "must be between 1 and 16")
         if self.cache_dir is not None:
@@ -269,7 +322,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     """Gradient-norm clipping (0 = off)."""
     threads: int = 0
-    """torch CPU threads. 0: in portable numerics, the launcher's cpus per run (OMP_NUM_THREADS)
+    """torch CPU threads (at most 1024). 0: in portable numerics, the launcher's cpus per run (OMP_NUM_THREADS)
     or else 2, never the machine's core count (results depend on it); in native numerics,
     torch's default."""
     save_final_model: bool = True
@@ -297,7 +350,7 @@ class TrainConfig:
         check(self.mini_batches >= 1, "train.mini_batches", self.mini_batches, "must be >= 1")
         check(self.micro_batch_size >= 1, "train.micro_batch_size", self.micro_batch_size, "must be >= 1")
         check(self.max_grad_norm >= 0, "train.max_grad_norm", self.max_grad_norm, "must be >= 0")
-        check(self.threads >= 0, "train.threads", self.threads, "must be >= 0")
+        check_threads("train.threads", self.threads, low=0, meaning=" (0: the default count)")
         check(self.checkpoint_minutes >= 0, "train.checkpoint_minutes", self.checkpoint_minutes,
               "must be >= 0 (0 = checkpoint at evaluation points only)")
 
@@ -528,13 +581,54 @@ class TrackingConfig:
     mlflow: bool = False
     """Mirror metrics to MLflow (JSONL is always written)."""
     mlflow_uri: Optional[str] = None
-    """MLflow tracking URI (default: sqlite database under the results directory)."""
+    """MLflow tracking URI (default: sqlite database under the results directory): sqlite:///<path>.db,
+    file:<path>, http(s)://<host>[:<port>], postgresql|mysql|mssql://..., or databricks."""
     wandb: bool = False
     """Mirror metrics to Weights & Biases (offline unless configured online)."""
     wandb_mode: Optional[str] = None
     """wandb mode: offline | online | disabled (default: offline unless WANDB_MODE is set)."""
     wandb_project: str = "grpo-harness"
-    """wandb project name."""
+    """wandb project name (with wandb on: 1 to 128 characters, none of / \\ # ? % :)."""
+
+    def validate(self):
+        if self.mlflow_uri is not None:
+            why = mlflow_uri_problem(self.mlflow_uri)
+            check(why is None, "tracking.mlflow_uri", self.mlflow_uri,
+                  f"{why}; accepted: {MLFLOW_URI_FORMS}, or null (sqlite:///<output_dir>/mlflow.db)")
+        if self.wandb_mode is not None:
+            check_choice("tracking.wandb_mode", self.wandb_mode, WANDB_MODES)
+        if self.wandb:  # the project name wandb will be given (wandb refuses these at wandb.init, mid-run)
+            p, bad = self.wandb_project, sorted(set(_WANDB_PROJECT_BAD) & set(self.wandb_project))
+            check(0 < len(p) <= 128 and not bad, "tracking.wandb_project", p,
+                  "must be a wandb project name: 1 to 128 characters, none of " + " ".join(_WANDB_PROJECT_BAD)
+                  + (f" (it holds {' '.join(bad)})" if bad else ""))
+
+
+def mlflow_uri_problem(uri: str) -> Optional[str]:
+    """Why ``uri`` is not an MLflow tracking URI (None when it is): it must name one of
+    :data:`MLFLOW_SCHEMES` with what that scheme needs (`MLFLOW_URI_FORMS`). A bare path is
+    refused: MLflow would read it as its file store, which MLflow 3 refuses by default, and a typo
+    would read as a folder; ``sqlite:///<path>/mlflow.db`` (or ``file:<path>``) says which."""
+    if not uri:
+        return "is empty"
+    if uri in ("databricks", "databricks-uc", "uc"):
+        return None
+    m = _URI_SCHEME.match(uri)
+    if m is None or len(m.group(1)) == 1:  # no scheme, or a Windows drive letter
+        return f"has no URI scheme (a folder: sqlite:///{uri.rstrip('/') or '<path>'}/mlflow.db)"
+    scheme, rest = m.group(1).lower(), m.group(2)
+    base = scheme.split("+", 1)[0]
+    if base not in MLFLOW_SCHEMES or ("+" in scheme and base not in ("postgresql", "mysql", "mssql", "sqlite")):
+        return f"scheme '{scheme}:' is not one MLflow keeps runs with"
+    if base == "sqlite" and not (rest.startswith("///") and len(rest) > 3):
+        return "a SQLite store is sqlite:///<path to the .db file> (three slashes, then the path)"
+    if base in ("http", "https") and not re.match(r"^//[^/\s]+", rest):
+        return f"an {base} store is {base}://<host>[:<port>][/<path>]"
+    if base == "file" and rest in ("", "//", "///"):
+        return "a file store is file:<path> or file:///<absolute path>"
+    if base in ("postgresql", "mysql", "mssql") and not rest.startswith("//"):
+        return f"a {base} store is {scheme}://<user>:<password>@<host>/<database>"
+    return None
 
 
 @dataclass(frozen=True)

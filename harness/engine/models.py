@@ -33,7 +33,8 @@ from typing import Optional
 import torch
 
 from evals.prm import RM_SPEC_FILE, CausalLMPRM, RuleBasedPRM, read_spec, spec_kwargs
-from harness.engine.errors import ModelLoadError  # noqa: F401 (raised here; the CLI imports it without torch)
+from harness.config.schema import tiny_param_count
+from harness.engine.errors import ModelLoadError  # raised here; the CLI imports it without torch
 
 SPECIAL = {"pad": "<pad>", "bos": "<bos>", "eos": "<eos>", "unk": "<unk>"}
 CHARS = [chr(i) for i in range(32, 127)] + ["\n"]
@@ -71,8 +72,32 @@ def build_tiny_model(cfg, tokenizer, seed: int = 0):
         pad_token_id=tokenizer.pad_token_id)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(conf)
+        try:
+            model = LlamaForCausalLM(conf)
+        except (MemoryError, RuntimeError) as e:
+            if not _out_of_memory(e):
+                raise
+            raise ModelLoadError(_no_room(cfg, e)) from None
     return model
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """Whether ``e`` is an allocation that failed (Python's MemoryError, torch's CPU allocator or
+    CUDA out of memory), not a bug."""
+    if isinstance(e, MemoryError):
+        return True
+    text = str(e).lower()
+    return any(s in text for s in ("can't allocate memory", "defaultcpuallocator", "out of memory"))
+
+
+def _no_room(cfg, e: BaseException) -> str:
+    """The one line for a tiny model this machine cannot allocate: its size and what to lower."""
+    n = tiny_param_count(cfg)
+    return (f"the built-in tiny model (about {n:,} parameters, {n * 4 / 2**30:,.1f} GiB of float32 weights; "
+            f"model.hidden_size={cfg.hidden_size}, model.num_layers={cfg.num_layers}, "
+            f"model.intermediate_size={cfg.intermediate_size}) cannot be allocated on this machine "
+            f"({type(e).__name__}: {_short(e, 120)}): lower model.hidden_size, model.num_layers or "
+            f"model.intermediate_size")
 
 
 def _dtype(name: str):
@@ -175,9 +200,15 @@ def check_model_folder(folder: str | os.PathLike) -> None:
     """Raise `ModelLoadError` (one line naming the folder or file and what to do) unless
     ``folder`` looks like a loadable Hugging Face causal-LM folder: ``config.json``, a tokenizer
     file, weight files, and every safetensors file whole (its header read, not the weights).
-    Cheap: run before any work, and again by :func:`load_policy`."""
+    Cheap: run before any work, and again by :func:`load_policy`. A path that does not exist is
+    left to the caller (a hub name the local Hugging Face cache may hold;
+    :func:`harness.config.paths.check_model_path` checks a config's model paths, missing ones
+    included); an existing path that is not a folder is refused."""
     p = Path(folder)
     if not p.is_dir():
+        if p.exists():
+            raise ModelLoadError(f"{p} is a file, not a Hugging Face model folder (a .gguf file is given as "
+                                 f"model.name_or_path=<file>.gguf or --model <file>.gguf)")
         return
     missing = []
     if not (p / CONFIG_FILE).is_file():
@@ -251,7 +282,7 @@ def load_policy(path: str, gguf_file: Optional[str] = None, dtype: str = "float3
 
     path = resolve_model_path(path)
     p = Path(path)
-    if gguf_file is None and p.suffix == ".gguf":
+    if gguf_file is None and p.suffix.lower() == ".gguf":
         gguf_file, p = p.name, p.parent
     if not p.exists():
         if _looks_like_hub_id(path) and gguf_file is None:  # a hub name: only what the local HF cache holds

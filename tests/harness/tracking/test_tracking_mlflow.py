@@ -103,8 +103,9 @@ def test_missing_package_or_bad_uri_warns_and_run_goes_on(tmp_path, monkeypatch)
     assert ts.trackers == []
     monkeypatch.delitem(sys.modules, "mlflow")
 
-    cfg = load_config(overrides=[f"output_dir={tmp_path}", "name=sw", "tracking.mlflow=true",
-                                 "tracking.mlflow_uri=bogus-scheme://nowhere"])
+    # a config's tracking.mlflow_uri is checked when it loads; $MLFLOW_TRACKING_URI is not
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "bogus-scheme://nowhere")
+    cfg = load_config(overrides=[f"output_dir={tmp_path}", "name=sw", "tracking.mlflow=true"])
     ts = open_trackers(cfg, tmp_path / "sw" / "r", "r", "sw")
     assert [t.name for t in ts.trackers] == ["mlflow"]
     t0 = time.time()
