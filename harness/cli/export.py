@@ -1,6 +1,8 @@
 """`harness export RUNS_DIR DEST [--runs GLOB]`: copy a sweep's finished run folders, trimmed to what the report and a resume need, small enough to commit."""
 from __future__ import annotations
 
+import sys
+
 from harness.cli.checks import check_output_dir
 from harness.cli.polish import lazy
 
@@ -22,6 +24,9 @@ DESCRIPTION = ("Copy the finished run folders of a sweep's results folder (RUNS_
 def cmd_export(args) -> int:
     choice = export.plan_export(args.runs_dir, args.dest, args.runs)  # every check before anything is copied
     check_output_dir(args.dest, "DEST")
+    bad = export.sweep_json_problem(args.runs_dir)
+    if bad:
+        print(f"harness export: warning: {bad}: not exported (the report reads the runs without it)", file=sys.stderr)
     res = export.export_runs(args.runs_dir, args.dest, args.runs, choice=choice)
     for name, why in res.skipped:
         print(f"skipped {name}: {why}")

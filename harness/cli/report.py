@@ -7,12 +7,16 @@ from pathlib import Path
 
 from harness.cli.checks import check_output_dir, check_runs_folder
 from harness.cli.polish import lazy, not_installed
+from harness.config.base import ConfigError
+from harness.rundir import read
+from harness.rundir.layout import SUMMARY, dir_problem, read_json
 
 # loaded when the command runs (numpy, pandas, matplotlib; the trackers), so `--help` answers at once
 build = lazy("harness.report.build")
 study = lazy("harness.report.study")
 tables = lazy("harness.report.tables")
 report_upload = lazy("harness.tracking.report_upload")
+rundir_export = lazy("harness.rundir.export")
 
 DESCRIPTION = ("The paper-style comparison of one sweep: report.md, report.html (plots embedded), table.csv "
                "(one row per algorithm and the starting checkpoint: mean over seeds with a 95% Student-t "
@@ -28,14 +32,23 @@ def cmd_report(args) -> int:
         print(f"harness report: {missing} is not installed (it is a dependency of the harness: pip install -e . "
               f"again)", file=sys.stderr)
         return 2
+    bad = rundir_export.sweep_json_problem(args.sweep_dir)
+    if bad:
+        print(f"harness report: warning: {bad}: ignored (its report.columns and study settings are not read)",
+              file=sys.stderr)
     if getattr(args, "study", False):
         return _cmd_study(args)
     if getattr(args, "selection", None) is not None:
         print("harness report: --selection is read by the study report only (add --study)", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "report"
+    why = dir_problem(out)  # every check before anything is written
+    if why:
+        raise ConfigError(f"--output-dir={str(out)!r} is invalid: {why}")
+    _check_some_finished(Path(args.sweep_dir).expanduser())
     check_output_dir(out, "--output-dir")
     res = build.build_report(args.sweep_dir, args.out)
+    _warn_columns(Path(args.sweep_dir).expanduser())
     print(tables.format_table(res["table"]))
     print(f"\nwrote {res['html']}, {res['markdown']}, {res['csv']}, {res['runs_csv']} and "
           f"{len(res['plots'])} plots in {res['out_dir'] / 'plots'}")
@@ -49,6 +62,27 @@ def cmd_report(args) -> int:
     if reached:
         print(report_upload.reached_line(reached, Path(args.sweep_dir).resolve().name))
     return 0
+
+
+def _check_some_finished(sweep_dir: Path) -> None:
+    """As `harness export`: a sweep folder none of whose runs finished (every one unreadable, failed,
+    unfinished or not borne out) is refused in one line (exit 2) before anything is written; the
+    report of it would be an empty table. A folder with no run folders directly in it is left to the
+    report's own message (which names the sweeps found further down)."""
+    choice = rundir_export.choose_runs(sweep_dir)
+    if not choice.finished and (choice.skipped or read.is_run_dir(sweep_dir)):
+        raise ConfigError(rundir_export.none_finished(choice, f"sweep_dir={str(sweep_dir)!r}", sweep_dir, "report"))
+
+
+def _warn_columns(sweep_dir: Path) -> None:
+    """One line on stderr per report.columns path (as sweep.json records them) that no run's
+    summary.json holds: its column of the report is empty."""
+    columns = build.sweep_columns(sweep_dir)
+    if not columns:
+        return
+    summaries = [read_json(d / SUMMARY) for d in read.find_run_dirs(sweep_dir, skip_unreadable=False)]
+    for line in read.columns_in_no_run(summaries, columns):
+        print(f"harness report: warning: {line}", file=sys.stderr)
 
 
 def _cmd_study(args) -> int:

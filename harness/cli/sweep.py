@@ -1,15 +1,19 @@
 """`harness sweep FILE.yaml`: print the plan of a sweep, then launch its unfinished runs."""
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 from harness.cli.checks import check_output_dir
 from harness.cli.polish import lazy, not_installed, split_list
-from harness.sweep.plan import format_plan, load_sweep
-from harness.sweep.spec import LAUNCHER_TYPES, SweepError
+from harness.rundir.layout import dir_problem
+from harness.sweep.plan import format_plan, load_sweep, only_problem
+from harness.sweep.spec import LAUNCHER_TYPES, SweepError, refresh_problem
 
 # loaded when a sweep runs (torch, numpy, trackers), so `--help` answers at once
 sweep_run = lazy("harness.sweep.run")
+sweep_launchers = lazy("harness.sweep.launchers")
 report_build = lazy("harness.report.build")
 report_study = lazy("harness.report.study")
 report_upload = lazy("harness.tracking.report_upload")
@@ -25,25 +29,45 @@ DESCRIPTION = ("Expand a sweep file's grid into runs (algorithms x seeds x ...) 
 
 
 def cmd_sweep(args) -> int:
+    # every check before the plan is printed (and before anything is written): the command's own
+    # options, the sweep file, the selection, the output folders, and what this machine can run
+    why = refresh_problem(args.refresh)
+    if why:
+        raise SweepError(why)
+    if args.workers is not None and args.workers < 1:
+        raise SweepError(f"--workers {args.workers}: must be >= 1")
     sw = load_sweep(args.file, output_dir=args.output_dir, overrides=args.set)
     if args.launcher:
         sw.launcher.type = args.launcher
     if args.address:
         sw.launcher.address = args.address
     if args.workers is not None:
-        if args.workers < 1:
-            raise SweepError(f"--workers {args.workers}: must be >= 1")
         sw.launcher.workers = args.workers
+    only = split_list(args.only)
+    why = only_problem(sw, only)
+    if why:
+        raise SweepError(why)
+    field = "--output-dir" if args.output_dir is not None else "output_dir"
+    _check_dirs_unwritten(sw, field)
+    _check_run_dirs(sw)
+    cannot = sweep_launchers.resource_problem(sw.launcher)
+    if not args.dry_run:
+        if cannot:
+            raise SweepError(f"this sweep cannot run on this machine: {cannot}")
+        check_output_dir(sw.output_dir, field)  # created, and a file written and removed in it
+        check_output_dir(sw.sweep_dir, "sweep folder")
     print(format_plan(sw))
     if sw.report_sequential:
         for line in sweep_sequential.design_warnings(sw):
             print(f"warning: {line}")
     if args.dry_run:
+        if cannot:  # the plan is sound (a dry run checks the plan, not this machine), but running it here would not
+            print(f"warning: the plan is valid, but this sweep could not run on this machine: {cannot}",
+                  file=sys.stderr)
         return 0
-    check_output_dir(sw.output_dir, "output_dir")
     print("", flush=True)
     progress: bool | str = False if args.no_progress else True
-    rc = sweep_run.run_sweep(sw, only=split_list(args.only), skip_failed=args.skip_failed, progress=progress, refresh=args.refresh)
+    rc = sweep_run.run_sweep(sw, only=only, skip_failed=args.skip_failed, progress=progress, refresh=args.refresh)
     if rc != 0:
         if sw.report_study:
             _study_not_written(sw)
@@ -58,6 +82,27 @@ def cmd_sweep(args) -> int:
     if sw.report_study:
         rc = max(rc, _write_study(sw))
     return rc
+
+
+def _check_dirs_unwritten(sw, field: str) -> None:
+    """The output folder and the sweep's folder could be made and written (as
+    `harness.cli.checks.check_output_dir` checks, and creates them, before a real run), without creating
+    either: so ``--dry-run`` checks them too, and a real run refuses before it writes anything."""
+    for path, name in ((sw.output_dir, field), (sw.sweep_dir, "sweep folder")):
+        why = dir_problem(path)
+        if why:
+            raise SweepError(f"{name}={str(path)!r} is invalid: {why}")
+
+
+def _check_run_dirs(sw) -> None:
+    """Every run's folder is a folder, or absent: a file (or a dangling link) where a run goes would
+    stop the sweep part-way, with other runs already started."""
+    for r in sw.runs:
+        d = Path(r.run_dir)
+        if os.path.lexists(d) and not d.is_dir():
+            what = (f"a symbolic link to {os.readlink(d)}, which does not exist" if d.is_symlink() and not d.exists()
+                    else "a file, not a folder")
+            raise SweepError(f"{d} is {what}, where run {r.run_id} of the sweep goes: move it out of the way")
 
 
 def _study_not_written(sw) -> None:

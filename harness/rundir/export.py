@@ -19,7 +19,7 @@ beside ``sweep.json``, ``report/``, ``study/`` and the like. :func:`export_runs`
   and key order are the original's. Written as compact JSON lines;
 - nothing else: no weights (``final_model/``), ``checkpoint/``, optimizer state, caches, logs.
 
-The sweep folder's ``sweep.json`` is copied too, and so are its setup jobs' ``config.yaml`` and
+The sweep folder's ``sweep.json`` is copied too (unless it is unusable: :func:`sweep_json_problem`), and so are its setup jobs' ``config.yaml`` and
 ``summary.json`` (those whose setup finished) (``setup/<job>/``: each seed's warm-up and start evaluation, built before the runs by
 `harness.sweep.run`; the study report counts their time). Unfinished runs are skipped (one line each).
 Exporting again writes the same bytes (files whose bytes are already right are left alone).
@@ -38,16 +38,16 @@ from typing import Any, Optional
 
 from evals.records import compact_record
 from harness.config.base import ConfigError
-from harness.rundir.layout import CONFIG, METRICS, SETUP_DIR, SUMMARY, RunFileError, load_json, rewrite_atomic
-from harness.rundir.read import finished_problem, setup_records
+from harness.rundir.layout import (CONFIG, METRICS, SETUP_DIR, SUMMARY, SWEEP_JSON, RunFileError, is_non_run_dir,
+                                   json_type, load_json, rewrite_atomic)
+from harness.rundir.read import finished_problem, is_run_dir, setup_records
 
 __all__ = ["ExportError", "ExportResult", "RunChoice", "RECORD_KEYS", "GREEDY_KEYS", "SAMPLE_KEYS", "COPIED",
            "SWEEP_JSON", "trim_record", "trim_records", "kept_eval_files", "choose_runs", "plan_export",
-           "export_runs"]
+           "export_runs", "none_finished", "sweep_json_problem"]
 
 COPIED = (CONFIG, SUMMARY, METRICS)
 """The run files copied as they are."""
-SWEEP_JSON = "sweep.json"
 EVAL_DIR = "eval"
 RECORD_KEYS = ("id", "gold", "greedy", "samples", "num_correct", "num_valid", "pass@k", "maj@k",
                "valid_pass@k", "valid_maj@k", "n")
@@ -58,7 +58,6 @@ SAMPLE_KEYS = ("key", "correct", "valid")
 """What a trimmed sample item keeps: the voting key and the grades (pass@k / maj@k rebuild from them)."""
 _STEP_FILE = re.compile(r"^(?P<task>.+)_(?P<step>\d+)(?P<samples>_samples)?\.jsonl$")
 _VALIDATION_FILE = re.compile(r"^.+_validation\.jsonl$")
-_SKIP_DIRS = {"_cache", "report", "study", "plots", "mlartifacts", "mlruns", "wandb", SETUP_DIR}
 
 
 class ExportError(ConfigError):
@@ -175,12 +174,13 @@ def _task_name(summary: dict) -> str:
 
 def choose_runs(runs_dir: str | os.PathLike, pattern: Optional[str] = None) -> RunChoice:
     """The run folders directly in ``runs_dir`` (each holding summary.json or metrics.jsonl;
-    ``_cache``, ``report``, ``study`` and hidden folders are not runs), matching the glob
+    ``_cache``, ``report``, ``study``, ``setup`` and hidden folders are not runs: the rule of every
+    reader, :func:`harness.rundir.layout.is_non_run_dir`), matching the glob
     ``pattern`` when given: finished ones, and the rest with why they are skipped."""
     root = Path(runs_dir)
     choice = RunChoice()
     for d in sorted(root.iterdir()):
-        if not d.is_dir() or d.is_symlink() or d.name in _SKIP_DIRS or d.name.startswith("."):
+        if not d.is_dir() or d.is_symlink() or is_non_run_dir(root, d.name):
             continue
         if not ((d / SUMMARY).exists() or (d / METRICS).exists()):
             continue
@@ -224,13 +224,45 @@ def plan_export(runs_dir: str | os.PathLike, dest: str | os.PathLike, pattern: O
         raise ExportError(f"DEST={str(dest)!r} is invalid: it is a file, not a directory")
     choice = choose_runs(src, pattern)
     if not choice.finished:
-        what = f" matching --runs {pattern!r}" if pattern is not None else ""
-        first = (f": {choice.skipped[0][0]}: {choice.skipped[0][1]}" + (", ..." if len(choice.skipped) > 1 else "")
-                 if choice.skipped else "")
-        seen = f" ({len(choice.skipped)} run folder(s){what}, none finished{first})" if choice.skipped else \
-            f" (no run folders{what}: a run folder holds summary.json)"
-        raise ExportError(f"RUNS_DIR={str(runs_dir)!r} has no finished runs to export{seen}")
+        raise ExportError(none_finished(choice, f"RUNS_DIR={str(runs_dir)!r}", src, "export", pattern))
     return choice
+
+
+def none_finished(choice: RunChoice, name: str, folder: Path, verb: str, pattern: Optional[str] = None) -> str:
+    """The one line for a folder with no finished run to ``verb`` (export, report): how many run
+    folders it holds and why the first is not finished; or that it holds none, and, when ``folder`` is
+    itself a run folder, that its parent is the folder to give."""
+    what = f" matching --runs {pattern!r}" if pattern is not None else ""
+    if choice.skipped:
+        first = f": {choice.skipped[0][0]}: {choice.skipped[0][1]}" + (", ..." if len(choice.skipped) > 1 else "")
+        return f"{name} has no finished runs to {verb} ({len(choice.skipped)} run folder(s){what}, none finished{first})"
+    if is_run_dir(folder):
+        return (f"{name} has no finished runs to {verb}: it is a run folder itself, not a sweep's results folder; "
+                f"give its parent, {str(Path(folder).parent)!r}" + (f" (with --runs {folder.name!r} for this run alone)"
+                                                                     if verb == "export" else ""))
+    return f"{name} has no finished runs to {verb} (no run folders{what}: a run folder holds summary.json)"
+
+
+def sweep_json_problem(runs_dir: str | os.PathLike) -> Optional[str]:
+    """Why ``<runs_dir>/sweep.json`` cannot be used (None when it can, or when there is none): not a
+    regular file, not UTF-8 JSON, not an object, or an object whose ``runs`` / ``report_columns`` /
+    ``report`` are of the wrong type (not what `harness sweep` writes)."""
+    p = Path(runs_dir).expanduser() / SWEEP_JSON
+    if not os.path.lexists(p):
+        return None
+    try:
+        doc = load_json(p)
+    except FileNotFoundError:
+        return f"{p} is a symbolic link to {os.readlink(p)}, which does not exist"
+    except RunFileError as e:
+        return f"{p}: {e.problem}"
+    except OSError as e:
+        return f"{p}: {e.strerror or e}"
+    for key, typ in (("runs", list), ("report_columns", list), ("report", dict)):
+        if key in doc and doc[key] is not None and not isinstance(doc[key], typ):
+            want = "an array" if typ is list else "an object"
+            return f"{p}: its {key!r} is {json_type(doc[key])}, not {want} (not a sweep.json `harness sweep` wrote)"
+    return None
 
 
 # --------------------------------------------------------------------------- writing
@@ -271,7 +303,7 @@ def export_runs(runs_dir: str | os.PathLike, dest: str | os.PathLike, pattern: O
             res.bytes += len(data)
         res.exported.append(run_dir.name)
     sj = Path(runs_dir).expanduser() / SWEEP_JSON
-    if sj.is_file():
+    if sj.is_file() and sweep_json_problem(runs_dir) is None:  # an unusable one is not copied (the CLI warns)
         data = sj.read_bytes()
         res.written += _put(out / SWEEP_JSON, data)
         res.bytes += len(data)

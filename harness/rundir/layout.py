@@ -48,6 +48,29 @@ ERROR_TXT = "error.txt"
 SETUP_DIR = "setup"
 """A sweep folder's setup jobs (`harness.sweep.run`): each seed's warm-up and start evaluation, built in a
 process of its own before the runs; not run folders (`harness.rundir.read.setup_records` reads them)."""
+SWEEP_JSON = "sweep.json"
+"""A sweep folder's record of its plan and its runs' states (written by `harness.sweep.run`)."""
+STUDY_DIR = "study"
+"""A sweep folder's study report (`harness.report.study`)."""
+
+NON_RUN_DIRS = frozenset({"checkpoint", "eval", "wandb", "mlartifacts", "mlruns", "report", "plots", "_cache",
+                          "__pycache__", "superseded"})
+"""Folders that never hold runs, wherever they are (a run's checkpoint and evaluation records, tracker
+stores, reports, caches): no reader of run folders (`harness.rundir.read.find_run_dirs`: sync, report,
+ui; `harness.rundir.export`) looks into them. Hidden folders (``.name``) neither."""
+SWEEP_NON_RUN_DIRS = frozenset({SETUP_DIR, STUDY_DIR})
+"""Folders of a sweep folder (one holding :data:`SWEEP_JSON`) that hold no runs of the sweep: its setup
+jobs (whose folders look like runs) and its study report. Elsewhere, e.g. directly in a results root, a
+folder of one of these names is a sweep's folder like any other (a sweep may be named ``study``)."""
+
+
+def is_non_run_dir(parent: str | os.PathLike, name: str) -> bool:
+    """Whether the folder ``name`` in ``parent`` holds no runs (:data:`NON_RUN_DIRS`, hidden folders, and
+    :data:`SWEEP_NON_RUN_DIRS` in a sweep folder): the one rule every reader of run folders applies."""
+    if name.startswith(".") or name in NON_RUN_DIRS:
+        return True
+    return name in SWEEP_NON_RUN_DIRS and os.path.lexists(Path(parent) / SWEEP_JSON)
+
 
 MAX_JSON_BYTES = 64 * 2**20
 """Largest JSON run file read (summary.json, sweep.json, warmup.json, a cached evaluation):
@@ -88,6 +111,27 @@ def make_run_dir(path: str | os.PathLike) -> Path:
     return p
 
 
+def dir_problem(path: str | os.PathLike) -> str:
+    """Why ``path`` cannot be (made) a writable folder, found without creating it ('' when it can): it
+    is a file or under one (or a dangling link), or its nearest existing folder takes no new entry
+    (probed with a temporary folder, removed at once: nothing is left behind). The check a command
+    makes of an output folder before it writes anything (``--dry-run`` included)."""
+    p = Path(path).expanduser()
+    a = p
+    while not os.path.lexists(a) and a != a.parent:
+        a = a.parent
+    if os.path.lexists(a) and not a.is_dir():
+        where = "is" if a == p else f"is under {a}, which is"
+        if a.is_symlink() and not a.exists():
+            return f"{where} a symbolic link to {os.readlink(a)}, which does not exist"
+        return f"{where} a file, not a directory"
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=a, prefix=".write-probe-"))
+    except OSError as e:
+        return f"not a writable directory ({e.strerror or e})"
+    return ""
+
+
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
@@ -118,11 +162,15 @@ def open_regular(path: str | os.PathLike, mode: str = "rb", todo: Optional[str] 
     """Open an existing regular file for reading (``mode`` ``"rb"`` or ``"r"``) without ever
     blocking: it is opened non-blocking and checked with ``fstat`` before anything is read, so a
     FIFO, a device (a symlink to ``/dev/zero``), a socket or a directory raises
-    :class:`RunFileError` instead of hanging or reading forever. FileNotFoundError when absent."""
+    :class:`RunFileError` instead of hanging or reading forever. FileNotFoundError when absent, also when
+    a folder on its path is a file (ENOTDIR: ``<a file>/summary.json``)."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
     except OSError as e:
+        if e.errno == errno.ENOTDIR:  # a folder on the way is a file: the file is absent (as os.path.exists says)
+            raise FileNotFoundError(errno.ENOTDIR, f"{e.strerror} (a folder on its path is a file)",
+                                    str(path)) from None
         if e.errno in (errno.ENXIO, errno.EISDIR, errno.ENODEV, errno.EOPNOTSUPP):  # a socket, a dir, ...
             raise RunFileError(path, f"cannot be opened as a file ({e.strerror})", todo) from None
         raise
@@ -359,7 +407,7 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
 
 def read_json(path: str | os.PathLike, default: Any = None, expect: Optional[type] = dict) -> Any:
     """The JSON object in ``path`` (``expect``: another type, or None for any), else
-    ``default``: when the file is absent, and, with a warning naming the file, when it is not
+    ``default``: when the file is absent (or a folder on its path is a file), and, with a warning naming the file, when it is not
     usable (:func:`load_json`: not a regular file, too large, not UTF-8 JSON, too deep, of
     another type). Other OSErrors (permissions) are raised."""
     try:

@@ -23,14 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from harness.config.base import flatten
+from harness.config.base import did_you_mean, flatten
 from harness.rundir.budget import BUDGET_UNITS, COUNTERS, EPS, counter_key, row_consumed
 from harness.rundir.ids import parse_run_id
-from harness.rundir.layout import (CONFIG, ERROR_TXT, METRICS, SETUP_DIR, SUMMARY, RunFileError, load_json,
-                                   nonregular, read_bytes_bounded, read_json, read_metrics, warn_once)
+from harness.rundir.layout import (CONFIG, ERROR_TXT, METRICS, SETUP_DIR, SUMMARY, RunFileError, is_non_run_dir,
+                                   load_json, nonregular, read_bytes_bounded, read_json, read_metrics, warn_once)
 
-_SKIP_DIRS = {"checkpoint", "eval", "wandb", "mlartifacts", "mlruns", "report", "plots", "_cache",
-              "__pycache__", "superseded"}
 _K_RE = re.compile(r"^(maj|pass)@(\d+)$")
 UNREADABLE = "unreadable"
 """Status of a run whose files cannot be read (the reason is its ``error``)."""
@@ -87,7 +85,8 @@ def unreadable_files(run_dir: Path) -> list[str]:
 def find_run_dirs(root: str | os.PathLike, skip_unreadable: bool = True,
                   is_run: Optional[Callable[[Path], bool]] = None) -> list[Path]:
     """Every run directory at or under ``root`` (a results root, a sweep dir or a run dir),
-    sorted. Checkpoints, eval records, wandb/mlflow stores and reports are not descended.
+    sorted. Checkpoints, eval records, wandb/mlflow stores, reports and a sweep's setup jobs are not
+    descended (:func:`harness.rundir.layout.is_non_run_dir`, the rule every reader shares).
     ``skip_unreadable``: a run whose metrics.jsonl or summary.json is not a regular file (a
     FIFO, a device), or that has only a summary.json that cannot be read, is left out with a
     warning (whoever replays it would open it, or find nothing to replay); `harness report`
@@ -107,7 +106,7 @@ def find_run_dirs(root: str | os.PathLike, skip_unreadable: bool = True,
                 found.append(d)
                 dirnames[:] = []
                 continue
-            dirnames[:] = sorted(n for n in dirnames if n not in _SKIP_DIRS and not n.startswith("."))
+            dirnames[:] = sorted(n for n in dirnames if not is_non_run_dir(d, n))
     if skip_unreadable:
         keep = []
         for d in found:
@@ -437,4 +436,45 @@ def summary_metrics(summary: dict, unit: str, default_task: str = "task", key=la
     for k, v in _d(summary.get("params")).items():
         if is_number(v):
             out[key(f"n_params/{k}")] = float(v)
+    return out
+
+
+def summary_value(summary: Any, path: str) -> Any:
+    """Look up a dotted path in a summary, where keys may themselves contain '/' or '.'
+    (``final_eval.eval/arith/acc``, ``peak.rss_mb``); None when it is not there."""
+    cur: Any = summary
+    rest = path
+    while rest:
+        if not isinstance(cur, dict):
+            return None
+        if rest in cur:
+            return cur[rest]
+        parts = rest.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            k = ".".join(parts[:i])
+            if k in cur:
+                cur, rest = cur[k], ".".join(parts[i:])
+                break
+        else:
+            return None
+    return cur
+
+
+def columns_in_no_run(summaries: list, columns: list[str]) -> list[str]:
+    """One warning line per column of ``columns`` (dotted paths into summary.json: a sweep file's
+    ``report.columns``) that none of ``summaries`` holds, with the closest path they do hold; [] when
+    every column is found somewhere, or when there is no summary to look in."""
+    summaries = [s for s in summaries if isinstance(s, dict) and s]
+    if not summaries:
+        return []
+    out = []
+    known: Optional[list[str]] = None
+    for c in columns:
+        if any(summary_value(s, c) is not None for s in summaries):
+            continue
+        if known is None:
+            known = sorted({k for s in summaries for k in flatten(s, keep_empty=True)})
+        out.append(f"report.columns: {c!r} is in no run's summary.json, so its column is empty"
+                   f"{did_you_mean(c, known)} (a column is a dotted path into summary.json, e.g. peak.rss_mb, "
+                   f"wall_seconds, final_eval.eval/<task>/acc)")
     return out

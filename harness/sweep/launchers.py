@@ -54,10 +54,10 @@ from harness.engine import numerics
 from harness.engine.distributed import DEEPSPEED_DIR
 from harness.rundir.layout import ERROR_TXT, SUMMARY, make_run_dir, read_json
 from harness.rundir.summary import mark_interrupted, record_failure, write_summary
-from harness.sweep.spec import LaunchOptions
+from harness.sweep.spec import LaunchOptions, SweepError
 
 __all__ = ["RunSpec", "RunResult", "LocalLauncher", "RayLauncher", "run_worker",
-           "callable_path", "resolve_callable", "gpu_count", "gpu_slots", "default_workers",
+           "callable_path", "resolve_callable", "gpu_count", "gpu_slots", "default_workers", "resource_problem",
            "WORKER_LOG", "WORKER_PAYLOAD", "write_payload", "read_payload",
            "ENV_ZERO_STAGE", "ENV_DEEPSPEED_CONFIG"]
 
@@ -165,6 +165,23 @@ def resolve_gpus(gpus: Any, n_gpus: int) -> float:
     if gpus == "auto" or gpus is None:
         return 1.0 if n_gpus > 0 else 0.0
     return float(gpus)
+
+
+def resource_problem(opts: LaunchOptions) -> str:
+    """Why the runs of ``opts`` could not start on this machine ('' when they could): with the local
+    launcher, ``gpus`` per run that the visible GPUs cannot give even one run (``gpus: 2`` where one,
+    or none, is visible). A Ray cluster's resources are checked when the launcher connects to it."""
+    if opts.type != "local" or opts.gpus in ("auto", None) or not opts.gpus > 0:  # auto: 0 without a GPU
+        return ""
+    ids = _visible_ids()
+    g = resolve_gpus(opts.gpus, len(ids))
+    if g > 0 and not gpu_slots(ids, g):
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f"CUDA_VISIBLE_DEVICES={vis!r}" if vis is not None else "by nvidia-smi -L"
+        return (f"launcher.gpus={opts.gpus!r}: each run needs {g:g} GPU(s) but {len(ids)} {'is' if len(ids) == 1 else 'are'} "
+                f"visible here ({where}); run it on a machine with the GPUs, set launcher.gpus: 0 (or auto) to train "
+                f"on the CPU, or use launcher.type: ray")
+    return ""
 
 
 def gpu_slots(device_ids: list[str], gpus_per_run: float) -> list[str]:
@@ -433,7 +450,7 @@ class LocalLauncher:
         if g > 0:
             slots = gpu_slots(ids, g)
             if not slots:
-                raise RuntimeError(f"each run needs {g:g} GPU(s) but only {len(ids)} are visible")
+                raise SweepError(f"this sweep cannot run on this machine: {resource_problem(self.options)}")
         workers = self.workers or default_workers(n_runs, self.options.cpus, len(slots) if slots else None)
         if slots is not None:
             workers = min(workers, len(slots))
@@ -603,8 +620,16 @@ class RayLauncher:
         ray.init(address=self.address, job_config=job_config, log_to_driver=False, ignore_reinit_error=True,
                  logging_level="ERROR")
         try:
-            n_gpus = int(ray.cluster_resources().get("GPU", 0))
+            have = ray.cluster_resources()
+            n_gpus = int(have.get("GPU", 0))
             g = resolve_gpus(self.options.gpus, n_gpus)
+            short = [f"{what} {need:g} {unit} per run but the cluster has {have.get(key, 0):g}"
+                     for what, need, unit, key in (("launcher.gpus", g, "GPU(s)", "GPU"),
+                                                   ("launcher.cpus", self.options.cpus, "CPU(s)", "CPU"))
+                     if need > 0 and need > have.get(key, 0)]
+            if short:  # its tasks would wait for resources that never come
+                raise SweepError(f"this sweep cannot run on the Ray cluster{' at ' + self.address if self.address else ''}: "
+                                 f"{'; '.join(short)}")
             remote = ray.remote(max_calls=1, max_retries=0)(_ray_task)
             self.results = {}
             pending = list(specs)

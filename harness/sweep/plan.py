@@ -10,6 +10,7 @@ it launches anything (and all that ``--dry-run`` prints).
 """
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import json
 import os
@@ -30,7 +31,7 @@ from harness.sweep.spec import (LaunchOptions, SweepError, algorithms_section, a
                                 launcher_section, read_sweep_file, report_options, valid_algorithms)
 
 __all__ = ["PlannedRun", "Sweep", "load_sweep", "expand_sweep", "format_plan", "study_line", "per_step",
-           "cell_label"]
+           "cell_label", "matches_only", "only_problem"]
 
 
 @dataclass
@@ -234,6 +235,32 @@ def _disk_state(run_dir: Path, cfg: Optional[Config] = None) -> str:
                       f"again (it resumes from its checkpoint)")
             return "unverified"
     return st if st in ("finished", "failed", "interrupted", "running") else "new"
+
+
+def matches_only(run_id: str, patterns: list[str]) -> bool:
+    """Whether ``run_id`` is selected by ``--only`` ``patterns`` (each a glob or a substring of the id)."""
+    return any(fnmatch.fnmatch(run_id, pat) or pat in run_id for pat in patterns)
+
+
+def _some_ids(ids: list[str], n: int = 8) -> str:
+    return ", ".join(ids[:n]) + (f" and {len(ids) - n} more" if len(ids) > n else "")
+
+
+def only_problem(sw: Sweep, only: Optional[list[str]], field: str = "--only") -> str:
+    """Why ``only`` (``--only``'s patterns, split; None: not given) cannot select runs of ``sw``: it
+    names no pattern (``--only ''``, ``--only ,``), or one of its patterns matches no run id of the
+    sweep (finished runs included); '' when it can. The message lists the sweep's run ids."""
+    if only is None:
+        return ""
+    ids = [r.run_id for r in sw.runs]
+    choices = f"this sweep's run ids: {_some_ids(ids)}" if ids else "this sweep has no runs"
+    if not only:
+        return (f"{field} selects no run: it names no pattern (give a glob or a substring of run ids, "
+                f"e.g. {field} 'grpo-*'; {choices})")
+    for pat in only:
+        if not any(matches_only(rid, [pat]) for rid in ids):
+            return f"{field} {pat!r} matches no run of sweep {sw.name} (a glob or a substring of a run id; {choices})"
+    return ""
 
 
 def cell_label(cell: dict) -> str:

@@ -42,7 +42,6 @@ what is missing themselves (and fail there, recorded, if it cannot be built).
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import os
 import shutil
 import sys
@@ -55,14 +54,16 @@ from harness.config.schema import config_from_dict, config_hash
 from harness.report.format import table
 from harness.rundir.budget import consumed_by_unit
 from harness.rundir.ids import run_id as config_run_id
-from harness.rundir.layout import METRICS, SETUP_DIR, SUMMARY, read_json, read_metrics, write_json_atomic
+from harness.rundir.layout import METRICS, SETUP_DIR, SUMMARY, SWEEP_JSON, read_json, read_metrics, write_json_atomic
+from harness.rundir.read import columns_in_no_run, summary_value
 from harness.rundir.lock import FileLock, LockBusy
+from harness.sweep import launchers
 from harness.sweep.launchers import LocalLauncher, RayLauncher, RunResult, RunSpec, callable_path
-from harness.sweep.plan import PlannedRun, Sweep, cell_label
+from harness.sweep.plan import PlannedRun, Sweep, cell_label, matches_only, only_problem
 from harness.report.study import DESIGN
 from harness.sweep import sequential
 from harness.sweep.progress import Progress
-from harness.sweep.spec import LaunchOptions, SweepError, fmt_value
+from harness.sweep.spec import LaunchOptions, SweepError, fmt_value, refresh_problem
 from harness.train.evalpoints import initial_eval_settings
 from harness.train.warmup import warmup_cache_root, warmup_key
 
@@ -74,30 +75,10 @@ SETUP_TRAIN = "harness.train.loop:prepare"
 """What a setup job's worker calls: build the warm-up and the start evaluation, then exit."""
 TRAIN_FN_ENV = "HARNESS_TRAIN_FN"
 """Test seam: ``module:function`` the workers call instead of :data:`DEFAULT_TRAIN`."""
-SWEEP_FILE = "sweep.json"
+SWEEP_FILE = SWEEP_JSON
 
 
 # --------------------------------------------------------------------------- results table
-
-
-def summary_value(summary: dict, path: str) -> Any:
-    """Look up a dotted path in a summary, where keys may themselves contain '/' or '.'."""
-    cur: Any = summary
-    rest = path
-    while rest:
-        if not isinstance(cur, dict):
-            return None
-        if rest in cur:
-            return cur[rest]
-        parts = rest.split(".")
-        for i in range(len(parts) - 1, 0, -1):
-            k = ".".join(parts[:i])
-            if k in cur:
-                cur, rest = cur[k], ".".join(parts[i:])
-                break
-        else:
-            return None
-    return cur
 
 
 def _default_columns(summaries: list[dict]) -> list[str]:
@@ -198,8 +179,8 @@ def unfinished_runs(sw: Sweep) -> list[tuple[str, str]]:
 def _select(sw: Sweep, only: Optional[list[str]], skip_failed: bool) -> list[PlannedRun]:
     """The runs to launch: not finished, matching ``only`` (glob or substring), not failed with ``skip_failed``."""
     todo = [r for r in sw.runs if r.state != "finished"]
-    if only:
-        todo = [r for r in todo if any(fnmatch.fnmatch(r.run_id, pat) or pat in r.run_id for pat in only)]
+    if only is not None:
+        todo = [r for r in todo if matches_only(r.run_id, only)]
     if skip_failed:
         todo = [r for r in todo if r.state != "failed"]
     return todo
@@ -211,7 +192,18 @@ def _nothing_to_run(sw: Sweep, results: dict, stream) -> int:
           f"nothing to run: {len(left)} run(s) not finished but not selected", file=stream)
     _write_sweep_json(sw, results, "finished" if not left else "incomplete")
     print(format_results(sw, results), file=stream)
+    _warn_columns(sw)
     return 0 if not left else 1
+
+
+def _warn_columns(sw: Sweep) -> None:
+    """One line on stderr per ``report.columns`` path that no run's summary.json holds (its column
+    would be all '-'); nothing when no run has a summary yet."""
+    if not sw.report_columns:
+        return
+    summaries = [read_json(r.run_dir / SUMMARY) for r in sw.runs]
+    for line in columns_in_no_run(summaries, sw.report_columns):
+        print(f"harness sweep: warning: {line}", file=sys.stderr)
 
 
 def _runner(opts: LaunchOptions):
@@ -377,6 +369,7 @@ def _print_outcome(sw: Sweep, results: dict, failed: list[str], interrupted: boo
         n = sum(1 for r in results.values() if r.status == "interrupted")
         print(f"\ninterrupted: {n} in-flight run(s) marked interrupted; re-launch the same command to "
               f"resume (finished runs are kept)", file=stream)
+    _warn_columns(sw)
 
 
 def run_sweep(sw: Sweep, *, train: str | Callable | None = None, launcher: Optional[str] = None,
@@ -395,6 +388,12 @@ def run_sweep(sw: Sweep, *, train: str | Callable | None = None, launcher: Optio
         opts.address = address
     if workers is not None:
         opts.workers = workers
+    why = refresh_problem(refresh, "refresh") or only_problem(sw, only, "only")
+    if why:
+        raise SweepError(why)
+    problem = launchers.resource_problem(opts)
+    if problem:
+        raise SweepError(f"this sweep cannot run on this machine: {problem}")
     todo = _select(sw, only, skip_failed)
     lock = _lock(sw.sweep_dir)
     results: dict = {r.run_id: RunResult(r.run_id, "skipped") for r in sw.runs if r.state == "finished"}

@@ -31,7 +31,8 @@ closest valid key)::
       address: null               #   ray: address of an existing cluster (host:port)
       cpus: 1                     #   per run: CPU cores = torch threads (ray: num_cpus)
       gpus: auto                  #   per run: GPUs (auto = 1 when GPUs exist, else 0;
-                                  #   fractions share a GPU); ray: num_gpus
+                                  #   fractions share a GPU); ray: num_gpus. More than this machine
+                                  #   shows (local) is refused before anything runs (--dry-run: exit 2)
       procs: 1                    #   per run: processes (torchrun) for multi-GPU learners
       zero_stage: null            #   2 | 3: DeepSpeed ZeRO for the run's learner
                                   #   (harness/configs/deepspeed/zero{2,3}.json); needs procs > 1
@@ -48,6 +49,9 @@ closest valid key)::
                                   #   (relative to THIS file, or absolute) the study report reads
       sequential: false           #   with study: run seed by seed and, from the design's first look,
                                   #   only the arms whose claims are still open (harness.sweep.sequential)
+
+The numbers of ``launcher`` are whole (``workers``, ``cpus``, ``procs``: 1 to 65536, at most 1024
+threads per process; ``zero_stage`` 2 or 3) and finite; ``.inf`` or ``.nan`` is refused naming the key.
 
 Layering, per run (later wins): ``base`` < ``config`` < ``algorithms[<its algorithm>]`` <
 the run's ``grid`` cell < ``budget`` < ``--set`` from the command line; then ``name`` is
@@ -66,6 +70,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import typing
 from dataclasses import dataclass, field
@@ -73,7 +78,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from algorithms.presets import ALGORITHMS
-from harness.config.base import ConfigError, did_you_mean, flatten
+from harness.config.base import ConfigError, brief, did_you_mean, flatten
 from harness.config.schema import (NAME_RULE, Config, config_from_dict, deep_merge, is_safe_name, load_yaml,
                                    read_yaml_file)
 from harness.report.format import number
@@ -83,7 +88,7 @@ __all__ = [
     "SweepError", "LaunchOptions", "TOP_LEVEL_KEYS", "LAUNCHER_KEYS", "BUDGET_KEYS", "LAUNCHER_TYPES",
     "valid_algorithms", "check_algorithm", "check_key", "apply_overrides", "fmt_value", "read_sweep_file", "check_top_level",
     "base_config", "grid_section", "algorithms_section", "budget_section", "launcher_section", "report_section",
-    "ReportOptions", "REPORT_KEYS", "report_options",
+    "ReportOptions", "REPORT_KEYS", "report_options", "refresh_problem", "MAX_COUNT",
 ]
 
 TOP_LEVEL_KEYS = ("name", "description", "base", "config", "grid", "algorithms", "budget", "launcher",
@@ -427,8 +432,9 @@ def launcher_section(raw: Any, src: str, base_dir: Path) -> LaunchOptions:
         v = raw.get(key)
         if v is None and allow_none:
             return None
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise SweepError(f"{src}: launcher.{key}={v!r} is invalid: expected an integer >= {lo}")
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= MAX_COUNT:
+            raise SweepError(f"{src}: launcher.{key}={brief(v)} is invalid: expected a whole number from {lo} to "
+                             f"{MAX_COUNT}{_number_note(v)}")
         return v
 
     ls.workers = _int("workers", 1)
@@ -436,15 +442,14 @@ def launcher_section(raw: Any, src: str, base_dir: Path) -> LaunchOptions:
         ls.cpus = _int("cpus", 1, allow_none=False)
     if "procs" in raw:
         ls.procs = _int("procs", 1, allow_none=False)
-    g = raw.get("gpus", "auto")
-    if g != "auto" and (isinstance(g, bool) or not isinstance(g, (int, float)) or g < 0
-                        or (g > 1 and float(g) != int(g))):
-        raise SweepError(f"{src}: launcher.gpus={g!r} is invalid: expected 'auto', 0, a fraction of one GPU, "
-                         f"or a whole number of GPUs")
-    ls.gpus = g
+    if ls.cpus // ls.procs > MAX_THREADS:
+        raise SweepError(f"{src}: launcher.cpus={ls.cpus} is invalid: each of a run's {ls.procs} process(es) would "
+                         f"run {ls.cpus // ls.procs} torch threads, at most {MAX_THREADS} (OpenBLAS and OpenMP fail "
+                         f"to start more, after the run began)")
+    ls.gpus = _gpus(raw.get("gpus", "auto"), src)
     z = raw.get("zero_stage")
-    if z not in (None, 2, 3):
-        raise SweepError(f"{src}: launcher.zero_stage={z!r} is invalid: expected 2, 3 or null")
+    if z is not None and (isinstance(z, bool) or not isinstance(z, int) or z not in (2, 3)):  # 2.0 is not a stage
+        raise SweepError(f"{src}: launcher.zero_stage={brief(z)} is invalid: expected 2, 3 or null{_number_note(z)}")
     ls.zero_stage = z
     dsc = raw.get("deepspeed_config")
     if dsc is not None:
@@ -467,6 +472,53 @@ def launcher_section(raw: Any, src: str, base_dir: Path) -> LaunchOptions:
                              f"(no NUL, at most {_ENV_VALUE_MAX} characters)")
     ls.env = {k: str(v) for k, v in env.items()}
     return ls
+
+
+MAX_COUNT = 1 << 16
+"""The largest number of workers, CPU cores, processes or GPUs per run a sweep file may ask for."""
+MAX_THREADS = 1024
+"""The most torch threads a run's process may get (``cpus // procs``): as `harness train` allows."""
+
+
+def _number_note(v: Any) -> str:
+    """Why a number is refused where a count is expected ('' for anything else)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return f" ({v!r} is not a finite number)"
+    if isinstance(v, float) and v.is_integer():
+        return f" (write {int(v)}, not {v!r})" if abs(v) <= MAX_COUNT else ""
+    if isinstance(v, float):
+        return " (not a whole number)"
+    return ""
+
+
+def _gpus(g: Any, src: str) -> Any:
+    """``launcher.gpus``: 'auto', 0, a fraction of one GPU (runs share it), or a whole number of GPUs
+    up to :data:`MAX_COUNT`; a non-finite number (``.inf``, ``.nan``) or a non-whole one above 1 is refused."""
+    if g == "auto" and isinstance(g, str):
+        return g
+    ok = (not isinstance(g, bool) and isinstance(g, (int, float)) and math.isfinite(g) and 0 <= g <= MAX_COUNT
+          and (g <= 1 or float(g).is_integer()))
+    if not ok:
+        note = _number_note(g) if not (isinstance(g, float) and g.is_integer()) else ""
+        raise SweepError(f"{src}: launcher.gpus={brief(g)} is invalid: expected 'auto', 0, a fraction of one GPU "
+                         f"(0.5: two runs share one), or a whole number of GPUs up to {MAX_COUNT}{note}")
+    return g
+
+
+MAX_REFRESH = 86400.0
+
+
+def refresh_problem(value: Any, field: str = "--refresh") -> str:
+    """Why ``value`` cannot be the live table's refresh period in seconds ('' when it can; None is the
+    default): it must be a finite number > 0, at most a day."""
+    if value is None:
+        return ""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not 0 < value <= MAX_REFRESH):
+        shown = f"{value:g}" if isinstance(value, float) else brief(value)
+        return (f"{field} {shown} is invalid: expected the seconds between refreshes of the live table, "
+                f"a number > 0 and at most {MAX_REFRESH:g}")
+    return ""
 
 
 @dataclass
