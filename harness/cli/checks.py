@@ -1,19 +1,41 @@
 """Checks the command line makes before any work starts (each raises a one-line ConfigError,
-exit 2 in :mod:`harness.cli.main`): the machine has the device asked for, output
-directories are directories and writable, folders to read hold runs."""
+exit 2 in :mod:`harness.cli.main`): a device is spelled as the config's ``device`` is and the
+machine has it, thread counts stay within what the thread pools can start, output directories
+(and the files to be written there) are writable, folders to read hold runs."""
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
+from typing import Iterable, Optional
 
 from harness.config.base import ConfigError
+from harness.config.schema import _DEVICE_RE
+from harness.engine import numerics  # no torch: numerics imports it where it needs it
 from harness.rundir.read import find_run_dirs
+
+DEVICE_FORMS = "auto, cpu, cuda or cuda:N (N a CUDA device index)"
+MAX_THREADS = 1024
+"""Most CPU threads a command asks torch for: the config's cap (warmup.threads). Far more than
+any machine's cores; OpenBLAS and OpenMP fail to start many more threads (an ImportError, then a
+crash, after the work began)."""
+
+
+def device_problem(device, field: str = "device") -> Optional[str]:
+    """Why ``device`` is not a device the harness takes (the config's ``device`` rule:
+    auto, cpu, cuda, cuda:N), as a one-line message; None when it is one."""
+    if isinstance(device, str) and _DEVICE_RE.fullmatch(device):
+        return None
+    return f"{field}={device!r} is invalid: expected {DEVICE_FORMS}"
 
 
 def check_device(device: str, field: str = "device") -> None:
-    """``cuda`` / ``cuda:N`` only where CUDA is available (and device N exists)."""
-    if not str(device).startswith("cuda"):
+    """``device`` spelled as :func:`device_problem` says; ``cuda`` / ``cuda:N`` only where CUDA is
+    available (and device N exists)."""
+    bad = device_problem(device, field)
+    if bad:
+        raise ConfigError(bad)
+    if not device.startswith("cuda"):
         return
     import torch  # only for a CUDA device: `--help` and argument errors stay free of torch
 
@@ -25,6 +47,27 @@ def check_device(device: str, field: str = "device") -> None:
         if idx >= n:
             raise ConfigError(f"{field}={device!r} is invalid: this machine has {n} CUDA device(s) "
                               f"(cuda:0..cuda:{n - 1})")
+
+
+def threads_problem(threads: int, mode: str, field: str) -> Optional[str]:
+    """Why the torch thread count a command would run with is too many (over `MAX_THREADS`), as a
+    one-line message naming where it came from (``field``, or OMP_NUM_THREADS when ``field`` is 0
+    and portable numerics take the environment's: :func:`harness.engine.numerics.resolve_threads`);
+    None when it is fine. A negative ``threads`` is the caller's to refuse."""
+    if threads and threads > MAX_THREADS:
+        return f"{field}={threads:,} is invalid: must be between 0 and {MAX_THREADS:,} (0: the default)"
+    n = numerics.resolve_threads(threads, mode) if threads >= 0 else 0
+    if n > MAX_THREADS:
+        return (f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')} is invalid: with {field}=0, {mode} numerics "
+                f"run that many torch threads; at most {MAX_THREADS:,}: set it lower or give {field}")
+    return None
+
+
+def check_threads(threads: int, mode: str, field: str) -> None:
+    """Raise a one-line ConfigError when :func:`threads_problem` finds one."""
+    bad = threads_problem(threads, mode, field)
+    if bad:
+        raise ConfigError(bad)
 
 
 def _existing_ancestor(p: Path) -> Path:
@@ -51,6 +94,44 @@ def check_output_dir(path: str | os.PathLike, field: str) -> Path:
         raise ConfigError(f"{field}={str(path)!r} is invalid: not a writable directory "
                           f"({e.strerror or e})") from None
     return p
+
+
+def new_folders(path: str | os.PathLike) -> list[Path]:
+    """The folders `check_output_dir` would create for ``path`` (the missing ones, deepest first):
+    what :func:`remove_new_folders` takes away again when the command is refused after the check."""
+    p = Path(path).expanduser()
+    a = _existing_ancestor(p)
+    out = []
+    while p != a and p != p.parent:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def remove_new_folders(folders: list[Path]) -> None:
+    """Remove the folders :func:`new_folders` listed, where they are still empty (deepest first)."""
+    for f in folders:
+        try:
+            f.rmdir()
+        except OSError:
+            return
+
+
+def check_output_files(folder: str | os.PathLike, names: Iterable[str], field: str) -> None:
+    """The files a command will write into ``folder`` (already checked with `check_output_dir`)
+    can be written there at the end: none of them is a directory or another non-file, and one
+    that exists may be written. Checked before the work, so the work is not lost to a path."""
+    for name in names:
+        f = Path(folder).expanduser() / name
+        if f.is_dir():
+            raise ConfigError(f"{field}={str(folder)!r} is invalid: {f} is a directory where the result file "
+                              f"{name} goes: move it away or choose another folder")
+        if f.exists() and not f.is_file():
+            raise ConfigError(f"{field}={str(folder)!r} is invalid: {f} is not a regular file (the result file "
+                              f"{name} goes there): move it away or choose another folder")
+        if f.is_file() and not os.access(f, os.W_OK):
+            raise ConfigError(f"{field}={str(folder)!r} is invalid: {f} exists and may not be written (the result "
+                              f"file {name} replaces it): make it writable or choose another folder")
 
 
 def check_runs_folder(path: str | os.PathLike, field: str) -> list[Path]:

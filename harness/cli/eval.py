@@ -21,7 +21,8 @@ from typing import Optional
 
 
 from evals.catalog import get_task
-from harness.cli.checks import check_device, check_output_dir
+from harness.cli.checks import (MAX_THREADS, check_device, check_output_dir, check_output_files,
+                               device_problem, new_folders, remove_new_folders, threads_problem)
 from harness.report.format import number, percent, table
 from evals.arith import held_out_shortfall
 from evals.protocols import DEFAULT_PROTOCOL, PROTOCOLS, check_protocol
@@ -41,6 +42,9 @@ models = lazy("harness.engine.models")
 TASKS = ("gsm8k", "math", "math500", "arith")
 RUN_EVAL_BATCH = 256
 """Sequences decoded at once by a run's own evaluation (``harness.train.loop.evaluate``)."""
+DEFAULT_MAX_NEW = 512
+"""Completion limit without a protocol's, a run's or ``--max-new-tokens`` (lowered to what the
+model's context holds after the longest prompt, with a note)."""
 
 
 def register(subparsers) -> None:
@@ -74,7 +78,8 @@ def register(subparsers) -> None:
                         "docs/eval_protocols.md")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="completion length limit (default: the protocol's, 256 for lighteval-5shot; else the "
-                        "run's evaluation limit, else 512)")
+                        f"run's evaluation limit, else {DEFAULT_MAX_NEW}; a default is lowered to what the model's "
+                        "context holds after the longest prompt)")
     p.add_argument("--batch-size", type=int, default=None,
                    help=f"sequences decoded at once (default: {RUN_EVAL_BATCH} as a run's evaluation, else 64)")
     p.add_argument("--seed", type=int, default=0,
@@ -85,10 +90,12 @@ def register(subparsers) -> None:
     p.add_argument("--output-dir", dest="out", default=None, metavar="DIR",
                    help="output folder (default: results/eval/<task>-<model name>)")
     p.add_argument("--out", dest="out", default=None, help=argparse.SUPPRESS)  # the old spelling
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="parameter dtype (default: the run's model.dtype, else float32)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: 2 in portable numerics, or OMP_NUM_THREADS; torch's default in native)")
+    p.add_argument("--threads", type=int, default=0,
+                   help=f"torch CPU threads, at most {MAX_THREADS} (0: 2 in portable numerics, or OMP_NUM_THREADS; "
+                        f"torch's default in native)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -190,12 +197,13 @@ def _given(args, flag: str) -> bool:
 
 def _check_args(args) -> Optional[str]:
     """The first invalid option as a message, or None: the rules of the config fields they stand
-    for (eval.n, sampling.max_new_tokens, sampling.temperature, sampling.top_p, seed, train.threads)."""
+    for (eval.n, sampling.max_new_tokens, sampling.temperature, sampling.top_p, seed, train.threads
+    and warmup.threads' cap, device)."""
     for name, v, lo, hi in (("--n", args.n, 0, MAX_PER_STEP), ("--limit", args.limit, 0, None),
                             ("--few-shot", args.few_shot, 0, None),
                             ("--max-new-tokens", args.max_new_tokens, 1, MAX_NEW_TOKENS),
                             ("--batch-size", args.batch_size, 1, None), ("--seed", args.seed, 0, MAX_SEED),
-                            ("--threads", args.threads, 0, None)):
+                            ("--threads", args.threads, 0, MAX_THREADS)):
         if v is not None and v < lo:
             return f"{name} must be >= {lo}, got {v}"
         if v is not None and hi is not None and v > hi:
@@ -206,52 +214,171 @@ def _check_args(args) -> Optional[str]:
         return f"--temperature must be a finite number > 0, got {args.temperature}"
     if not 0 < args.top_p <= 1:  # NaN fails too
         return f"--top-p must be in (0, 1] (1 = off), got {args.top_p}"
-    return None
+    return device_problem(args.device, "--device")
 
 
-def _check_context(args, folder: str) -> None:
+def check_model_arg(model_path: str, gguf_file: Optional[str]) -> None:
+    """``--model`` (and ``--gguf-file``) name something a model can be loaded from, before any work:
+    a folder, a .gguf file, a GGUF file inside the folder, or a hub name (``org/name``: only what
+    the local Hugging Face cache holds). A file that is not a model (a YAML config, a
+    config.json) is refused with what ``--model`` expects instead of the loader's complaint."""
+    path = models.resolve_model_path(model_path)  # pkg:<package>/<file>
+    p = Path(path)
+    if gguf_file is not None:
+        if not p.is_dir():
+            raise FileNotFoundError(f"--gguf-file {gguf_file} is inside --model, which must then be a folder: "
+                                    f"{path} is not one")
+        if not (p / gguf_file).is_file():
+            raise FileNotFoundError(f"GGUF file not found: {p / gguf_file} (--gguf-file names a file inside --model)")
+        return
+    if p.is_dir():
+        return
+    if p.suffix == ".gguf":
+        if not p.is_file():
+            raise FileNotFoundError(f"model path not found: {path} (a .gguf file is expected there)")
+        return
+    if p.exists():
+        if p.suffix.lower() in (".yaml", ".yml"):
+            hint = (f"; {p.name} looks like a harness config: `harness train {path}` trains from one (`harness eval "
+                    f"--config` takes a run's config beside --model)")
+        elif (p.parent / "config.json").is_file():
+            hint = f"; give the folder that holds it: {p.parent}"
+        else:
+            hint = ""
+        raise ModelLoadError(f"--model {path} is a file, not a model: --model expects a model folder (config.json, "
+                             f"a tokenizer and weights, e.g. a run's final_model or the run directory) or a .gguf "
+                             f"file{hint}")
+    if not models._looks_like_hub_id(path):  # a hub name: the loader looks in the local cache
+        raise FileNotFoundError(f"model path not found: {path} (a local directory or .gguf file is expected; "
+                                f"nothing is downloaded at run time)")
+
+
+def _default_max_new(protocol, cfg: Optional[Config]) -> tuple[int, str]:
+    """The completion limit without ``--max-new-tokens``, and what it is, for messages."""
+    if protocol.max_new_tokens:
+        return protocol.max_new_tokens, f"protocol {protocol.name}'s default"
+    if cfg is not None:
+        return cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens, "the run's evaluation limit"
+    return DEFAULT_MAX_NEW, "the default"
+
+
+def model_context(folder: str) -> tuple[Optional[int], str]:
+    """(the context of the model in ``folder``: ``max_position_embeddings`` of its config.json, or
+    None when it does not say; where that was read)."""
+    f = Path(folder) / "config.json"
+    conf = read_json(f, None)
+    ctx = conf.get("max_position_embeddings") if isinstance(conf, dict) else None
+    ok = isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0
+    return (ctx if ok else None), f"max_position_embeddings in {f}"
+
+
+def _check_context(args, ctx: Optional[int], where: str) -> None:
     """``--max-new-tokens`` within the model's context (``max_position_embeddings`` of its
     config.json): decoding preallocates the cache for prompt + completion, so a larger limit asks
-    for memory the model could never use (the built-in tiny model holds model.max_length tokens)."""
-    if args.max_new_tokens is None:
-        return
-    conf = read_json(Path(folder) / "config.json", None)
-    ctx = conf.get("max_position_embeddings") if isinstance(conf, dict) else None
-    if isinstance(ctx, int) and not isinstance(ctx, bool) and 0 < ctx < args.max_new_tokens:
+    for memory the model could never use (the built-in tiny model holds model.max_length tokens).
+    Before the problems are read; :func:`fit_context` then counts the prompts in."""
+    if args.max_new_tokens is not None and ctx is not None and ctx < args.max_new_tokens:
         raise ConfigError(f"--max-new-tokens {args.max_new_tokens} is invalid: the model's context holds "
-                          f"{ctx:,} tokens (max_position_embeddings in {Path(folder) / 'config.json'}), prompt "
-                          f"included: give at most {ctx:,} minus the prompt's length")
+                          f"{ctx:,} tokens ({where}), prompt included: give at most {ctx:,} minus the prompt's "
+                          f"length")
+
+
+def longest_prompt(tokenizer, task, problems, protocol) -> int:
+    """Tokens of the longest prompt the evaluation will decode from (as the sampler encodes them:
+    the protocol's prompts, special tokens added)."""
+    prompts = protocol.bind(task, tokenizer).prompts(problems)
+    if not prompts:
+        return 0
+    return max(len(ids) for ids in tokenizer(list(prompts), add_special_tokens=True)["input_ids"])
+
+
+def fit_context(max_new: int, explicit: bool, source: str, ctx: Optional[int], where: str,
+                prompt: int) -> tuple[int, Optional[str]]:
+    """(the completion limit to decode with, a one-line note for stderr or None), given the model's
+    context ``ctx`` and the longest prompt's ``prompt`` tokens: an explicit ``--max-new-tokens``
+    that does not fit after the prompt is an error (ConfigError) naming the largest that does; a
+    default that does not fit is lowered to it, with a note. Prompts that alone fill the context
+    leave nothing that fits: a warning (the limit then only has to fit the context, as
+    :func:`_check_context` asks of an explicit one)."""
+    if ctx is None:
+        return max_new, None
+    what = f"--max-new-tokens {max_new}" if explicit else f"max_new_tokens {max_new} ({source})"
+    if prompt >= ctx:
+        fits = min(max_new, ctx)
+        return fits, (f"warning: the longest prompt has {prompt:,} tokens and the model's context holds {ctx:,} "
+                      f"({where}): the completions run past it"
+                      + (f"; {what} lowered to {fits:,}" if fits < max_new else ""))
+    fits = ctx - prompt
+    if max_new <= fits:
+        return max_new, None
+    if explicit:
+        raise ConfigError(f"{what} is invalid: the model's context holds {ctx:,} tokens ({where}) and the "
+                          f"longest prompt takes {prompt:,} of them: give at most {fits:,}")
+    return fits, (f"note: {what} does not fit the model's context of {ctx:,} tokens ({where}) after the longest "
+                  f"prompt's {prompt:,}: using {fits:,} (give --max-new-tokens to choose)")
+
+
+def _tokenizer_of(folder: str):
+    """The tokenizer of a model folder, for counting prompt tokens before the model loads; None
+    when it does not load on its own (the model's loading then says why, or counts after)."""
+    try:
+        from transformers import AutoTokenizer
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception:
+        return None
+
+
+def _check_out(out: Path, given: bool, names: list[str]) -> None:
+    """The output folder and the result files in it can be written: checked before the model
+    loads, so an evaluation is never lost to a path at its end."""
+    try:
+        check_output_dir(out, "--output-dir")
+        check_output_files(out, names, "--output-dir")
+    except ConfigError as e:
+        if given:
+            raise
+        raise ConfigError(f"{e} (the default output folder: give --output-dir elsewhere)") from None
 
 
 def run(args) -> int:
     bad = _check_args(args)
+    mode = numerics.process_mode()  # GRPO_HARNESS_NUMERICS, default portable
+    bad = bad or threads_problem(args.threads, mode, "--threads")  # OMP_NUM_THREADS too
     if bad:
         print(f"harness eval: {bad}", file=sys.stderr)
         return 2
-    mode = numerics.process_mode()  # GRPO_HARNESS_NUMERICS, default portable
     numerics.enter(mode, numerics.resolve_threads(args.threads, mode))
     check_device(args.device, "--device")
     cfg, run_source, model_path = resolve_run(args.model, args.config)
     spec = task_spec(args, cfg)
     protocol = check_protocol(args.protocol, spec.name, spec.few_shot)  # before the model is loaded
-    if args.out is not None:  # after every check that needs no folder: a refused command leaves none
-        check_output_dir(args.out, "--output-dir")
+    check_model_arg(model_path, args.gguf_file)
+    notes = []  # warnings and notes, printed once nothing can be refused
     if spec.name == "arith":
         have = held_out_shortfall(spec, spec.eval_size)
         if have is not None:
-            print(f"harness eval: warning: {'--limit ' + str(args.limit) if cfg is None else 'the run config'} asks "
-                  f"for {spec.eval_size} arith problems and its knobs allow only {have} held-out ones: "
-                  f"evaluating {have}", file=sys.stderr)
+            notes.append(f"warning: {'--limit ' + str(args.limit) if cfg is None else 'the run config'} asks "
+                         f"for {spec.eval_size} arith problems and its knobs allow only {have} held-out ones: "
+                         f"evaluating {have}")
+    explicit = args.max_new_tokens is not None
+    max_new, source = (args.max_new_tokens, "--max-new-tokens") if explicit else _default_max_new(protocol, cfg)
+    folder, ctx, where = None, None, ""
     if not args.gguf_file and not model_path.endswith(".gguf"):
         folder = models.resolve_model_path(model_path)
         models.check_model_folder(folder)  # before the problems are read or drawn
-        _check_context(args, folder)
+        ctx, where = model_context(folder)
+        _check_context(args, ctx, where)
     task = get_task(spec)
     problems = task.eval_problems()
     if cfg is not None and args.limit > 0:
         problems = problems[:args.limit]
-    max_new = (args.max_new_tokens or protocol.max_new_tokens
-               or ((cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens) if cfg else 512))
+    counted = False
+    tok = _tokenizer_of(folder) if ctx is not None else None
+    if tok is not None:  # the prompts counted in, before the model loads
+        max_new, note = fit_context(max_new, explicit, source, ctx, where,
+                                    longest_prompt(tok, task, problems, protocol))
+        notes += [note] if note else []
+        counted = True
     batch_size = args.batch_size or (RUN_EVAL_BATCH if cfg is not None else 64)
     dtype = args.dtype or (cfg.model.dtype if cfg is not None else "float32")
     model_name = Path(args.gguf_file or model_path.rstrip("/")).stem
@@ -260,7 +387,26 @@ def run(args) -> int:
     # one folder per task, model and protocol: a lighteval-5shot run never overwrites a chat one
     suffix = "" if args.protocol == DEFAULT_PROTOCOL else f"-{args.protocol}"
     out = Path(args.out) if args.out else Path("results") / "eval" / f"{spec.name}-{model_name}{suffix}"
-    model, tok = models.load_policy(model_path, gguf_file=args.gguf_file, dtype=dtype)
+    # after every check that needs no folder, before the model loads; a command refused after it (the
+    # model does not load) takes away the folders the check made
+    created = new_folders(out)
+    _check_out(out, args.out is not None, [f"{spec.name}.jsonl", f"{spec.name}.jsonl.tmp",
+                                           f"{spec.name}_metrics.json"])
+    try:
+        model, tok = models.load_policy(model_path, gguf_file=args.gguf_file, dtype=dtype)
+        if not counted:  # a GGUF model, or a folder whose tokenizer did not load alone: counted now
+            ctx = getattr(model.config, "max_position_embeddings", None) if ctx is None else ctx
+            ctx = ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else None
+            where = where or "max_position_embeddings of the model's config"
+            if ctx is not None:
+                max_new, note = fit_context(max_new, explicit, source, ctx, where,
+                                            longest_prompt(tok, task, problems, protocol))
+                notes += [note] if note else []
+    except BaseException:
+        remove_new_folders(created)
+        raise
+    for note in notes:  # after the last refusal (the model's loading included): a refused command prints one line
+        print(f"harness eval: {note}", file=sys.stderr)
     model.to(models.resolve_device(args.device))
     t0 = time.time()
     metrics = evaluation.evaluate(model, tok, task, problems, greedy=not args.no_greedy, n=args.n,
@@ -272,14 +418,15 @@ def run(args) -> int:
             "few_shot": spec.few_shot, "n": args.n, "greedy": not args.no_greedy, "temperature": args.temperature,
             "top_p": args.top_p, "max_new_tokens": max_new, "seed": args.seed, "batch_size": batch_size,
             "dtype": dtype, "time": t0}
+    from_run = run_source and cfg is not None and cfg.task.name == spec.name  # not when --task named another
+    # the numbers first: a write that fails now (a full disk) leaves them on the screen
+    print(f"{spec.name}: {model_name}" + (f" (task from the run config {run_source})" if from_run else "")
+          + (f", protocol {args.protocol}" if args.protocol != DEFAULT_PROTOCOL else ""))
+    print(format_table(metrics, spec.name))
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance.collect(mode, results_root=out.parent,
                               numerics_state=numerics.state(mode, str(models.resolve_device(args.device))))
     (out / f"{spec.name}_metrics.json").write_text(json.dumps({"metrics": metrics, "settings": meta,
                                                                "provenance": prov}, indent=1))
-    from_run = run_source and cfg is not None and cfg.task.name == spec.name  # not when --task named another
-    print(f"{spec.name}: {model_name}" + (f" (task from the run config {run_source})" if from_run else "")
-          + (f", protocol {args.protocol}" if args.protocol != DEFAULT_PROTOCOL else ""))
-    print(format_table(metrics, spec.name))
     print(f"wrote {out / (spec.name + '_metrics.json')} and {out / (spec.name + '.jsonl')}")
     return 0

@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import json
+import random
 import sys
 from pathlib import Path
 
-from evals.catalog import has_step_checker
-from harness.cli.checks import check_device, check_output_dir
+from evals.catalog import get_task, has_step_checker
+from harness.cli.checks import check_device, check_output_dir, check_threads
 from harness.cli.polish import lazy
 from harness.config.base import ConfigError
-from harness.config.schema import load_config
+from harness.config.schema import MAX_PER_STEP, MAX_SAMPLES_PER_PROMPT, load_config
+from harness.rewards.data import heldout
 
 # loaded when the command runs (torch, transformers): `--help` and argument errors answer at once
 fit = lazy("harness.rewards.fit")
@@ -25,6 +27,12 @@ DESCRIPTION = ("Train a learned reward model from a policy's own samples labelle
                "(or, a frozen PRM, algorithm.prm=<folder>). Settings from the config's reward_model section "
                "(samples_per_round, epochs, lr, micro_batch_size) and sampling section. "
                "docs/reward_models.md")
+SAMPLE_STREAM = "rm-train"
+"""The stream the training problems are drawn from: `harness.rewards.fit.SAMPLE_STREAM` (not
+imported: that module loads torch; a test holds the two equal)."""
+SPLIT_RESOLUTION = 10_000
+"""`harness.rewards.data.heldout` splits on a hash modulo this: a --heldout-frac under half of
+1/10,000 holds out no problem, one within half of it of 1 every problem."""
 
 
 def _kind(cfg, args) -> str:
@@ -40,12 +48,27 @@ def check_args(cfg, args, kind: str) -> None:
     if kind == "prm" and args.step_labels == "exact" and not has_step_checker(cfg.task.name):
         raise ConfigError(f"--step-labels exact is invalid for task '{cfg.task.name}': it has no exact step checker; "
                           f"use --step-labels mc (Monte-Carlo completion) or --type orm")
-    if args.samples is not None and args.samples < 1:
-        raise ConfigError(f"--samples {args.samples} is invalid: must be >= 1")
+    if args.samples is not None and not 1 <= args.samples <= MAX_PER_STEP:
+        raise ConfigError(f"--samples {args.samples} is invalid: must be between 1 and {MAX_PER_STEP:,} (drawn at "
+                          f"once, as one stage of a run)")
+    G = cfg.sampling.samples_per_prompt
+    n = args.samples or cfg.reward_model.samples_per_round
+    if n % G:
+        lo, hi = n // G * G, (n // G + 1) * G
+        raise ConfigError(f"{_samples_name(args)} {n} is invalid: must be a multiple of sampling.samples_per_prompt "
+                          f"({G}): whole groups of the policy's samples ({n} would draw {hi}); give "
+                          + (f"{lo} or {hi}" if lo else f"{hi}"))
     if not 0.0 < args.heldout_frac < 1.0:
         raise ConfigError(f"--heldout-frac {args.heldout_frac} is invalid: must be in (0, 1)")
-    if args.mc_rollouts < 1:
-        raise ConfigError(f"--mc-rollouts {args.mc_rollouts} is invalid: must be >= 1")
+    if round(args.heldout_frac * SPLIT_RESOLUTION) in (0, SPLIT_RESOLUTION):
+        side = "no problem" if args.heldout_frac < 0.5 else "every problem"
+        raise ConfigError(f"--heldout-frac {args.heldout_frac} is invalid: the split is a hash of each problem's id in "
+                          f"steps of 1/{SPLIT_RESOLUTION:,}, so it holds out {side}: give a fraction between "
+                          f"{1 / SPLIT_RESOLUTION} and {1 - 1 / SPLIT_RESOLUTION}")
+    if not 1 <= args.mc_rollouts <= MAX_SAMPLES_PER_PROMPT:
+        raise ConfigError(f"--mc-rollouts {args.mc_rollouts} is invalid: must be between 1 and "
+                          f"{MAX_SAMPLES_PER_PROMPT:,} (continuations of one step, as sampling.samples_per_prompt)")
+    check_threads(cfg.train.threads, cfg.numerics, "train.threads")
     if args.policy:
         if not Path(args.policy).is_dir():
             raise ConfigError(f"--policy {args.policy!r} is invalid: not a model folder")
@@ -55,8 +78,47 @@ def check_args(cfg, args, kind: str) -> None:
         raise ConfigError(f"--init {init!r} is invalid: no {prm.RM_SPEC_FILE} there (a folder written by "
                           f"`harness rm train`)")
     check_device(cfg.device)
+    check_split(cfg, args, n)
     if args.out:
         check_output_dir(args.out, "--out")
+
+
+def _samples_name(args) -> str:
+    return "--samples" if args.samples else "reward_model.samples_per_round"
+
+
+def split_sizes(cfg, problems: int, frac: float) -> tuple[int, int]:
+    """(training problems, held-out problems) among the first ``problems`` training problems drawn
+    from the config's sample stream, as `harness.rewards.fit.train_reward_model` draws and splits
+    them (distinct problems: a stream can draw one twice)."""
+    drawn = get_task(cfg.task).sample_train(random.Random(f"{SAMPLE_STREAM}-{cfg.seed}"), problems)
+    ids = {str(p.id) for p in drawn}
+    held = sum(heldout(i, frac) for i in ids)
+    return len(ids) - held, held
+
+
+def check_split(cfg, args, n: int) -> None:
+    """``n`` samples (``sampling.samples_per_prompt`` per problem) leave problems on both sides of
+    the held-out split, before any sampling: no held-out problem leaves nothing to report the
+    reward model's quality on, no training problem nothing to train on. The problems are drawn
+    here exactly as the training draws them (a cheap draw, no model), so the check is exact; the
+    message names the numbers and a sample count that leaves both sides."""
+    G, frac = cfg.sampling.samples_per_prompt, args.heldout_frac
+    problems = n // G
+    train, held = split_sizes(cfg, problems, frac)
+    if train and held:
+        return
+    side = "holds out none of them: no held-out accuracy or AUC to report" if not held else \
+        "holds out all of them: nothing to train on"
+    fix = "raise --heldout-frac" if not held else "lower --heldout-frac"
+    more = problems * 2
+    while more * G <= MAX_PER_STEP and not all(split_sizes(cfg, more, frac)):
+        more *= 2
+    if more * G <= MAX_PER_STEP:
+        fix = f"draw more samples (e.g. --samples {more * G}: {more} problems) or {fix}"
+    distinct = f" ({train + held} distinct)" if train + held != problems else ""
+    raise ConfigError(f"{_samples_name(args)} {n} with sampling.samples_per_prompt {G} draws {problems} problem"
+                      f"{'' if problems == 1 else 's'}{distinct} and --heldout-frac {frac} {side}: {fix}")
 
 
 def cmd_rm_train(args) -> int:
