@@ -35,7 +35,8 @@ VARIANTS = {
     "aten_default": ("portable", {"ATEN_CPU_CAPABILITY": "default"}),
     "aten_avx512": ("portable", {"ATEN_CPU_CAPABILITY": "avx512"}),
     "mkl_onednn_preset": ("portable", {"MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
-                                       "MKL_ENABLE_INSTRUCTIONS": "AVX512", "OMP_NUM_THREADS": "2"}),
+                                       "MKL_ENABLE_INSTRUCTIONS": "AVX512", "OMP_NUM_THREADS": "2",
+                                       "OPENBLAS_CORETYPE": "SkylakeX", "NPY_DISABLE_CPU_FEATURES": ""}),
     "native_avx2": ("native", {"ATEN_CPU_CAPABILITY": "avx2"}),
     "native_default": ("native", {"ATEN_CPU_CAPABILITY": "default"}),
 }
@@ -95,6 +96,9 @@ def test_preset_mkl_and_onednn_variables_are_overridden(runs):
         assert _same(r, base), f"{name} differs from aten_avx2"
         assert r["numerics"]["mkl_cbwr"] == "COMPATIBLE,STRICT"
         assert r["numerics"]["pins"]["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+        # numpy's kernels and its and scipy's OpenBLAS: the pinned ones, whatever the environment preset
+        assert r["numerics"]["numpy_simd"] == ["X86_V3"]
+        assert r["numerics"]["openblas"] and set(r["numerics"]["openblas"].values()) == {"Haswell"}
         assert r["numerics"]["threads"] == 1  # the config's train.threads, not the inherited OMP_NUM_THREADS=2
         assert r["run_id"] == base["run_id"]
 
