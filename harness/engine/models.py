@@ -75,13 +75,13 @@ def build_tiny_model(cfg, tokenizer, seed: int = 0):
         try:
             model = LlamaForCausalLM(conf)
         except (MemoryError, RuntimeError) as e:
-            if not _out_of_memory(e):
+            if not is_out_of_memory(e):
                 raise
             raise ModelLoadError(_no_room(cfg, e)) from None
     return model
 
 
-def _out_of_memory(e: BaseException) -> bool:
+def is_out_of_memory(e: BaseException) -> bool:
     """Whether ``e`` is an allocation that failed (Python's MemoryError, torch's CPU allocator or
     CUDA out of memory), not a bug."""
     if isinstance(e, MemoryError):

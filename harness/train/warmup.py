@@ -33,7 +33,8 @@ import torch
 from evals.catalog import get_task
 from harness.config.schema import Config, config_hash, warmup_long_spec
 from harness.config.base import to_dict
-from harness.engine.models import build_char_tokenizer, build_tiny_model, load_policy, save_policy
+from harness.engine.errors import ModelLoadError
+from harness.engine.models import build_char_tokenizer, build_tiny_model, is_out_of_memory, load_policy, save_policy
 from harness.rundir.layout import NO_PERMISSION, NO_SPACE, RunFileError, load_json, save_torch, writing
 from harness.rundir.lock import FileLock, file_lock
 from harness.train.flops import forward_flops
@@ -304,6 +305,15 @@ def _remove_entry(out: Path) -> None:
         out.unlink()
 
 
+def _machine_problem(e: BaseException) -> bool:
+    """Whether loading failed for a reason of this machine or process (memory, threads that cannot start, a
+    library that does not import), not because the cache entry is broken."""
+    if isinstance(e, (MemoryError, ImportError)) or is_out_of_memory(e):
+        return True
+    text = str(e).lower()
+    return "pthread_create" in text or "resource temporarily unavailable" in text
+
+
 def starting_checkpoint(cfg: Config, task, device, progress: bool = True):
     """(model, tokenizer, info) for the start of RL: the cached warm-up checkpoint for the
     tiny model, or the configured local model."""
@@ -322,6 +332,10 @@ def starting_checkpoint(cfg: Config, task, device, progress: bool = True):
         if isinstance(e, OSError) and e.errno in NO_SPACE + NO_PERMISSION:
             raise  # the environment (exit 3), not the entry
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        if _machine_problem(e):  # the entry may be fine: do not advise deleting it
+            raise ModelLoadError(f"the warm-up checkpoint {out} could not be loaded in this process "
+                                 f"({type(e).__name__}: {first[:200]}): memory, threads or a library failed here, "
+                                 f"not the cache entry (it is kept)") from None
         raise RunFileError(out, f"the warm-up checkpoint cannot be loaded ({type(e).__name__}: {first[:200]})",
                            "delete this folder: the next run rebuilds it") from None
     info["source"] = str(out)
