@@ -2,7 +2,6 @@
 no traceback, nothing written outside the output directory."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import torch
 
 from harness.cli import train as cli_train
 from harness.cli.main import main
+from refusals import refused  # tests/support
 
 ROOT = Path(__file__).resolve().parents[3]
 QUICKSTART = str(ROOT / "harness" / "configs" / "quickstart.yaml")
@@ -74,21 +74,8 @@ def sandbox(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _listing(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*")}
-
-
-def _refused(capsys, argv, must, root: Path, allowed: set[str] = frozenset()):
-    before = _listing(root)
-    rc = main(argv)
-    err = capsys.readouterr().err
-    assert rc == 2, (argv, err)
-    assert "Traceback" not in err, err
-    assert must in err, (must, err)
-    assert len(err.strip().splitlines()) == 1, err
-    new = {p for p in _listing(root) - before if not any(p == a or p.startswith(a + os.sep) for a in allowed)}
-    assert not new, f"{argv} wrote {sorted(new)}"
-    return err
+def _refused(capsys, argv, must, root: Path, allowed: set[str] = frozenset()) -> str:
+    return refused(capsys, argv, must, root, allowed=allowed)
 
 
 @pytest.mark.parametrize("sets,must", [t[1:] for t in TRAIN_SETS], ids=[t[0] for t in TRAIN_SETS])

@@ -6,7 +6,6 @@ stubs that fail the test if they start."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,8 @@ from harness.cli.main import main
 from harness.config.paths import check_input_paths
 from harness.config.schema import ConfigError, ModelConfig, load_config
 from harness.engine.errors import ModelLoadError
+from refusals import refused  # tests/support
+from small_model import save_small_model  # tests/support
 
 ROOT = Path(__file__).resolve().parents[3]
 QUICKSTART = str(ROOT / "harness" / "configs" / "quickstart.yaml")
@@ -40,33 +41,19 @@ def sandbox(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     """A small complete model folder."""
-    from harness.engine.models import build_char_tokenizer, build_tiny_model, save_policy
-
-    root = tmp_path_factory.mktemp("models") / "good"
-    tok = build_char_tokenizer()
-    save_policy(build_tiny_model(ModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32), tok),
-                tok, root)
-    return root
+    folder = tmp_path_factory.mktemp("models") / "good"
+    save_small_model(folder)
+    return folder
 
 
-def _listing(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*")}
+def _nothing_started(out: str) -> None:
+    assert "results:" not in out  # the run folder's line: nothing was started
 
 
 def _refused(capsys, argv, must, root: Path, allowed=frozenset(), starts: str = "") -> str:
-    before = _listing(root)
-    rc = main(argv)
-    captured = capsys.readouterr()
-    err = captured.err
-    assert rc == 2, (argv, err)
-    assert "Traceback" not in err, err
-    assert len(err.strip().splitlines()) == 1, err
-    assert must in err, (must, err)
-    assert err.startswith(starts), err
-    assert "results:" not in captured.out  # the run folder's line: nothing was started
-    new = {p for p in _listing(root) - before if not any(p == a or p.startswith(a + os.sep) for a in allowed)}
-    assert not new, f"{argv} wrote {sorted(new)}"
-    return err.strip()
+    line = refused(capsys, argv, must, root, allowed=allowed, stdout=_nothing_started)
+    assert line.startswith(starts), line
+    return line
 
 
 def _train(sandbox: Path, *sets: str) -> list[str]:

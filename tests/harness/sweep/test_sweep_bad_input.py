@@ -18,6 +18,7 @@ from harness.sweep.plan import load_sweep
 from harness.sweep.run import run_sweep
 from harness.sweep.spec import LaunchOptions, SweepError
 from sweep_testing import run_cli, sweep_file
+from refusals import refused  # tests/support
 
 BODY = """name: bad
 grid: {seed: [0, 1]}
@@ -25,24 +26,13 @@ budget: {unit: steps, amount: 2, eval_points: 1}
 """
 
 
-def _listing(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*")}
-
-
 def _refused(capsys, tmp_path: Path, argv: list[str], must: str, rc: int = 2, plan: bool = False) -> str:
     """``harness sweep *argv`` exits ``rc`` with one stderr line holding ``must``, no traceback, nothing
     written under ``tmp_path``; the plan on stdout only when ``plan``."""
-    before = _listing(tmp_path)
-    got = main(["sweep", *argv])
-    out, err = capsys.readouterr()
-    assert got == rc, (argv, out, err)
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and must in lines[0], (must, err)
-    assert len(err) <= LINE_LIMIT + 100
-    assert ("sweep bad: 2 run(s)" in out) == plan, out
-    assert _listing(tmp_path) == before, sorted(_listing(tmp_path) - before)
-    return lines[0]
+    def plan_printed(out: str) -> None:
+        assert ("sweep bad: 2 run(s)" in out) == plan, out
+
+    return refused(capsys, ["sweep", *argv], must, tmp_path, rc=rc, max_len=LINE_LIMIT + 100, stdout=plan_printed)
 
 
 @pytest.fixture
