@@ -10,15 +10,11 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from harness.config.base import ConfigError
-from harness.config.schema import _DEVICE_RE
+from harness.config.schema import _DEVICE_RE, MAX_THREADS  # MAX_THREADS: the config's cap, one for all commands
 from harness.engine import numerics  # no torch: numerics imports it where it needs it
 from harness.rundir.read import find_run_dirs
 
 DEVICE_FORMS = "auto, cpu, cuda or cuda:N (N a CUDA device index)"
-MAX_THREADS = 1024
-"""Most CPU threads a command asks torch for: the config's cap (warmup.threads). Far more than
-any machine's cores; OpenBLAS and OpenMP fail to start many more threads (an ImportError, then a
-crash, after the work began)."""
 
 
 def device_problem(device, field: str = "device") -> Optional[str]:

@@ -79,8 +79,8 @@ from typing import Any, Optional
 
 from algorithms.presets import ALGORITHMS
 from harness.config.base import ConfigError, brief, did_you_mean, flatten
-from harness.config.schema import (NAME_RULE, Config, config_from_dict, deep_merge, is_safe_name, load_yaml,
-                                   read_yaml_file)
+from harness.config.schema import (MAX_THREADS, NAME_RULE, Config, config_from_dict, deep_merge, is_safe_name,
+                                   load_yaml, read_yaml_file)
 from harness.report.format import number
 from harness.rundir.budget import BUDGET_UNITS
 
@@ -476,8 +476,6 @@ def launcher_section(raw: Any, src: str, base_dir: Path) -> LaunchOptions:
 
 MAX_COUNT = 1 << 16
 """The largest number of workers, CPU cores, processes or GPUs per run a sweep file may ask for."""
-MAX_THREADS = 1024
-"""The most torch threads a run's process may get (``cpus // procs``): as `harness train` allows."""
 
 
 def _number_note(v: Any) -> str:
