@@ -262,14 +262,18 @@ def _default_max_new(protocol, cfg: Optional[Config]) -> tuple[int, str]:
     return DEFAULT_MAX_NEW, "the default"
 
 
+def _context(value) -> Optional[int]:
+    """A ``max_position_embeddings`` value as a context length: a positive int, else None (not said)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def model_context(folder: str) -> tuple[Optional[int], str]:
     """(the context of the model in ``folder``: ``max_position_embeddings`` of its config.json, or
     None when it does not say; where that was read)."""
     f = Path(folder) / "config.json"
     conf = read_json(f, None)
-    ctx = conf.get("max_position_embeddings") if isinstance(conf, dict) else None
-    ok = isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0
-    return (ctx if ok else None), f"max_position_embeddings in {f}"
+    return _context(conf.get("max_position_embeddings") if isinstance(conf, dict) else None), \
+        f"max_position_embeddings in {f}"
 
 
 def _check_context(args, ctx: Optional[int], where: str) -> None:
@@ -395,8 +399,7 @@ def run(args) -> int:
     try:
         model, tok = models.load_policy(model_path, gguf_file=args.gguf_file, dtype=dtype)
         if not counted:  # a GGUF model, or a folder whose tokenizer did not load alone: counted now
-            ctx = getattr(model.config, "max_position_embeddings", None) if ctx is None else ctx
-            ctx = ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else None
+            ctx = _context(getattr(model.config, "max_position_embeddings", None)) if ctx is None else ctx
             where = where or "max_position_embeddings of the model's config"
             if ctx is not None:
                 max_new, note = fit_context(max_new, explicit, source, ctx, where,
