@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import random
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from harness.cli.checks import check_device, check_output_dir, check_threads
 from harness.cli.polish import lazy
 from harness.config.base import ConfigError
 from harness.config.schema import MAX_PER_STEP, MAX_SAMPLES_PER_PROMPT, load_config
-from harness.rewards.data import heldout
+from harness.rewards.data import heldout, training_problems
 
 # loaded when the command runs (torch, transformers): `--help` and argument errors answer at once
 fit = lazy("harness.rewards.fit")
@@ -27,9 +26,6 @@ DESCRIPTION = ("Train a learned reward model from a policy's own samples labelle
                "(or, a frozen PRM, algorithm.prm=<folder>). Settings from the config's reward_model section "
                "(samples_per_round, epochs, lr, micro_batch_size) and sampling section. "
                "docs/reward_models.md")
-SAMPLE_STREAM = "rm-train"
-"""The stream the training problems are drawn from: `harness.rewards.fit.SAMPLE_STREAM` (not
-imported: that module loads torch; a test holds the two equal)."""
 SPLIT_RESOLUTION = 10_000
 """`harness.rewards.data.heldout` splits on a hash modulo this: a --heldout-frac under half of
 1/10,000 holds out no problem, one within half of it of 1 every problem."""
@@ -91,7 +87,7 @@ def split_sizes(cfg, problems: int, frac: float) -> tuple[int, int]:
     """(training problems, held-out problems) among the first ``problems`` training problems drawn
     from the config's sample stream, as `harness.rewards.fit.train_reward_model` draws and splits
     them (distinct problems: a stream can draw one twice)."""
-    drawn = get_task(cfg.task).sample_train(random.Random(f"{SAMPLE_STREAM}-{cfg.seed}"), problems)
+    drawn = training_problems(get_task(cfg.task), cfg.seed, problems)
     ids = {str(p.id) for p in drawn}
     held = sum(heldout(i, frac) for i in ids)
     return len(ids) - held, held

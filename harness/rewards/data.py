@@ -78,6 +78,16 @@ def replay_draw(history: Sequence[Example], fraction: float, rng: random.Random)
     return rng.sample(list(history), replay_count(len(history), fraction))
 
 
+SAMPLE_STREAM = "rm-train"
+"""The random stream (with the config's seed) a reward model's training problems are drawn from."""
+
+
+def training_problems(task: Task, seed: int, count: int) -> list[Problem]:
+    """The ``count`` training problems a reward model of run seed ``seed`` is trained on, drawn from
+    :data:`SAMPLE_STREAM` (`harness rm train` draws them; its up-front split check draws the same)."""
+    return task.sample_train(random.Random(f"{SAMPLE_STREAM}-{seed}"), count)
+
+
 def heldout(problem_id: str, fraction: float) -> bool:
     """Whether a problem is in the held-out part of a reward model's data (a hash of its id, so
     every sample of a problem falls on the same side)."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import time
 from pathlib import Path
 from typing import Optional
@@ -35,11 +34,10 @@ from harness.config.base import stable_hash
 from harness.engine import numerics
 from harness.engine.models import load_policy, resolve_device
 from harness.engine.sampling import sample
-from harness.rewards.data import DATA_FILE, Example, heldout, label_exact
+from harness.rewards.data import DATA_FILE, Example, heldout, label_exact, training_problems
 from harness.rewards.learned import TaggedRM
 from harness.train.warmup import starting_checkpoint
 
-SAMPLE_STREAM = "rm-train"
 METRICS_FILE = "metrics.json"
 
 
@@ -120,7 +118,7 @@ def train_reward_model(cfg, kind: str, *, policy_dir: Optional[str] = None, init
     folder = Path(out) if out else default_out(cfg, kind, settings)
     t0 = time.perf_counter()
     G, sc = cfg.sampling.samples_per_prompt, cfg.sampling
-    problems = task.sample_train(random.Random(f"{SAMPLE_STREAM}-{cfg.seed}"), math.ceil(n / G))
+    problems = training_problems(task, cfg.seed, math.ceil(n / G))
     ro = sample(policy, tok, [task.format_prompt(p) for p in problems], n=G, max_new_tokens=sc.max_new_tokens,
                 temperature=sc.temperature, top_p=sc.top_p, seed=cfg.seed, offsets=False, backend=sc.backend)
     reps = [p for p in problems for _ in range(G)]

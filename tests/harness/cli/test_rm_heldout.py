@@ -38,9 +38,10 @@ def _cfg(*sets):
     return load_config(QS, list(sets))
 
 
-def test_the_sample_stream_is_the_trainings():
+def test_the_split_check_draws_what_the_training_draws():
     import harness.rewards.fit as fit
-    assert cli_rm.SAMPLE_STREAM == fit.SAMPLE_STREAM
+    from harness.rewards import data
+    assert cli_rm.training_problems is fit.training_problems is data.training_problems
 
 
 def test_no_held_out_problem_is_refused(sandbox, capsys):
