@@ -12,6 +12,7 @@ from typing import Iterable, Optional
 from harness.config.base import ConfigError
 from harness.config.schema import _DEVICE_RE, MAX_THREADS  # MAX_THREADS: the config's cap, one for all commands
 from harness.engine import numerics  # no torch: numerics imports it where it needs it
+from harness.rundir.layout import existing_ancestor
 from harness.rundir.read import find_run_dirs
 
 DEVICE_FORMS = "auto, cpu, cuda or cuda:N (N a CUDA device index)"
@@ -66,18 +67,11 @@ def check_threads(threads: int, mode: str, field: str) -> None:
         raise ConfigError(bad)
 
 
-def _existing_ancestor(p: Path) -> Path:
-    a = p
-    while not a.exists() and not a.is_symlink() and a != a.parent:
-        a = a.parent
-    return a
-
-
 def check_output_dir(path: str | os.PathLike, field: str) -> Path:
     """``path`` is (or can become) a writable directory: not a file, nor under one; created if
     missing and probed with a temporary file (removed). Returns it."""
     p = Path(path).expanduser()
-    a = _existing_ancestor(p)
+    a = existing_ancestor(p)
     if a.exists() and not a.is_dir():
         where = "is a file" if a == p else f"is under {a}, which is a file"
         raise ConfigError(f"{field}={str(path)!r} is invalid: {where}, not a directory")
@@ -96,7 +90,7 @@ def new_folders(path: str | os.PathLike) -> list[Path]:
     """The folders `check_output_dir` would create for ``path`` (the missing ones, deepest first):
     what :func:`remove_new_folders` takes away again when the command is refused after the check."""
     p = Path(path).expanduser()
-    a = _existing_ancestor(p)
+    a = existing_ancestor(p)
     out = []
     while p != a and p != p.parent:
         out.append(p)

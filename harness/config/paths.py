@@ -30,7 +30,7 @@ from harness.engine.errors import ModelLoadError
 
 
 def _torch_module(name: str):
-    """``harness.engine.models`` or ``evals.prm``: they import torch, so they are loaded only when a check needs them."""
+    """``harness.engine.models`` or ``evals.prm``: they import torch, so they load only when a check needs them."""
     return importlib.import_module(name)
 
 __all__ = ["check_input_paths", "check_model_path", "check_reward_model_init", "check_task_data"]
@@ -123,7 +123,8 @@ def check_reward_model_init(cfg) -> None:
         raise _refuse("reward_model.init", rm.init, "not a folder (a folder written by `harness rm train`)")
     kind = _reward_model_kind("reward_model.init", rm.init)
     if kind is None:
-        raise _refuse("reward_model.init", rm.init, f"no {_torch_module('evals.prm').RM_SPEC_FILE} there: not a reward model written by "
+        spec_file = _torch_module("evals.prm").RM_SPEC_FILE
+        raise _refuse("reward_model.init", rm.init, f"no {spec_file} there: not a reward model written by "
                                                     f"`harness rm train`")
     if rm.type in ("orm", "prm") and kind != rm.type:
         raise _refuse("reward_model.init", rm.init, f"it is a{'n' if kind == 'orm' else ''} {kind} and "

@@ -120,8 +120,9 @@ def env_for(mode: str, threads: Optional[int] = None, base: Optional[dict] = Non
     return env
 
 
-def _has_avx2_fma() -> bool:
-    isa = cpu_info()["isa"]
+def _has_avx2_fma(cpu: Optional[dict] = None) -> bool:
+    """Whether the CPU (``cpu``: a :func:`cpu_info` already read) has AVX2 and FMA."""
+    isa = (cpu or cpu_info())["isa"]
     return "avx2" in isa and "fma" in isa
 
 
@@ -292,6 +293,7 @@ def state(mode: str, device: str = "cpu") -> dict:
     import torch
 
     cpu = cpu_info()
+    avx2 = _has_avx2_fma(cpu)
     aten = torch.backends.cpu.get_cpu_capability()
     mkl = mkl_branch()
     npy = numpy_state()
@@ -312,16 +314,16 @@ def state(mode: str, device: str = "cpu") -> dict:
     # pinned), its evaluation statistics and reports can, in the last bits: recorded as not portable, not refused
     late = []
     above = [g for g in npy["simd"] if g not in ("X86_V2", NUMPY_PINNED)]
-    if above and _has_avx2_fma():
+    if above and avx2:
         late.append(f"numpy's kernels at {', '.join(above)} (pinned: {NUMPY_PINNED})")
     off = {lib: core for lib, core in npy["openblas"].items()
            if core and core.lower() != PINS["OPENBLAS_CORETYPE"].lower()}
-    if off and _has_avx2_fma():
+    if off and avx2:
         late.append("OpenBLAS kernels " + ", ".join(f"{core} ({lib})" for lib, core in off.items())
                     + f" (pinned: {PINS['OPENBLAS_CORETYPE']})")
     if cpu["arch"] not in ("x86_64", "AMD64"):
         st["why"] = f"architecture {cpu['arch']}: portable numerics cover x86-64 only"
-    elif "avx2" not in cpu["isa"] or "fma" not in cpu["isa"]:
+    elif not avx2:
         st["why"] = "this CPU has no AVX2/FMA: ATen falls back to its default kernels"
     elif wrong:
         st["pinned"] = False

@@ -111,15 +111,21 @@ def make_run_dir(path: str | os.PathLike) -> Path:
     return p
 
 
+def existing_ancestor(p: Path) -> Path:
+    """The nearest of ``p`` and its parents that exists (or is a link, dangling or not)."""
+    a = p
+    while not os.path.lexists(a) and a != a.parent:
+        a = a.parent
+    return a
+
+
 def dir_problem(path: str | os.PathLike) -> str:
     """Why ``path`` cannot be (made) a writable folder, found without creating it ('' when it can): it
     is a file or under one (or a dangling link), or its nearest existing folder takes no new entry
     (probed with a temporary folder, removed at once: nothing is left behind). The check a command
     makes of an output folder before it writes anything (``--dry-run`` included)."""
     p = Path(path).expanduser()
-    a = p
-    while not os.path.lexists(a) and a != a.parent:
-        a = a.parent
+    a = existing_ancestor(p)
     if os.path.lexists(a) and not a.is_dir():
         where = "is" if a == p else f"is under {a}, which is"
         if a.is_symlink() and not a.exists():

@@ -32,7 +32,7 @@ closest valid key)::
       cpus: 1                     #   per run: CPU cores = torch threads (ray: num_cpus)
       gpus: auto                  #   per run: GPUs (auto = 1 when GPUs exist, else 0;
                                   #   fractions share a GPU); ray: num_gpus. More than this machine
-                                  #   shows (local) is refused before anything runs (--dry-run: exit 2)
+                                  #   shows (local) is refused before anything runs (--dry-run warns)
       procs: 1                    #   per run: processes (torchrun) for multi-GPU learners
       zero_stage: null            #   2 | 3: DeepSpeed ZeRO for the run's learner
                                   #   (harness/configs/deepspeed/zero{2,3}.json); needs procs > 1
