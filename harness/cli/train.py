@@ -71,14 +71,6 @@ def warn_config(cfg, command: str) -> None:
         print(f"harness {command}: warning: {line}", file=sys.stderr)
 
 
-def check_models(cfg) -> None:
-    """Every file and folder the run of ``cfg`` reads (the policy, algorithm.prm, reward_model.init,
-    the task's data) is there and whole before the run directory is made:
-    :func:`harness.config.paths.check_input_paths` (ConfigError or `ModelLoadError` naming the
-    field and the path, one line, exit 2)."""
-    check_input_paths(cfg)
-
-
 def uses_warmup_cache(cfg) -> bool:
     """Whether a run of ``cfg`` reads or builds the cached warm-up (the tiny model, warm-up on)."""
     return cfg.model.name_or_path == "tiny" and cfg.warmup.enabled
@@ -99,11 +91,12 @@ def output_field(args) -> str:
 
 def check_start(cfg, field: str = "output_dir") -> None:
     """Everything a run of ``cfg`` needs that can be checked before its run folder is made, in
-    the order a refusal writes least: the device, every path it reads (:func:`check_models`),
+    the order a refusal writes least: the device, every path it reads
+    (:func:`harness.config.paths.check_input_paths`),
     then the output directory (``field`` names it) and the warm-up cache, each created if
     missing. One line naming the field or option, exit 2."""
     check_device(cfg.device)
-    check_models(cfg)
+    check_input_paths(cfg)
     check_output_dir(cfg.output_dir, field)
     check_warmup_cache(cfg)
 
@@ -145,7 +138,7 @@ def cmd_quickstart(args) -> int:
     # paths, then the results root and the warm-up cache (created if missing)
     for r in runs:
         check_device(r.config.device)
-        check_models(r.config)
+        check_input_paths(r.config)
     check_output_dir(sw.output_dir, output_field(args))
     for r in {str(warmup.warmup_cache_root(r.config)): r for r in runs}.values():  # each cache once
         check_warmup_cache(r.config)
@@ -197,7 +190,7 @@ def cmd_warmup(args) -> int:
     cfg = load_config(args.config, _overrides(args))
     warn_config(cfg, "warmup")
     check_device(cfg.device)
-    check_models(cfg)
+    check_input_paths(cfg)
     if (uses_warmup_cache(cfg) and not cfg.warmup.cache_dir) or args.output_dir is not None:
         check_output_dir(cfg.output_dir, output_field(args))  # the cache's root, or a folder asked for
     check_warmup_cache(cfg)
