@@ -21,7 +21,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-torch.set_num_threads(1)
+numerics.enter("portable", 1)  # one thread; matrix products in portable_blas for every test, whatever ran before
 
 # A shell starts background jobs with SIGINT ignored, and children inherit that: the Ctrl-C tests
 # (sweep, `harness ui`) would then send a signal their subprocess never sees. Give this process a

@@ -6,12 +6,13 @@ its own order, so the same run gives other weights on another CPU kind:
 - ATen's vectorised kernels (softmax, norms, exp/log, reductions) dispatch on the widest ISA
   the CPU has (AVX-512 or AVX2); ``ATEN_CPU_CAPABILITY`` fixes it. Read at the first kernel.
 - MKL's sgemm (every linear layer) dispatches on the CPU *and its vendor*. Its conditional
-  numerical reproducibility (``MKL_CBWR``) pins a branch, but on non-Intel CPUs every branch
-  except ``COMPATIBLE`` silently falls back to ``AUTO`` (MKL's documentation says so, and
-  ``MKL_VERBOSE=1`` prints ``CNR:AUTO`` for ``MKL_CBWR=AVX2`` on an AMD EPYC). ``COMPATIBLE``
-  (SSE2 without the vendor-specific rcpps/rsqrtps) is the one branch that gives the same
-  bits on Intel and AMD; ``STRICT`` adds independence from the data's alignment. Read at
-  MKL's first call (and settable then through ``mkl_serv_cbwr_set``).
+  numerical reproducibility (``MKL_CBWR``) pins a branch, and ``COMPATIBLE,STRICT`` is documented
+  to give the same bits on Intel and AMD; measured, it did not (the quickstart's warm-up trained
+  other weights on an Intel Xeon than on an AMD EPYC with that branch read back in force, and
+  sgemm is the only MKL function a run calls). Portable mode therefore takes MKL out of the path:
+  every CPU matrix product runs in OpenBLAS's Haswell kernels, called single-threaded in blocks
+  fixed by the shape, and attention in torch's math path (`harness.engine.portable_blas`, installed
+  by `enter`). The MKL pin stays, for anything that still reaches MKL.
 - oneDNN's JIT picks its ISA; ``ONEDNN_MAX_CPU_ISA`` caps it.
 - numpy (the reports' statistics, maj@k) does the same twice over: its own kernels (float64 ``exp`` and ``log``
   among them) dispatch on the CPU's ISA group, X86_V4 (AVX-512) or X86_V3 (AVX2), read once at numpy's import
@@ -54,6 +55,10 @@ PINS = {
     "OMP_DYNAMIC": "FALSE",
     "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",  # numpy's kernels at X86_V3 (AVX2) at most
     "OPENBLAS_CORETYPE": "Haswell",  # numpy's and scipy's OpenBLAS: the AVX2 kernels on every CPU
+    "OPENBLAS_NUM_THREADS": "1",  # ... on one thread (`thread_env`): not the machine's core count
+    # not numerics but speed: the matrix products run on threads of portable_blas's own, and OpenMP's idle threads
+    # spinning between ATen's parallel regions took their cores (a warm-up step 0.39 s spinning, 0.30 s passive)
+    "OMP_WAIT_POLICY": "PASSIVE",
 }
 # pins that name code a CPU must be able to run: set only where it has AVX2 and FMA (elsewhere OpenBLAS would be
 # forced onto instructions the CPU lacks; portability does not hold there anyway: `state` says so)
@@ -115,9 +120,19 @@ def env_for(mode: str, threads: Optional[int] = None, base: Optional[dict] = Non
         else:
             env.pop(k, None)
     if threads:
-        t = str(int(threads))
-        env.update(OMP_NUM_THREADS=t, MKL_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t)
+        env.update(thread_env(mode, threads))
+    elif mode == "portable":
+        env["OPENBLAS_NUM_THREADS"] = "1"
     return env
+
+
+def thread_env(mode: str, threads: int) -> dict:
+    """The thread variables of a child running ``threads`` threads in ``mode``. In portable mode OpenBLAS runs
+    on one thread whatever the count: its multi-threaded products partition the output by the thread count and
+    sum the edges in another order, so numpy's ``@`` would follow the machine's cores (OpenBLAS's default) or the
+    count; the harness's own products parallelise by the shape (`harness.engine.portable_blas`)."""
+    t = str(int(threads))
+    return {"OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "OPENBLAS_NUM_THREADS": "1" if mode == "portable" else t}
 
 
 def _has_avx2_fma(cpu: Optional[dict] = None) -> bool:
@@ -197,6 +212,10 @@ def enter(mode: str, threads: int, device: str = "cpu") -> dict:
 
     check_mode(mode)
     pin_process(mode)
+    if mode == "portable" and not str(device).startswith("cuda"):
+        from harness.engine import portable_blas  # every CPU matrix product in OpenBLAS's pinned kernels
+
+        portable_blas.install()
     if threads:
         torch.set_num_threads(int(threads))
         for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # for children (DeepSpeed, verifier pools)
@@ -297,8 +316,13 @@ def state(mode: str, device: str = "cpu") -> dict:
     aten = torch.backends.cpu.get_cpu_capability()
     mkl = mkl_branch()
     npy = numpy_state()
+    from harness.engine import portable_blas
+
+    blas = portable_blas.describe()
     st = {"mode": mode, "pins": {k: os.environ.get(k) for k in PINS},
           "aten_capability": aten, "mkl_cbwr": mkl, "numpy_simd": npy["simd"], "openblas": npy["openblas"],
+          "matmul": (f"OpenBLAS {blas.get('core', '?')} ({blas.get('library', '?')})" if blas.get("installed")
+                     else "torch's own (MKL)"),
           "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
           "device": str(device), "pinned": None, "portable": False, "why": ""}
     if mode != "portable":
@@ -309,6 +333,8 @@ def state(mode: str, device: str = "cpu") -> dict:
         wrong.append(f"ATen kernels at {aten} (pinned: AVX2)")
     if mkl is not None and mkl != "COMPATIBLE,STRICT":
         wrong.append(f"MKL at CNR {mkl} (pinned: COMPATIBLE,STRICT)")
+    if not blas.get("installed") and not str(device).startswith("cuda"):
+        wrong.append("matrix products in MKL (harness.engine.portable_blas is not installed: enter() installs it)")
     # numpy reads its pins once, when it is imported (torch imports it): a process that imported either before
     # pin_process keeps the CPU's own numpy kernels. Its training numbers do not depend on them (torch's kernels are
     # pinned), its evaluation statistics and reports can, in the last bits: recorded as not portable, not refused

@@ -457,11 +457,11 @@ class LocalLauncher:
         return workers, slots
 
     def _env(self, payload: dict, slot: Optional[str]) -> dict:
-        env = numerics.env_for(payload.get("numerics") or numerics.DEFAULT_MODE, payload["threads"])
+        mode = payload.get("numerics") or numerics.DEFAULT_MODE
+        env = numerics.env_for(mode, payload["threads"])
         env.update(payload["env"])
         env["PYTHONPATH"] = os.pathsep.join(payload["sys_path"] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        t = str(payload["threads"])
-        env.update(OMP_NUM_THREADS=t, MKL_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t, PYTHONUNBUFFERED="1")
+        env.update(numerics.thread_env(mode, payload["threads"]), PYTHONUNBUFFERED="1")
         if slot is not None:
             env["CUDA_VISIBLE_DEVICES"] = slot
         elif _visible_ids():

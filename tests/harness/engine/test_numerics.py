@@ -115,7 +115,7 @@ def test_portable_children_pin_numpy_and_openblas_too():
 
 
 _NUMPY_STATE = ("from harness.engine import numerics\n"
-                "st = numerics.state('portable')\n"
+                "st = numerics.enter('portable', 1)\n"
                 "print(json.dumps({k: st[k] for k in ('numpy_simd', 'openblas', 'portable', 'why')}))\n")
 
 
