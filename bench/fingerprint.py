@@ -32,6 +32,19 @@ from pathlib import Path
 
 from _common import NUMERICS, ROOT, numerics  # pins the numerics (portable by default) before torch or numpy load
 
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from evals.metrics import maj_at_k_curve  # noqa: E402
+from harness.config.schema import load_config  # noqa: E402
+from harness.engine import fastlm  # noqa: E402
+from harness.engine.learner import make_batch, token_logprobs  # noqa: E402
+from harness.engine.models import build_char_tokenizer, build_tiny_model  # noqa: E402
+from harness.engine.sampling import sample  # noqa: E402
+from harness.report.curvefit import fit_curve  # noqa: E402
+from harness.report.stats import hierarchical_bootstrap  # noqa: E402
+from harness.train.loop import train  # noqa: E402
+
 EXPECTED = Path(__file__).with_name("fingerprint.json")
 CONFIG = ROOT / "harness" / "configs" / "quickstart.yaml"
 NOT_BITS = ("perf/", "time", "seconds")  # wall-clock figures: the only metric values allowed to differ
@@ -41,9 +54,6 @@ RUN_SETS = ["warmup.steps=80", "warmup.examples_per_step=32", "train.prompts_per
 
 
 def _digest(*items) -> str:
-    import numpy as np
-    import torch
-
     m = hashlib.sha256()
     for x in items:
         if isinstance(x, torch.Tensor):
@@ -56,14 +66,6 @@ def _digest(*items) -> str:
 
 
 def kernels(threads: int) -> dict:
-    import torch
-
-    from harness.config.schema import load_config
-    from harness.engine import fastlm
-    from harness.engine.learner import make_batch, token_logprobs
-    from harness.engine.models import build_char_tokenizer, build_tiny_model
-    from harness.engine.sampling import sample
-
     numerics.enter(NUMERICS, threads)
     cfg = load_config(str(CONFIG), ["device=cpu"])
     tok = build_char_tokenizer()
@@ -95,12 +97,6 @@ def kernels(threads: int) -> dict:
 
 
 def runs(tmp: Path) -> dict:
-    import torch
-
-    from harness.config.schema import load_config
-    from harness.engine import fastlm
-    from harness.train.loop import train
-
     out = {}
     cases = [("grpo", 1, True), ("ppo", 1, True), ("rft", 1, True), ("grpo", 2, True), ("grpo", 1, False)]
     for algo, threads, fast in cases:
@@ -131,12 +127,6 @@ def runs(tmp: Path) -> dict:
 
 
 def stats() -> dict:
-    import numpy as np
-
-    from evals.metrics import maj_at_k_curve
-    from harness.report.curvefit import fit_curve
-    from harness.report.stats import hierarchical_bootstrap
-
     rng = np.random.default_rng(11)
     per_seed = [rng.integers(0, 2, size=200).astype(float) - rng.integers(0, 2, size=200) for _ in range(6)]
     draws = hierarchical_bootstrap(per_seed, n_boot=2000, rng=np.random.default_rng(3))
@@ -169,8 +159,6 @@ def fingerprint(parts=PARTS) -> dict:
     out["_machine"] = {"cpu": cpu["model"], "vendor": cpu["vendor"], "isa": cpu["isa"], "numerics": NUMERICS,
                        "portable": st["portable"], "why": st["why"], "matmul": st["matmul"],
                        "aten": st["aten_capability"], "numpy": st["numpy_simd"]}
-    import numpy as np
-    import torch
     out["_versions"] = {"torch": torch.__version__, "numpy": np.__version__}
     return out
 

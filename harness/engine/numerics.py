@@ -1,4 +1,4 @@
-"""Numerics mode: the same numbers on every x86-64 CPU with AVX2, or the fastest path this CPU has.
+"""Numerics mode: kernels whose summation order no CPU kind chooses (portable), or this CPU's fastest (native).
 
 Three libraries inside torch choose a code path by the CPU they find, and each path sums in
 its own order, so the same run gives other weights on another CPU kind:
@@ -33,6 +33,7 @@ This module imports no torch at import time: the CLI imports it first.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import platform
@@ -213,9 +214,7 @@ def enter(mode: str, threads: int, device: str = "cpu") -> dict:
     check_mode(mode)
     pin_process(mode)
     if mode == "portable" and not str(device).startswith("cuda"):
-        from harness.engine import portable_blas  # every CPU matrix product in OpenBLAS's pinned kernels
-
-        portable_blas.install()
+        _portable_blas().install()  # every CPU matrix product in OpenBLAS's pinned kernels
     if threads:
         torch.set_num_threads(int(threads))
         for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # for children (DeepSpeed, verifier pools)
@@ -227,6 +226,11 @@ def enter(mode: str, threads: int, device: str = "cpu") -> dict:
             f"{ENV_MODE}=portable (the harness CLI does), call harness.engine.numerics.pin_process() before "
             f"torch runs any kernel, or set numerics: native")
     return st
+
+
+def _portable_blas():
+    """harness.engine.portable_blas, loaded when first needed (it imports torch; this module must not)."""
+    return importlib.import_module("harness.engine.portable_blas")
 
 
 def _torch_lib():
@@ -316,9 +320,7 @@ def state(mode: str, device: str = "cpu") -> dict:
     aten = torch.backends.cpu.get_cpu_capability()
     mkl = mkl_branch()
     npy = numpy_state()
-    from harness.engine import portable_blas
-
-    blas = portable_blas.describe()
+    blas = _portable_blas().describe()
     st = {"mode": mode, "pins": {k: os.environ.get(k) for k in PINS},
           "aten_capability": aten, "mkl_cbwr": mkl, "numpy_simd": npy["simd"], "openblas": npy["openblas"],
           "matmul": (f"OpenBLAS {blas.get('core', '?')} ({blas.get('library', '?')})" if blas.get("installed")

@@ -3,9 +3,8 @@
 One dict, recorded in ``summary.json`` (``provenance``), mirrored to the trackers as tags and
 printed in the report's header:
 
-- ``numerics``  the mode, the pins, what ATen and MKL actually use, thread counts and
-  whether the result is expected to be bit-identical on every x86-64 CPU with AVX2
-  (`harness.engine.numerics.state`)
+- ``numerics``  the mode, the pins, what ATen, the matrix products, MKL, numpy and OpenBLAS actually use,
+  thread counts and whether the run's kernels are the portable ones (`harness.engine.numerics.state`)
 - ``cpu``       model name, vendor, architecture, the vector-ISA flags present, cores
 - ``versions``  Python, torch, transformers, numpy, MKL, oneDNN, grpo-harness
 - ``code``      the project's git commit and whether the tree was dirty (None outside a checkout)
@@ -25,7 +24,13 @@ from typing import Optional
 
 from harness.engine.numerics import cpu_info, mkl_version, state
 
-PORTABLE_CLAIM = "reproduces bit-for-bit on any x86-64 CPU with AVX2 in portable mode"
+# what a portable result claims: its kernels take no path by CPU kind; which kinds it was verified identical on is
+# evidence, kept in the README (bench/fingerprint.py checks a machine), not assumed here
+PORTABLE_CLAIM = ("portable: no kernel picks its summation order by CPU kind (verified identical on the CPU kinds the "
+                  "README lists under 'Same numbers on Intel and AMD')")
+# runs from before portable_blas (no ``matmul`` in their record): MKL's COMPATIBLE branch did the products
+MKL_ERA_CLAIM = ("portable mode of its commit: matrix products in MKL's COMPATIBLE branch, which gave other bits on an "
+                 "Intel Xeon than on an AMD EPYC (issue 43); bit-identical on the CPU kind that made it")
 
 
 def _version(mod: str) -> Optional[str]:
@@ -129,11 +134,16 @@ def describe(prov: dict) -> list[str]:
         return ["provenance: not recorded (a run from before provenance was recorded)"]
     n, c, v, code = prov.get("numerics") or {}, prov.get("cpu") or {}, prov.get("versions") or {}, prov.get("code")
     commit = "not a git checkout" if not code else f"{code.get('commit')}{' (dirty tree)' if code.get('dirty') else ''}"
-    port = (PORTABLE_CLAIM if n.get("portable") else f"not portable: {n.get('why') or 'unknown'}")
+    matmul = n.get("matmul")
+    if not n.get("portable"):
+        port = f"not portable: {n.get('why') or 'unknown'}"
+    else:
+        port = PORTABLE_CLAIM if matmul else MKL_ERA_CLAIM
+    products = f"matmul {matmul}" if matmul else f"MKL CNR {n.get('mkl_cbwr')}"
     vers = ", ".join(f"{k} {val}" for k, val in v.items() if val)
     return [f"code: {commit}",
             f"CPU: {c.get('model')} ({c.get('arch')}; {' '.join(c.get('isa') or [])})",
-            f"numerics: {n.get('mode')} (ATen {n.get('aten_capability')}, MKL CNR {n.get('mkl_cbwr')}, "
+            f"numerics: {n.get('mode')} (ATen {n.get('aten_capability')}, {products}, "
             f"{n.get('threads')} thread{'' if n.get('threads') == 1 else 's'}): {port}",
             f"versions: {vers}",
             f"command: {prov.get('command')}"]
