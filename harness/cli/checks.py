@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from harness.config.base import ConfigError
-from harness.config.schema import _DEVICE_RE, MAX_THREADS  # MAX_THREADS: the config's cap, one for all commands
+from harness.config.rules import _DEVICE_RE, MAX_THREADS  # MAX_THREADS: the config's cap, one for all commands
 from harness.engine import numerics  # no torch: numerics imports it where it needs it
 from harness.rundir.layout import existing_ancestor
 from harness.rundir.read import find_run_dirs

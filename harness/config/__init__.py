@@ -1,1 +1,1 @@
-"""Run configuration: the frozen, documented dataclasses of a run (schema) and the strict YAML machinery under them (base); the shipped config files are data, in harness/configs/."""
+"""Run configuration: the documented dataclasses of a run (fields, sections, algorithm), each input rule once (rules), what sections must agree on (validation), raw mappings and --set (overrides), YAML in and out (loading, over base and yamlsafe), the public names re-exported by schema; the shipped config files are data, in harness/configs/."""

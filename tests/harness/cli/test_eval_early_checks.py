@@ -97,7 +97,7 @@ def test_check_device_on_a_gpu_machine(device, monkeypatch):
 
 
 def test_device_problem_uses_the_config_rule():
-    from harness.config.schema import _DEVICE_RE
+    from harness.config.rules import _DEVICE_RE
     for good in ("auto", "cpu", "cuda", "cuda:0", "cuda:12"):
         assert checks.device_problem(good) is None and _DEVICE_RE.match(good)
     assert checks.device_problem(None, "device") == "device=None is invalid: expected auto, cpu, cuda or cuda:N " \

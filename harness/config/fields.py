@@ -1,0 +1,78 @@
+"""The run config: its top-level fields and its sections, and the algorithm as it runs (resolved once).
+
+A loaded :class:`Config` holds ``algorithm`` (the section as given, components left null for the
+preset) and :attr:`Config.algo` (the same section with the preset's components filled in: what
+runs). Everything downstream reads ``cfg.algo``; the ``algorithm: ppo`` shorthand and section
+renaming are read only by :mod:`harness.config.overrides`, on the raw mappings before a config is
+built. Validation across sections is :mod:`harness.config.validation`'s.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+
+from algorithms.presets import resolve
+from harness.config import validation
+from harness.config.algorithm import AlgorithmConfig, RewardModelConfig
+from harness.config.base import to_dict
+from harness.config.sections import (BudgetConfig, EvalConfig, ModelConfig, SamplingConfig, TaskConfig,
+                                     TrackingConfig, TrainConfig, WarmupConfig)
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str = "default"
+    """Experiment name: results go to <output_dir>/<name>/<run_id>/."""
+    seed: int = 0
+    """Seed of sampling, initialisation and prompt order."""
+    output_dir: str = "results"
+    """Root of run outputs."""
+    device: str = "auto"
+    """cpu, cuda, cuda:N, or auto (cuda when available)."""
+    numerics: str = "portable"
+    """portable: ATen, MKL and oneDNN pinned to code paths that give the same bits on every
+    x86-64 CPU with AVX2 (Intel or AMD), and a fixed thread count; native: each library picks
+    this CPU's fastest path (results then differ between CPU kinds). See
+    harness/engine/numerics.py; every run records which it used."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy (and, for PPO, the critic backbone)."""
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """The task trained and evaluated on."""
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    """Supervised warm-up that makes the starting checkpoint."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Rollout generation."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Optimisation of the policy."""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """The RL algorithm, as a composition of named parts."""
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    """When to stop and when to evaluate."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Held-out evaluation at budget checkpoints."""
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    """Trackers mirrored from metrics.jsonl."""
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    """A learned reward model (orm, prm, PRIME's implicit PRM) and iterative RL; off by default."""
+
+    def validate(self):
+        validation.check_config(self)
+
+    def replace(self, **sections) -> "Config":
+        return dataclasses.replace(self, **sections)
+
+    @functools.cached_property
+    def algo(self) -> AlgorithmConfig:
+        """The algorithm as it runs: the ``algorithm`` section with every component it left null set
+        to its preset's (:func:`algorithms.presets.resolve`), holding every setting of the algorithm.
+        Built once, when the config is validated (loaded); the learner, the loop, run ids,
+        config.yaml, displays and trackers read it. ``algorithm`` stays the section as given (what
+        summary.json and a sweep's plan record)."""
+        return resolve(self.algorithm)
+
+    def effective_dict(self) -> dict:
+        """The config as it runs, as a plain dict: :func:`to_dict` of it with the ``algorithm``
+        section resolved (:attr:`algo`). What config.yaml, ``harness config --show`` and the
+        trackers show, and what a run id hashes (``harness.rundir.ids``)."""
+        return {**to_dict(self), "algorithm": to_dict(self.algo)}

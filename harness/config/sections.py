@@ -1,0 +1,392 @@
+"""The sections of a run config other than the algorithm's: model, task, warm-up, sampling, training, budget, evaluation and tracking.
+
+Each section is a frozen dataclass whose fields carry a docstring; its ``validate()`` refuses a
+value outside the field's rules (:mod:`harness.config.rules`) with a message naming the field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Optional
+
+from evals.arith import HELDOUT_MOD, describe_knobs, problem_space, space_problem, split_sizes
+from evals.catalog import available_tasks
+from evals.tasks import TaskSpec
+from harness.config.base import ConfigError, check, check_choice
+from harness.config.rules import (MAX_ARITH_EVAL_SIZE, MAX_BUDGET, MAX_EVAL_POINTS, MAX_NEW_TOKENS, MAX_PER_STEP,
+                                  MAX_SAMPLES_PER_PROMPT, MAX_TINY_PARAMS, MLFLOW_URI_FORMS, TINY_VOCAB_SIZE,
+                                  WANDB_MODES, _WANDB_PROJECT_BAD, check_threads, dir_path_problem,
+                                  mlflow_uri_problem)
+from harness.rundir.budget import BUDGET_UNITS
+
+
+def tiny_param_count(m: "ModelConfig") -> int:
+    """Parameters of the built-in tiny model ``m`` describes (`harness.engine.models.build_tiny_model`:
+    a Llama with tied embeddings, as many key/value heads as heads, no biases): the embedding,
+    per layer four hidden x hidden attention projections, three hidden x intermediate MLP
+    projections and two norms, and the final norm."""
+    h, i = m.hidden_size, m.intermediate_size
+    return TINY_VOCAB_SIZE * h + m.num_layers * (4 * h * h + 3 * h * i + 2 * h) + h
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name_or_path: str = "tiny"
+    """'tiny' builds the built-in Llama-style model with a character tokenizer (trained from
+    scratch by the warm-up); otherwise a local Hugging Face causal-LM directory, or a .gguf
+    file (loaded with transformers' ``gguf_file=``)."""
+    gguf_file: Optional[str] = None
+    """GGUF file name inside ``name_or_path`` (a directory), when the weights are GGUF."""
+    hidden_size: int = 128
+    """Tiny model only: width of the residual stream."""
+    num_layers: int = 4
+    """Tiny model only: number of decoder layers."""
+    num_heads: int = 4
+    """Tiny model only: attention heads (head dim = hidden_size / num_heads)."""
+    intermediate_size: int = 384
+    """Tiny model only: SwiGLU MLP width."""
+    max_length: int = 96
+    """Tiny model only: maximum sequence length (prompt + completion) in tokens."""
+    dtype: str = "float32"
+    """Parameter dtype: float32 | bfloat16 | float16 (float32 on CPU)."""
+
+    def validate(self):
+        check(self.hidden_size > 0 and self.hidden_size % max(self.num_heads, 1) == 0, "model.hidden_size",
+              self.hidden_size, "must be positive and divisible by model.num_heads")
+        check(self.num_layers >= 1, "model.num_layers", self.num_layers, "must be >= 1")
+        check(self.num_heads >= 1, "model.num_heads", self.num_heads, "must be >= 1")
+        check(self.intermediate_size >= 1, "model.intermediate_size", self.intermediate_size, "must be >= 1")
+        check(self.max_length >= 8, "model.max_length", self.max_length, "must be >= 8")
+        if self.name_or_path == "tiny":
+            head_dim = self.hidden_size // self.num_heads
+            check(head_dim % 2 == 0, "model.num_heads", self.num_heads,
+                  f"model.hidden_size / model.num_heads = {head_dim} must be even (rotary position embeddings "
+                  f"rotate pairs of dimensions)")
+            self._check_size()
+        p = Path(os.path.expanduser(self.name_or_path))
+        if self.name_or_path != "tiny" and p.is_file():
+            check(p.suffix.lower() == ".gguf", "model.name_or_path", self.name_or_path,
+                  "a file must be a .gguf model; otherwise give a Hugging Face model directory or 'tiny'")
+        check_choice("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
+
+    SIZE_FIELDS: ClassVar[tuple[str, ...]] = ("hidden_size", "num_layers", "intermediate_size")
+
+    def _check_size(self) -> None:
+        """The tiny model holds at most :data:`MAX_TINY_PARAMS` parameters; the message names the
+        size field furthest above its default (the one most likely meant otherwise) and every size."""
+        n = tiny_param_count(self)
+        if n <= MAX_TINY_PARAMS:
+            return
+        field = max(self.SIZE_FIELDS, key=lambda f: getattr(self, f) / getattr(ModelConfig, f))
+        sizes = ", ".join(f"{f}={getattr(self, f)}" for f in self.SIZE_FIELDS)
+        about = re.sub(r"e\+0*", "e", f"{n:.2g}")  # 2.8e14
+        check(False, f"model.{field}", getattr(self, field),
+              f"the built-in tiny model would hold about {about} parameters ({sizes}, a {TINY_VOCAB_SIZE}-token "
+              f"vocabulary), more than {MAX_TINY_PARAMS:,} (float32 weights, gradients and Adam state at 16 bytes "
+              f"a parameter must fit in memory): lower model.hidden_size, model.num_layers or "
+              f"model.intermediate_size")
+
+
+@dataclass(frozen=True)
+class TaskConfig(TaskSpec):
+    """The ``task`` section: fields and their meaning in :class:`evals.tasks.TaskSpec`."""
+
+    def validate(self, evaluate_only: bool = False):
+        tasks = available_tasks()
+        if self.name not in tasks:
+            check_choice("task.name", self.name, tasks)
+        check(self.min_ops >= 1, "task.min_ops", self.min_ops, "must be >= 1")
+        check(self.max_ops >= self.min_ops, "task.max_ops", self.max_ops, "must be >= task.min_ops")
+        check(0 <= self.min_operand <= self.max_operand, "task.max_operand", self.max_operand,
+              "need 0 <= min_operand <= max_operand")
+        check(bool(self.operators) and set(self.operators) <= set("+-*"), "task.operators", self.operators,
+              "must be a non-empty subset of '+-*'")
+        check(self.eval_size >= 1, "task.eval_size", self.eval_size, "must be >= 1")
+        check(self.few_shot >= 0, "task.few_shot", self.few_shot, "must be >= 0")
+        check(0.0 <= self.demo_error_rate <= 1.0, "task.demo_error_rate", self.demo_error_rate, "must be in [0, 1]")
+        if self.name == "arith":
+            self._validate_arith(evaluate_only)
+        else:
+            check(not self.disjoint_validation, "task.disjoint_validation", self.disjoint_validation,
+                  f"splits arith's held-out bucket; task '{self.name}' has its own test set: remove it")
+
+    def _validate_arith(self, evaluate_only: bool):
+        """Dataset knobs are refused (arith would ignore them, and they would still change the run
+        id); the problem space must leave problems to evaluate and (unless ``evaluate_only``: the
+        out-of-domain set) to train on, and, when it is too large to count, hold about eval_size
+        held-out problems (a small one is counted: a larger eval_size evaluates all of them, and
+        `config_warnings` says so)."""
+        check(self.data_path is None, "task.data_path", self.data_path,
+              "arith generates its problems and reads no data: remove task.data_path (it is for gsm8k, math "
+              "and math500)")
+        check(self.few_shot == 0, "task.few_shot", self.few_shot,
+              "arith prompts hold no worked examples: remove task.few_shot (it is for gsm8k, math and math500)")
+        check(self.eval_size <= MAX_ARITH_EVAL_SIZE, "task.eval_size", self.eval_size,
+              f"must be <= {MAX_ARITH_EVAL_SIZE:,} (arith problems generated for one evaluation)")
+        why = space_problem(self, evaluate_only)
+        if why:
+            raise ConfigError(f"task: {why}")
+        space = problem_space(self)
+        test = split_sizes(self)[0]
+        half = " in the test half (task.disjoint_validation)" if self.disjoint_validation else ""
+        check(space.exact or self.eval_size <= test, "task.eval_size", self.eval_size,
+              f"these arith knobs ({describe_knobs(self)}) allow about {test:,} held-out problems{half} "
+              f"(1 in {HELDOUT_MOD} of {space.total:,} expressions held out): set task.eval_size <= {test:,} "
+              f"or widen the task (max_operand, operators, max_ops)")
+
+
+@dataclass(frozen=True)
+class WarmupConfig:
+    enabled: bool = True
+    """Supervised warm-up on worked solutions before RL (tiny model; produces the
+    starting 'instruct' checkpoint, cached by a hash of the config that determines it)."""
+    steps: int = 1500
+    """Optimizer steps of warm-up."""
+    examples_per_step: int = 64
+    """Worked solutions per warm-up step."""
+    lr: float = 3e-3
+    """Peak learning rate (AdamW, linear warm-up then cosine decay to final_lr_fraction)."""
+    final_lr_fraction: float = 0.05
+    """Learning rate at the end of the warm-up, as a fraction of lr (1.0 = constant: the
+    checkpoint is not annealed, as when SFT stops early)."""
+    cache_dir: Optional[str] = None
+    """Where warm-up checkpoints are cached (keyed by a hash of model+task+warmup); default
+    ``<output_dir>/_cache/warmup``, so every run and sweep under one output directory shares
+    it wherever the command is started. Does not enter the run id."""
+    threads: int = 2
+    """torch CPU threads of the warm-up (1 to 1024): a fixed number, not the machine's cores, because the
+    thread count changes how sums are split and so the checkpoint (it enters the cache key)."""
+    per_seed: bool = False
+    """Train one warm-up per run seed (the seed initialises the model and orders its data),
+    shared by every algorithm of that seed; false: one warm-up (seed 0) for every run. A
+    study with per-seed warm-ups measures the spread that comes from the starting point too."""
+    long_share: float = 0.0
+    """arith: the share of warm-up worked solutions drawn with ``long_ops`` operations instead of
+    the task's min_ops..max_ops (each example independently; from the training bucket, with the
+    task's demo_error_rate): a small share of longer supervised solutions, so that an
+    out-of-domain set of longer problems is one the start solves in part. 0: off (left out of
+    config.yaml, run ids and the warm-up's cache key)."""
+    long_ops: int = 4
+    """arith: operations in the warm-up's longer solutions (``long_share``)."""
+
+    OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("long_share", "long_ops")
+    """Later knobs left out of config.yaml, run ids and cache keys at their defaults
+    (:func:`harness.config.base.to_dict`)."""
+
+    def validate(self):
+        check(self.steps >= 0, "warmup.steps", self.steps, "must be >= 0")
+        check(self.examples_per_step >= 1, "warmup.examples_per_step", self.examples_per_step, "must be >= 1")
+        check(self.lr > 0, "warmup.lr", self.lr, "must be > 0")
+        check(0 <= self.final_lr_fraction <= 1, "warmup.final_lr_fraction", self.final_lr_fraction, "must be in [0, 1]")
+        check_threads("warmup.threads", self.threads)
+        check(0.0 <= self.long_share <= 1.0, "warmup.long_share", self.long_share, "must be in [0, 1]")
+        check(1 <= self.long_ops <= 16, "warmup.long_ops", self.long_ops, "must be between 1 and 16")
+        if self.cache_dir is not None:
+            why = dir_path_problem(self.cache_dir)
+            check(why is None, "warmup.cache_dir", self.cache_dir, f"{why} (or null: <output_dir>/_cache/warmup)")
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    backend: str = "hf"
+    """Sampler backend (harness.engine.sampling.get_sampler): 'hf' (in-process, KV-cached decoding
+    on the learner's weights; the reference), 'paged' (transformers' continuous batching with paged
+    attention, harness.engine.paged), 'vllm' (harness.engine.vllm_sampler: optional extra for CUDA
+    machines, accepted where vllm is installed, UNVERIFIED: it has not run on a GPU yet). The
+    default is 'hf' on every device: on CPU it generated 2.4x to 12x the tokens/s of 'paged' at
+    every measured setting (1 to 256 rows, 24 to 128 new tokens; bench/samplers.py, bench/README.md
+    "Samplers"); no backend has been measured on a GPU."""
+    samples_per_prompt: int = 8
+    """G: completions sampled per prompt (the group for GRPO's baseline)."""
+    max_new_tokens: int = 40
+    """Longest completion, in tokens; longer ones are truncated (and usually score 0)."""
+    temperature: float = 1.0
+    """Sampling temperature for rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling mass for rollouts (1.0 = off)."""
+
+    def validate(self):
+        check_choice("sampling.backend", self.backend, ("hf", "paged", "vllm"))
+        # vllm: an optional extra for CUDA machines, UNVERIFIED (never run by us yet): accepted only
+        # where the package is installed (the run logs that it is unverified), refused elsewhere
+        check(self.backend != "vllm" or importlib.util.find_spec("vllm") is not None, "sampling.backend",
+              self.backend, "needs the vllm package (pip install 'grpo-harness[vllm]' on a CUDA machine); "
+              "it is unverified: use 'hf' or 'paged' for results you rely on")
+        check(self.samples_per_prompt >= 1, "sampling.samples_per_prompt", self.samples_per_prompt, "must be >= 1")
+        check(self.max_new_tokens >= 1, "sampling.max_new_tokens", self.max_new_tokens, "must be >= 1")
+        check(self.samples_per_prompt <= MAX_SAMPLES_PER_PROMPT, "sampling.samples_per_prompt",
+              self.samples_per_prompt, f"must be <= {MAX_SAMPLES_PER_PROMPT}")
+        check(self.max_new_tokens <= MAX_NEW_TOKENS, "sampling.max_new_tokens", self.max_new_tokens,
+              f"must be <= {MAX_NEW_TOKENS}")
+        check(self.temperature > 0, "sampling.temperature", self.temperature, "must be > 0")
+        check(0 < self.top_p <= 1, "sampling.top_p", self.top_p, "must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    prompts_per_step: int = 16
+    """Prompts per exploration stage; each gets samples_per_prompt completions."""
+    lr: float = 1e-4
+    """Policy learning rate (AdamW, constant after lr_warmup_steps)."""
+    lr_warmup_steps: int = 0
+    """Linear learning-rate warm-up at the start of RL."""
+    lr_schedule: str = "constant"
+    """constant, or cosine: decay to 0 over the budget (progress = budget consumed / amount,
+    in the budget's unit), which keeps late noisy updates from undoing early gains."""
+    weight_decay: float = 0.0
+    """AdamW weight decay for the policy."""
+    inner_epochs: int = 1
+    """mu: optimisation passes over each batch of rollouts (DeepSeekMath uses 1)."""
+    mini_batches: int = 1
+    """Optimizer steps per pass over a batch of rollouts (verl's ppo_mini_batch_size, TRL's
+    steps_per_generation): the batch's rows are split, in order, into this many disjoint slices
+    of (nearly) equal size, one optimizer step each, every loss normalised over its own slice.
+    Ratio and value clipping are against the log-probs and values from before the first step.
+    With inner_epochs = 1 and mini_batches = 1 there is one step per batch, so the ratio is 1 and
+    clipping is inactive (clip_eps and value_clip do nothing)."""
+    micro_batch_size: int = 64
+    """Sequences per forward/backward; gradients accumulate to one optimizer step per pass."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clipping (0 = off)."""
+    threads: int = 0
+    """torch CPU threads (at most 1024). 0: in portable numerics, the launcher's cpus per run (OMP_NUM_THREADS)
+    or else 2, never the machine's core count (results depend on it); in native numerics,
+    torch's default."""
+    save_final_model: bool = True
+    """Save the final policy (and tokenizer) to <run_dir>/final_model for `harness eval`."""
+    reuse_warmup_optimizer: bool = False
+    """False (default): RL starts with a fresh AdamW, as TRL and verl do. True: start the
+    policy's Adam from the warm-up's second-moment estimates (first moments zeroed) when the
+    starting checkpoint ships them. With a fresh Adam the first updates are ~lr * sign(g) on
+    every weight: on the tiny model even continued SFT on gold solutions at lr 5e-4 fell from
+    59% to 50% in 3 steps that way."""
+    checkpoint_minutes: float = 10.0
+    """Also save the resume point after the stage that ends every this-many minutes of
+    training (0 = only at evaluation points), so a long gap between evaluations loses at most
+    this much to a kill. Does not change what the run computes, nor its run id."""
+
+    def validate(self):
+        check(self.prompts_per_step >= 1, "train.prompts_per_step", self.prompts_per_step, "must be >= 1")
+        check(self.prompts_per_step <= MAX_PER_STEP, "train.prompts_per_step", self.prompts_per_step,
+              f"must be <= {MAX_PER_STEP} (one stage's batch must fit in memory)")
+        check(self.lr > 0, "train.lr", self.lr, "must be > 0")
+        check(self.lr_warmup_steps >= 0, "train.lr_warmup_steps", self.lr_warmup_steps, "must be >= 0")
+        check_choice("train.lr_schedule", self.lr_schedule, ("constant", "cosine"))
+        check(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, "must be >= 0")
+        check(self.inner_epochs >= 1, "train.inner_epochs", self.inner_epochs, "must be >= 1")
+        check(self.mini_batches >= 1, "train.mini_batches", self.mini_batches, "must be >= 1")
+        check(self.micro_batch_size >= 1, "train.micro_batch_size", self.micro_batch_size, "must be >= 1")
+        check(self.max_grad_norm >= 0, "train.max_grad_norm", self.max_grad_norm, "must be >= 0")
+        check_threads("train.threads", self.threads, low=0, meaning=" (0: the default count)")
+        check(self.checkpoint_minutes >= 0, "train.checkpoint_minutes", self.checkpoint_minutes,
+              "must be >= 0 (0 = checkpoint at evaluation points only)")
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    unit: str = "steps"
+    """Budget unit: samples (completions), tokens (generated), steps (optimizer stages) or
+    seconds (wall-clock of training, evaluation excluded)."""
+    amount: float = 40
+    """Stop once this much of `unit` is consumed."""
+    eval_points: int = 4
+    """Evaluate at this many evenly spaced budget checkpoints (plus once before training)."""
+
+    def validate(self):
+        check_choice("budget.unit", self.unit, BUDGET_UNITS)
+        check(self.amount > 0, "budget.amount", self.amount, "must be > 0")
+        limit = MAX_BUDGET.get(self.unit)
+        check(limit is None or self.amount <= limit, "budget.amount", self.amount,
+              f"a budget in {self.unit} must be at most {limit:.0e} (a run cannot reach more)")
+        check(self.eval_points <= MAX_EVAL_POINTS, "budget.eval_points", self.eval_points,
+              f"must be <= {MAX_EVAL_POINTS}")
+        check(self.eval_points >= 1, "budget.eval_points", self.eval_points, "must be >= 1")
+
+
+@dataclass(frozen=True)
+class OodEvalConfig:
+    """An out-of-domain held-out set: the task with some knobs changed (arith: more operations
+    or larger operands than training saw), scored at the start and at the end of the run
+    (greedy, and the n samples when ``eval.n`` > 0), as ``eval/<task>_ood/...`` metrics."""
+
+    enabled: bool = False
+    """Score the out-of-domain set at the start and the end of the run."""
+    min_ops: Optional[int] = None
+    """Fewest operations (None: the task's)."""
+    max_ops: Optional[int] = None
+    """Most operations (None: the task's)."""
+    min_operand: Optional[int] = None
+    """Smallest operand (None: the task's)."""
+    max_operand: Optional[int] = None
+    """Largest operand (None: the task's)."""
+    eval_size: Optional[int] = None
+    """Problems in the set (None: the task's eval_size)."""
+
+    def overrides(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "enabled" and v is not None}
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    greedy: bool = True
+    """Report greedy (temperature 0) accuracy on the held-out set."""
+    n: int = 0
+    """Samples per problem for pass@k / maj@k curves (0 = greedy only)."""
+    temperature: float = 1.0
+    """Temperature of the n samples."""
+    max_new_tokens: int = 0
+    """Completion limit for evaluation (0 = sampling.max_new_tokens)."""
+    final_only_samples: bool = True
+    """Draw the n samples only at the final checkpoint (greedy accuracy at every one)."""
+
+    sample_problems: int = 0
+    """Draw the n samples for pass@k / maj@k on the first this-many held-out problems only
+    (0 = all); greedy accuracy always uses every problem. Lets a large greedy set (small
+    standard error) sit beside an affordable n = 64 evaluation."""
+    ood: OodEvalConfig = field(default_factory=OodEvalConfig)
+    """Out-of-domain held-out set (off by default)."""
+    validation: bool = False
+    """Also score the final model (greedy) on the task's validation split, disjoint from the
+    training and test problems (summary.json ``final_val_eval``), to choose hyper-parameters
+    such as the learning rate without looking at the test set (a sweep's ``select``)."""
+
+    def validate(self):
+        check(self.n >= 0, "eval.n", self.n, "must be >= 0")
+        check(self.greedy or self.n > 0, "eval.n", self.n,
+              "with eval.greedy=false, eval.n must be >= 1 (otherwise nothing is evaluated)")
+        check(self.n <= MAX_PER_STEP, "eval.n", self.n, f"must be <= {MAX_PER_STEP}")
+        check(self.temperature > 0, "eval.temperature", self.temperature, "must be > 0")
+        check(self.max_new_tokens >= 0, "eval.max_new_tokens", self.max_new_tokens, "must be >= 0")
+        check(self.sample_problems >= 0, "eval.sample_problems", self.sample_problems, "must be >= 0 (0 = all)")
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    mlflow: bool = False
+    """Mirror metrics to MLflow (JSONL is always written)."""
+    mlflow_uri: Optional[str] = None
+    """MLflow tracking URI (default: sqlite database under the results directory): sqlite:///<path>.db,
+    file:<path>, http(s)://<host>[:<port>], postgresql|mysql|mssql://..., or databricks."""
+    wandb: bool = False
+    """Mirror metrics to Weights & Biases (offline unless configured online)."""
+    wandb_mode: Optional[str] = None
+    """wandb mode: offline | online | disabled (default: offline unless WANDB_MODE is set)."""
+    wandb_project: str = "grpo-harness"
+    """wandb project name (with wandb on: 1 to 128 characters, none of / \\ # ? % :)."""
+
+    def validate(self):
+        if self.mlflow_uri is not None:
+            why = mlflow_uri_problem(self.mlflow_uri)
+            check(why is None, "tracking.mlflow_uri", self.mlflow_uri,
+                  f"{why}; accepted: {MLFLOW_URI_FORMS}, or null (sqlite:///<output_dir>/mlflow.db)")
+        if self.wandb_mode is not None:
+            check_choice("tracking.wandb_mode", self.wandb_mode, WANDB_MODES)
+        if self.wandb:  # the project name wandb will be given (wandb refuses these at wandb.init, mid-run)
+            p, bad = self.wandb_project, sorted(set(_WANDB_PROJECT_BAD) & set(self.wandb_project))
+            check(0 < len(p) <= 128 and not bad, "tracking.wandb_project", p,
+                  "must be a wandb project name: 1 to 128 characters, none of " + " ".join(_WANDB_PROJECT_BAD)
+                  + (f" (it holds {' '.join(bad)})" if bad else ""))

@@ -1,0 +1,167 @@
+"""Refusals across sections of a run config: what the sections must agree on, the out-of-domain and long warm-up tasks derived from them, and the warnings of a valid config."""
+from __future__ import annotations
+
+import dataclasses
+
+from algorithms.presets import GROUP_ESTIMATORS
+from algorithms.registry import UnknownComponentError
+from evals.arith import describe_knobs, held_out_shortfall, problem_space
+from evals.catalog import has_step_checker
+from harness.config.base import ConfigError, check
+from harness.config.rules import _DEVICE_RE, MAX_PER_STEP, MAX_SEED, NAME_RULE, dir_path_problem, is_safe_name
+from harness.engine.numerics import MODES as NUMERICS_MODES
+from harness.rundir.budget import stage_samples, threshold_warning
+
+
+def arith_prompt_tokens(task) -> int:
+    """Upper bound on the tiny model's tokens for an arith prompt ``Q:<expr>\nA:`` (one
+    character a token, plus BOS): operands of at most len(str(max_operand)) digits."""
+    digits = max(len(str(task.max_operand)), len(str(task.min_operand)))
+    return 1 + len("Q:\nA:") + (task.max_ops + 1) * digits + task.max_ops
+
+
+def check_config(cfg) -> None:
+    """What the sections of ``cfg`` must agree on (each section has validated itself): one ConfigError
+    naming the field."""
+    check(is_safe_name(cfg.name), "name", cfg.name, NAME_RULE)
+    check(0 <= cfg.seed <= MAX_SEED, "seed", cfg.seed, f"must be an integer from 0 to 2**63-1 ({MAX_SEED})")
+    check(bool(_DEVICE_RE.match(cfg.device)), "device", cfg.device, "must be auto, cpu, cuda or cuda:N")
+    why = dir_path_problem(cfg.output_dir)
+    check(why is None, "output_dir", cfg.output_dir, str(why))
+    check(cfg.numerics in NUMERICS_MODES, "numerics", cfg.numerics, f"must be one of {', '.join(NUMERICS_MODES)}")
+    try:
+        algo = cfg.algo
+    except UnknownComponentError as e:
+        raise ConfigError(f"algorithm: {e}") from None
+    check(algo.advantage not in GROUP_ESTIMATORS or cfg.sampling.samples_per_prompt >= 2,
+          "sampling.samples_per_prompt", cfg.sampling.samples_per_prompt,
+          f"advantage '{algo.advantage}' normalises within a group of samples per prompt: G must be >= 2")
+    check(cfg.budget.unit != "steps" or float(cfg.budget.amount).is_integer(), "budget.amount",
+          cfg.budget.amount, "a budget in steps must be a whole number")
+    check(cfg.train.prompts_per_step * cfg.sampling.samples_per_prompt <= MAX_PER_STEP,
+          "train.prompts_per_step", cfg.train.prompts_per_step,
+          f"prompts_per_step x sampling.samples_per_prompt must be <= {MAX_PER_STEP} samples per stage")
+    if algo.reward == "process" and algo.prm in (None, "", "rule") and cfg.reward_model.type is None:
+        check(has_step_checker(cfg.task.name), "algorithm.prm", algo.prm,
+              f"algorithm '{algo.name}' uses process rewards, and task '{cfg.task.name}' has no "
+              f"step checker: set algorithm.prm to a process reward model directory, reward_model.type to "
+              f"implicit (PRIME), or use an outcome-reward algorithm")
+    check(algo.name != "grpo_iter" or algo.ref_reset_every > 0, "algorithm.ref_reset_every", algo.ref_reset_every,
+          "grpo_iter (GRPO with reference resets) resets its reference every N steps: set N >= 1")
+    _check_reward_model(cfg, algo)
+    ood = None
+    if cfg.eval.ood.enabled:
+        check(cfg.task.name == "arith", "eval.ood.enabled", True,
+              f"the out-of-domain knobs are arith's; task '{cfg.task.name}' has none")
+        ood = ood_task_spec(cfg)  # validates the changed knobs
+    if cfg.eval.validation and cfg.task.name == "arith" and cfg.task.disjoint_validation:
+        space = problem_space(cfg.task)
+        check(space.validation >= 1 if space.exact else space.validation >= cfg.task.eval_size,
+              "eval.validation", True,
+              f"the validation set draws task.eval_size={cfg.task.eval_size} problems from the validation half "
+              f"of the held-out bucket (task.disjoint_validation), and these arith knobs allow "
+              f"{'about ' if not space.exact else ''}{space.validation:,}: lower task.eval_size or widen the "
+              f"task (max_operand, operators, max_ops)")
+    elif cfg.eval.validation and cfg.task.name == "arith":
+        space = problem_space(cfg.task)
+        check(space.heldout > cfg.task.eval_size if space.exact else space.heldout >= 2 * cfg.task.eval_size,
+              "eval.validation", True,
+              f"the validation split draws task.eval_size={cfg.task.eval_size} more held-out problems than "
+              f"the test set's, and these arith knobs allow {'about ' if not space.exact else ''}"
+              f"{space.heldout:,}: lower task.eval_size or widen the task (max_operand, operators, max_ops)")
+    if cfg.warmup.enabled and cfg.warmup.long_share > 0:
+        check(cfg.task.name == "arith", "warmup.long_share", cfg.warmup.long_share,
+              f"adds longer arith solutions to the warm-up; task '{cfg.task.name}' has none: set it to 0")
+        long = warmup_long_spec(cfg)
+        check(problem_space(long).train > 0, "warmup.long_ops", cfg.warmup.long_ops,
+              f"these arith knobs ({describe_knobs(long)}) leave no expression outside the held-out bucket "
+              f"for the warm-up's longer solutions: change warmup.long_ops or widen the task")
+    if cfg.model.name_or_path == "tiny" and cfg.task.name == "arith":
+        tasks = [cfg.task] + ([ood] if ood is not None else [])
+        prompt = max(arith_prompt_tokens(t) for t in tasks)
+        new = max(cfg.sampling.max_new_tokens, cfg.eval.max_new_tokens)
+        check(cfg.model.max_length >= prompt + new, "model.max_length", cfg.model.max_length,
+              f"must hold the longest prompt ({prompt} tokens) + max_new_tokens ({new}) = {prompt + new}")
+
+def _check_reward_model(cfg, algo) -> None:
+    """The reward_model section fits the algorithm and the task (one ConfigError naming the field)."""
+    rm = cfg.reward_model
+    if rm.type is None:
+        check(rm.rounds == 1, "reward_model.rounds", rm.rounds,
+              "iterative RL retrains a learned reward model: set reward_model.type to orm or prm (reference "
+              "resets alone are algorithm grpo_iter with algorithm.ref_reset_every)")
+        check(rm.init is None, "reward_model.init", rm.init, "needs reward_model.type (orm or prm)")
+        return
+    wants = "outcome" if rm.type == "orm" else "process"
+    check(algo.reward == wants, "reward_model.type", rm.type,
+          f"gives {wants} rewards, and algorithm '{algo.name}' uses {algo.reward} rewards: use "
+          + ("an outcome-reward algorithm (grpo, rloo, dr_grpo, ppo, ...)" if wants == "outcome"
+             else "a process-reward algorithm (grpo_ps, prime)"))
+    check(algo.prm in (None, "", "rule"), "algorithm.prm", algo.prm,
+          f"reward_model.type={rm.type} supplies the rewards: leave algorithm.prm null")
+    check(rm.type != "implicit" or (rm.rounds == 1 and rm.init is None), "reward_model.type", rm.type,
+          "the implicit PRM trains online on every batch: reward_model.rounds and reward_model.init are for "
+          "orm and prm")
+    check(rm.rounds == 1 or algo.ref_reset_every == 0, "algorithm.ref_reset_every",
+          algo.ref_reset_every, "iterative RL (reward_model.rounds > 1) resets the reference at the "
+          "end of each round: leave algorithm.ref_reset_every at 0")
+    G = cfg.sampling.samples_per_prompt
+    check(rm.samples_per_round % G == 0, "reward_model.samples_per_round", rm.samples_per_round,
+          f"must be a multiple of sampling.samples_per_prompt ({G}): whole groups of the policy's samples")
+    trainings = (rm.rounds - 1 + (rm.init is None)) if rm.type != "implicit" else 0
+    check(cfg.budget.unit != "samples" or rm.samples_per_round * trainings < cfg.budget.amount,
+          "reward_model.samples_per_round", rm.samples_per_round,
+          f"{trainings} reward-model training(s) of {rm.samples_per_round} samples would use the whole budget of "
+          f"{cfg.budget.amount:g} samples (they count against it): lower it or reward_model.rounds")
+    if rm.type == "prm" and not has_step_checker(cfg.task.name):
+        check(rm.init is not None and rm.rounds == 1, "reward_model.type", rm.type,
+              f"task '{cfg.task.name}' has no exact step checker to label the policy's samples during the run: "
+              f"train a PRM with `harness rm train --step-labels mc` and give it as reward_model.init with "
+              f"reward_model.rounds=1, or use reward_model.type=implicit")
+
+
+def config_warnings(cfg) -> list[str]:
+    """What a valid config will do that its author may not expect, one line each (the commands
+    print them before any work): evaluation points other than ``budget.eval_points`` asks (they
+    fall on stage boundaries), and an arith evaluation set asked to be larger than the held-out
+    problems its knobs allow, which evaluates all of them."""
+    out = []
+    points = threshold_warning(cfg.budget, stage_samples(cfg.train.prompts_per_step, cfg.sampling.samples_per_prompt))
+    if points:
+        out.append(points)
+    sets = [("task", cfg.task)] + ([("eval.ood", ood_task_spec(cfg))] if cfg.eval.ood.enabled else [])
+    for label, spec in sets:
+        if spec.name == "arith":
+            have = held_out_shortfall(spec, spec.eval_size)
+            if have is not None:
+                out.append(f"{label}.eval_size={spec.eval_size}: these arith knobs ({describe_knobs(spec)}) allow "
+                           f"only {have} held-out problem{'s' if have != 1 else ''}, so the evaluation set "
+                           f"holds {have}")
+    if cfg.eval.validation and cfg.task.name == "arith" and cfg.task.disjoint_validation:
+        space = problem_space(cfg.task)
+        if space.exact and space.validation < cfg.task.eval_size:
+            out.append(f"eval.validation: the validation half of the held-out bucket holds {space.validation} "
+                       f"problems, fewer than task.eval_size={cfg.task.eval_size}, so the validation set holds "
+                       f"{space.validation}")
+    elif cfg.eval.validation and cfg.task.name == "arith":
+        have = held_out_shortfall(cfg.task, 2 * cfg.task.eval_size)
+        if have is not None and have > cfg.task.eval_size:
+            out.append(f"eval.validation: the validation split gets the {have - cfg.task.eval_size} held-out "
+                       f"problems the test set leaves, fewer than task.eval_size={cfg.task.eval_size}")
+    return out
+
+
+def warmup_long_spec(cfg):
+    """The task the warm-up's longer solutions (``warmup.long_share``) are drawn from: the run's
+    task with exactly ``warmup.long_ops`` operations."""
+    return dataclasses.replace(cfg.task, min_ops=cfg.warmup.long_ops, max_ops=cfg.warmup.long_ops)
+
+
+def ood_task_spec(cfg):
+    """The out-of-domain set's task: the run's task with ``eval.ood``'s knobs changed."""
+    spec = dataclasses.replace(cfg.task, **cfg.eval.ood.overrides())
+    try:
+        spec.validate(evaluate_only=True)  # only scored: its knobs need held-out problems, not training ones
+    except ConfigError as e:
+        raise ConfigError(f"eval.ood: {e}") from None
+    return spec
