@@ -26,13 +26,15 @@ NUMERICS = numerics.pin_process()
 import torch  # noqa: E402
 from torch.utils import flop_counter  # noqa: E402
 
+numerics.enter(NUMERICS, 0)  # portable: matrix products in harness.engine.portable_blas (threads: each bench's own)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def numerics_line() -> str:
     """One line naming the numerics mode, what ATen and MKL use and the CPU, for every bench's header."""
     st, cpu = numerics.state(NUMERICS), numerics.cpu_info()
-    return (f"numerics: {NUMERICS} (ATen {st['aten_capability']}, MKL CNR {st['mkl_cbwr']}); CPU: {cpu['model']}; "
+    return (f"numerics: {NUMERICS} (ATen {st['aten_capability']}, matmul {st['matmul']}); CPU: {cpu['model']}; "
             f"set {numerics.ENV_MODE}=native for each library's fastest path")
 
 
@@ -226,8 +228,8 @@ blocks."""
 
 
 def print_floor(roofs: dict) -> None:
-    """Header lines: the numerics mode, and the measured sgemm roof per thread count (in that mode:
-    portable numerics run MKL's COMPATIBLE branch, so the roof is lower than native's)."""
+    """Header lines: the numerics mode, and the measured sgemm roof per thread count (in that mode: portable
+    numerics run OpenBLAS's AVX2 Haswell kernels, so on an AVX-512 CPU the roof is lower than native's MKL)."""
     print(f"# {numerics_line()}", flush=True)
     print("# compute floor: sgemm roof (best of 7 float32 torch.mm 1024x1024, measured now) "
           + ", ".join(f"{t} thread{'s' if t > 1 else ''}: {r:.1f} GFLOP/s" for t, r in roofs.items()), flush=True)

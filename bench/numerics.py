@@ -43,7 +43,7 @@ def one(mode: str, a, tmp: Path) -> dict:
     (warm,) = list(out.glob("_cache/warmup/*/warmup.json"))
     return {"mode": mode, "total": total, "warmup": json.loads(warm.read_text())["seconds"],
             "rl": s["wall_seconds"], "acc": s["final_eval"].get("eval/arith/acc"),
-            "aten": s["provenance"]["numerics"]["aten_capability"], "mkl": s["provenance"]["numerics"]["mkl_cbwr"]}
+            "aten": s["provenance"]["numerics"]["aten_capability"], "matmul": s["provenance"]["numerics"].get("matmul")}
 
 
 def fmt(xs: list[float]) -> str:
@@ -70,7 +70,7 @@ def main() -> int:
                 x["round"] = r
                 res.append(x)
                 print(f"round {r} {mode:>8}: total {x['total']:.1f} s, warm-up {x['warmup']:.1f} s, GRPO {x['rl']:.1f} s "
-                      f"(ATen {x['aten']}, MKL {x['mkl']})", flush=True)
+                      f"(ATen {x['aten']}, matmul {x['matmul']})", flush=True)
     print(f"\n{'phase':>8} | {'portable s':>20} | {'native s':>20} | portable/native (median of rounds)")
     for ph in ("warmup", "rl", "total"):
         p = [x[ph] for x in res if x["mode"] == "portable"]
