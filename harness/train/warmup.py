@@ -131,8 +131,9 @@ def warmup_key(cfg: Config) -> str:
         warm["seed"] = warmup_seed(cfg)
     model = to_dict(cfg.model)
     # the numerics mode enters the key: a checkpoint built in native mode on one CPU kind is
-    # never read by a portable run (warm["threads"] is in it already)
-    return config_hash({"model": model, "task": task, "warmup": warm, "numerics": cfg.numerics, "v": 3}, 12)
+    # never read by a portable run (warm["threads"] is in it already). v4: portable numerics' kernels changed
+    # (matrix products from MKL to OpenBLAS, harness.engine.portable_blas), so no earlier checkpoint is read
+    return config_hash({"model": model, "task": task, "warmup": warm, "numerics": cfg.numerics, "v": 4}, 12)
 
 
 def warmup_cache_root(cfg: Config) -> Path:
