@@ -3,14 +3,17 @@
 ``resolve(section)`` fills every component an ``algorithm`` config section left null from the
 preset of its ``name`` and checks every name against its registry, so a typo fails before a run
 starts, with the valid names listed. The config loader calls it once per config
-(``harness.config.schema.Config.algo``, the resolved section); ``has_critic`` and
-``uses_reference`` say which models a resolved algorithm trains with.
+(``harness.config.fields.Config.algo``, the resolved section); ``has_critic`` and
+``uses_reference`` say which models a resolved algorithm trains with. :func:`algorithm_problem` is
+the one check of an algorithm's name (the config's ``algorithm.name``, a sweep file's algorithms).
 """
 from __future__ import annotations
 
 import dataclasses
-
+import difflib
 import importlib
+import reprlib
+from typing import Any, Optional
 
 from algorithms.registry import UnknownComponentError
 
@@ -78,13 +81,25 @@ REGISTRIES = {
 KL_PLACEMENTS = ("loss", "reward", "none")
 
 
+def algorithm_problem(name: Any) -> Optional[str]:
+    """Why ``name`` names no algorithm of :data:`ALGORITHMS` (None when it names one), with the
+    closest names and the valid ones: ``unknown algorithm 'ppo2'; did you mean 'ppo'? (valid: ...)``."""
+    if isinstance(name, str) and name in ALGORITHMS:
+        return None
+    text = str(name) if isinstance(name, (str, int, float)) else ""
+    close = difflib.get_close_matches(text, list(ALGORITHMS), n=3, cutoff=0.5) if 0 < len(text) <= 200 else []
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown algorithm {reprlib.repr(name)}{hint} (valid: {', '.join(ALGORITHMS)})"
+
+
 def resolve(acfg):
     """``acfg`` (a frozen dataclass with ``name`` and the ``COMPONENTS`` fields: the config's
     ``algorithm`` section) with every component it left null set to the preset's value, each name
     checked against its registry (``UnknownComponentError`` listing the valid ones): a copy of the
     same type, every other field as given. A resolved section resolves to an equal one."""
-    if acfg.name not in ALGORITHMS:
-        raise UnknownComponentError(f"unknown algorithm '{acfg.name}'; valid: {', '.join(sorted(ALGORITHMS))}")
+    why = algorithm_problem(acfg.name)
+    if why:
+        raise UnknownComponentError(why)
     preset = ALGORITHMS[acfg.name]
     vals = {k: (getattr(acfg, k, None) if getattr(acfg, k, None) is not None else preset[k]) for k in COMPONENTS}
     vals["whiten_advantages"] = bool(vals["whiten_advantages"])

@@ -10,20 +10,16 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from harness.config.base import ConfigError
-from harness.config.rules import _DEVICE_RE, MAX_THREADS  # MAX_THREADS: the config's cap, one for all commands
+from harness.config.rules import DEVICE, MAX_THREADS, THREADS_OR_DEFAULT  # the config's rules, one for all commands
 from harness.engine import numerics  # no torch: numerics imports it where it needs it
 from harness.rundir.layout import existing_ancestor
 from harness.rundir.read import find_run_dirs
 
-DEVICE_FORMS = "auto, cpu, cuda or cuda:N (N a CUDA device index)"
-
 
 def device_problem(device, field: str = "device") -> Optional[str]:
-    """Why ``device`` is not a device the harness takes (the config's ``device`` rule:
-    auto, cpu, cuda, cuda:N), as a one-line message; None when it is one."""
-    if isinstance(device, str) and _DEVICE_RE.fullmatch(device):
-        return None
-    return f"{field}={device!r} is invalid: expected {DEVICE_FORMS}"
+    """Why ``device`` is not a device the harness takes (the config's ``device`` rule,
+    :data:`harness.config.rules.DEVICE`: auto, cpu, cuda, cuda:N), as a one-line message; None when it is one."""
+    return DEVICE.problem(field, device)
 
 
 def check_device(device: str, field: str = "device") -> None:
@@ -47,14 +43,16 @@ def check_device(device: str, field: str = "device") -> None:
 
 
 def threads_problem(threads: int, mode: str, field: str) -> Optional[str]:
-    """Why the torch thread count a command would run with is too many (over `MAX_THREADS`), as a
-    one-line message naming where it came from (``field``, or OMP_NUM_THREADS when ``field`` is 0
-    and portable numerics take the environment's: :func:`harness.engine.numerics.resolve_threads`);
-    None when it is fine. A negative ``threads`` is the caller's to refuse."""
-    if threads and threads > MAX_THREADS:
-        return f"{field}={threads:,} is invalid: must be between 0 and {MAX_THREADS:,} (0: the default)"
-    n = numerics.resolve_threads(threads, mode) if threads >= 0 else 0
-    if n > MAX_THREADS:
+    """Why the torch thread count a command would run with breaks the config's ``train.threads`` rule
+    (:data:`harness.config.rules.THREADS_OR_DEFAULT`: 0 to `MAX_THREADS`), as a one-line message
+    naming where it came from (``field``, or OMP_NUM_THREADS when ``field`` is 0 and portable
+    numerics take the environment's: :func:`harness.engine.numerics.resolve_threads`); None when it
+    is fine."""
+    bad = THREADS_OR_DEFAULT.problem(field, threads)
+    if bad:
+        return bad
+    n = numerics.resolve_threads(threads, mode)
+    if not THREADS_OR_DEFAULT.ok(n):
         return (f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')} is invalid: with {field}=0, {mode} numerics "
                 f"run that many torch threads; at most {MAX_THREADS:,}: set it lower or give {field}")
     return None

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -21,14 +20,15 @@ from typing import Optional
 
 
 from evals.catalog import get_task
-from harness.cli.checks import (MAX_THREADS, check_device, check_output_dir, check_output_files,
-                               device_problem, new_folders, remove_new_folders, threads_problem)
+from harness.cli.checks import (MAX_THREADS, check_device, check_output_dir, check_output_files, new_folders,
+                               remove_new_folders, threads_problem)
 from harness.report.format import number, percent, table
 from evals.arith import held_out_shortfall
 from evals.protocols import DEFAULT_PROTOCOL, PROTOCOLS, check_protocol
-from harness.config.base import ConfigError, brief, to_dict
-from harness.config.schema import (MAX_NEW_TOKENS, MAX_PER_STEP, MAX_SEED, Config, TaskConfig, config_from_dict,
-                                   load_config)
+from harness.config.base import ConfigError, to_dict
+from harness.config.fields import option_problem
+from harness.config.rules import DTYPES
+from harness.config.schema import Config, TaskConfig, config_from_dict, load_config
 from harness.rundir.layout import CONFIG, SUMMARY, read_json
 from harness.engine import numerics
 from harness.rundir import provenance
@@ -91,7 +91,7 @@ def register(subparsers) -> None:
                    help="output folder (default: results/eval/<task>-<model name>)")
     p.add_argument("--out", dest="out", default=None, help=argparse.SUPPRESS)  # the old spelling
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+    p.add_argument("--dtype", default=None, choices=DTYPES,
                    help="parameter dtype (default: the run's model.dtype, else float32)")
     p.add_argument("--threads", type=int, default=0,
                    help=f"torch CPU threads, at most {MAX_THREADS} (0: 2 in portable numerics, or OMP_NUM_THREADS; "
@@ -195,26 +195,27 @@ def _given(args, flag: str) -> bool:
     return value is not None
 
 
+# the config field each option stands for: the option keeps that field's rules (harness.config.rules)
+_OPTION_FIELDS = (("--n", "eval.n"), ("--few-shot", "task.few_shot"), ("--max-new-tokens", "sampling.max_new_tokens"),
+                  ("--seed", "seed"), ("--temperature", "sampling.temperature"), ("--top-p", "sampling.top_p"),
+                  ("--device", "device"))
+
+
 def _check_args(args) -> Optional[str]:
     """The first invalid option as a message, or None: the rules of the config fields they stand
-    for (eval.n, sampling.max_new_tokens, sampling.temperature, sampling.top_p, seed, train.threads
-    and warmup.threads' cap, device)."""
-    for name, v, lo, hi in (("--n", args.n, 0, MAX_PER_STEP), ("--limit", args.limit, 0, None),
-                            ("--few-shot", args.few_shot, 0, None),
-                            ("--max-new-tokens", args.max_new_tokens, 1, MAX_NEW_TOKENS),
-                            ("--batch-size", args.batch_size, 1, None), ("--seed", args.seed, 0, MAX_SEED),
-                            ("--threads", args.threads, 0, MAX_THREADS)):
-        if v is not None and v < lo:
-            return f"{name} must be >= {lo}, got {v}"
-        if v is not None and hi is not None and v > hi:
-            return f"{name} must be <= {hi:,}, got {brief(v)}"
+    for (:data:`_OPTION_FIELDS`; ``--threads`` keeps train.threads' in :func:`threads_problem`), and
+    the two options of their own."""
+    for option, dotted in _OPTION_FIELDS:
+        value = getattr(args, option[2:].replace("-", "_"))
+        bad = option_problem(dotted, value, option) if value is not None else None
+        if bad:
+            return bad
+    for option, value, low in (("--limit", args.limit, 0), ("--batch-size", args.batch_size, 1)):
+        if value is not None and value < low:
+            return f"{option} must be >= {low}, got {value}"
     if args.no_greedy and args.n == 0:
         return "--no-greedy with --n 0 evaluates nothing: give --n >= 1 or drop --no-greedy"
-    if not (math.isfinite(args.temperature) and args.temperature > 0):
-        return f"--temperature must be a finite number > 0, got {args.temperature}"
-    if not 0 < args.top_p <= 1:  # NaN fails too
-        return f"--top-p must be in (0, 1] (1 = off), got {args.top_p}"
-    return device_problem(args.device, "--device")
+    return None
 
 
 def check_model_arg(model_path: str, gguf_file: Optional[str]) -> None:

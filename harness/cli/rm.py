@@ -8,8 +8,11 @@ from pathlib import Path
 from evals.catalog import get_task, has_step_checker
 from harness.cli.checks import check_device, check_output_dir, check_threads
 from harness.cli.polish import lazy
-from harness.config.base import ConfigError
-from harness.config.schema import MAX_PER_STEP, MAX_SAMPLES_PER_PROMPT, load_config
+from harness.config.algorithm import TRAINED_REWARD_MODELS
+from harness.config.base import ConfigError, invalid
+from harness.config.fields import option_problem
+from harness.config.schema import MAX_PER_STEP, load_config
+from harness.config.validation import whole_groups_problem
 from harness.rewards.data import heldout, training_problems
 
 # loaded when the command runs (torch, transformers): `--help` and argument errors answer at once
@@ -33,7 +36,7 @@ SPLIT_RESOLUTION = 10_000
 
 def _kind(cfg, args) -> str:
     kind = args.type or cfg.reward_model.type
-    if kind not in ("orm", "prm"):
+    if kind not in TRAINED_REWARD_MODELS:
         raise ConfigError(f"--type {kind!r} is invalid: harness rm train trains an orm or a prm (give --type or "
                           f"reward_model.type; the implicit PRM trains online inside a run)")
     return kind
@@ -44,16 +47,13 @@ def check_args(cfg, args, kind: str) -> None:
     if kind == "prm" and args.step_labels == "exact" and not has_step_checker(cfg.task.name):
         raise ConfigError(f"--step-labels exact is invalid for task '{cfg.task.name}': it has no exact step checker; "
                           f"use --step-labels mc (Monte-Carlo completion) or --type orm")
-    if args.samples is not None and not 1 <= args.samples <= MAX_PER_STEP:
-        raise ConfigError(f"--samples {args.samples} is invalid: must be between 1 and {MAX_PER_STEP:,} (drawn at "
-                          f"once, as one stage of a run)")
-    G = cfg.sampling.samples_per_prompt
+    bad = None if args.samples is None else option_problem("reward_model.samples_per_round", args.samples, "--samples")
+    if bad:
+        raise ConfigError(bad)
     n = args.samples or cfg.reward_model.samples_per_round
-    if n % G:
-        lo, hi = n // G * G, (n // G + 1) * G
-        raise ConfigError(f"{_samples_name(args)} {n} is invalid: must be a multiple of sampling.samples_per_prompt "
-                          f"({G}): whole groups of the policy's samples ({n} would draw {hi}); give "
-                          + (f"{lo} or {hi}" if lo else f"{hi}"))
+    why = whole_groups_problem(n, cfg.sampling.samples_per_prompt)
+    if why:
+        raise ConfigError(invalid(_samples_name(args), n, why))
     if not 0.0 < args.heldout_frac < 1.0:
         raise ConfigError(f"--heldout-frac {args.heldout_frac} is invalid: must be in (0, 1)")
     if round(args.heldout_frac * SPLIT_RESOLUTION) in (0, SPLIT_RESOLUTION):
@@ -61,9 +61,9 @@ def check_args(cfg, args, kind: str) -> None:
         raise ConfigError(f"--heldout-frac {args.heldout_frac} is invalid: the split is a hash of each problem's id in "
                           f"steps of 1/{SPLIT_RESOLUTION:,}, so it holds out {side}: give a fraction between "
                           f"{1 / SPLIT_RESOLUTION} and {1 - 1 / SPLIT_RESOLUTION}")
-    if not 1 <= args.mc_rollouts <= MAX_SAMPLES_PER_PROMPT:
-        raise ConfigError(f"--mc-rollouts {args.mc_rollouts} is invalid: must be between 1 and "
-                          f"{MAX_SAMPLES_PER_PROMPT:,} (continuations of one step, as sampling.samples_per_prompt)")
+    bad = option_problem("sampling.samples_per_prompt", args.mc_rollouts, "--mc-rollouts")  # continuations of a step
+    if bad:
+        raise ConfigError(bad)
     check_threads(cfg.train.threads, cfg.numerics, "train.threads")
     if args.policy:
         if not Path(args.policy).is_dir():
@@ -146,7 +146,7 @@ def register(sub) -> None:
     t = rsub.add_parser("train", help="train an outcome / process reward model and report its held-out accuracy",
                         description=DESCRIPTION)
     t.add_argument("config", help="run config YAML (model, task, sampling, reward_model settings)")
-    t.add_argument("--type", choices=("orm", "prm"), help="orm or prm (default: the config's reward_model.type)")
+    t.add_argument("--type", choices=TRAINED_REWARD_MODELS, help="orm or prm (default: the config's reward_model.type)")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set reward_model.samples_per_round=2048 (repeatable)")
     t.add_argument("--policy", metavar="DIR",

@@ -9,7 +9,7 @@ from harness.cli.checks import check_output_dir
 from harness.cli.polish import lazy, not_installed, split_list
 from harness.rundir.layout import dir_problem
 from harness.sweep.plan import format_plan, load_sweep, only_problem
-from harness.sweep.spec import LAUNCHER_TYPES, SweepError, refresh_problem
+from harness.sweep.spec import LAUNCHER_TYPES, SweepError, count_problem, refresh_problem
 
 # loaded when a sweep runs (torch, numpy, trackers), so `--help` answers at once
 sweep_run = lazy("harness.sweep.run")
@@ -34,8 +34,9 @@ def cmd_sweep(args) -> int:
     why = refresh_problem(args.refresh)
     if why:
         raise SweepError(why)
-    if args.workers is not None and args.workers < 1:
-        raise SweepError(f"--workers {args.workers}: must be >= 1")
+    why = count_problem("--workers", args.workers) if args.workers is not None else None  # launcher.workers' rule
+    if why:
+        raise SweepError(why)
     sw = load_sweep(args.file, output_dir=args.output_dir, overrides=args.set)
     if args.launcher:
         sw.launcher.type = args.launcher

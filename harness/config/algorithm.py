@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from algorithms.presets import has_critic, uses_reference
-from harness.config.base import check, check_choice
-from harness.config.rules import dir_path_problem
+from harness.config.rules import (ALGORITHM, FRACTION, STAGE_SAMPLES, above, at_least, check_fields, dir_path,
+                                  one_of, ruled)
 
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
-    name: str = "grpo"
+    name: str = ruled("grpo", ALGORITHM)
     """Named algorithm; sets the defaults of every component below that is left null:
     grpo, grpo_ps (process supervision), grpo_iter (reference resets only; the paper's iterative RL with
     reward-model retraining is reward_model.rounds), dr_grpo, rloo, prime (RLOO + process returns; PRIME
@@ -33,17 +33,17 @@ class AlgorithmConfig:
     """Sample filter before the update: none; correct (online RFT: every correct output, alias
     correct_only); correct_dedup (each distinct correct text of a group once). Dropped rows have
     gradient coefficient 0: losses are still normalised by the whole sampled batch."""
-    clip_eps: float = 0.2
+    clip_eps: float = ruled(0.2, above(0))
     """epsilon of the clipped ratio min(r A, clip(r, 1-eps, 1+eps) A)."""
-    kl_coef: Optional[float] = None
+    kl_coef: Optional[float] = ruled(None, at_least(0))
     """beta: KL weight (GRPO: 0.04 in the loss; PPO: 0.04 as a per-token reward penalty)."""
     kl_estimator: Optional[str] = None
     """KL estimator k1 (log ratio), k2 (half squared log ratio) or k3 (pi_ref/pi - log(pi_ref/pi) - 1)."""
     kl_placement: Optional[str] = None
     """Where the KL goes: loss, reward, or none (no reference model is held)."""
-    std_eps: float = 1e-4
+    std_eps: float = ruled(1e-4, at_least(0))
     """Added to the group standard deviation (see group_std) before dividing."""
-    group_std: str = "population"
+    group_std: str = ruled("population", one_of(("population", "sample")))
     """Std of GRPO's group normalisation (grpo, grpo_ps): population (ddof 0) or sample
     (ddof 1, larger by sqrt(G / (G - 1)))."""
     whiten_advantages: Optional[bool] = None
@@ -52,36 +52,26 @@ class AlgorithmConfig:
     prm: Optional[str] = None
     """Process rewards (reward: process): null = the task's rule-based step checker; a local
     directory = a neural process reward model (Math-Shepherd style, see evals.prm)."""
-    ref_reset_every: int = 0
+    ref_reset_every: int = ruled(0, at_least(0))
     """Reference resets: reset the reference model to the current policy every N steps (0 = never);
     grpo_iter requires N >= 1. (Iterative RL with a retrained reward model: reward_model.rounds.)"""
-    gae_gamma: float = 1.0
+    gae_gamma: float = ruled(1.0, FRACTION)
     """PPO: discount of GAE."""
-    gae_lambda: float = 0.95
+    gae_lambda: float = ruled(0.95, FRACTION)
     """PPO: lambda of GAE."""
-    critic_lr: float = 3e-4
+    critic_lr: float = ruled(3e-4, above(0))
     """PPO: learning rate of the value model."""
-    value_clip: float = 0.2
+    value_clip: float = ruled(0.2, above(0))
     """PPO: clip range of the clipped value loss (around the rollout-time values)."""
     value_coef: float = 0.5
     """PPO: weight of the value loss (the critic has its own optimizer; this scales its loss)."""
-    critic_warmup_steps: int = 0
+    critic_warmup_steps: int = ruled(0, at_least(0))
     """PPO: steps at the start that train only the critic (policy frozen)."""
-    dr_grpo_norm: int = 0
+    dr_grpo_norm: int = ruled(0, at_least(0))
     """Dr. GRPO: constant normaliser of the token sum (0 = sampling.max_new_tokens)."""
 
     def validate(self):
-        check(self.clip_eps > 0, "algorithm.clip_eps", self.clip_eps, "must be > 0")
-        check(self.kl_coef is None or self.kl_coef >= 0, "algorithm.kl_coef", self.kl_coef, "must be >= 0")
-        check(self.std_eps >= 0, "algorithm.std_eps", self.std_eps, "must be >= 0")
-        check_choice("algorithm.group_std", self.group_std, ("population", "sample"))
-        check(self.ref_reset_every >= 0, "algorithm.ref_reset_every", self.ref_reset_every, "must be >= 0")
-        check(0 <= self.gae_gamma <= 1, "algorithm.gae_gamma", self.gae_gamma, "must be in [0, 1]")
-        check(0 <= self.gae_lambda <= 1, "algorithm.gae_lambda", self.gae_lambda, "must be in [0, 1]")
-        check(self.critic_lr > 0, "algorithm.critic_lr", self.critic_lr, "must be > 0")
-        check(self.value_clip > 0, "algorithm.value_clip", self.value_clip, "must be > 0")
-        check(self.critic_warmup_steps >= 0, "algorithm.critic_warmup_steps", self.critic_warmup_steps, "must be >= 0")
-        check(self.dr_grpo_norm >= 0, "algorithm.dr_grpo_norm", self.dr_grpo_norm, "must be >= 0")
+        check_fields(self, "algorithm")
 
     # of the resolved section (Config.algo), whose components are filled in
     @property
@@ -95,7 +85,10 @@ class AlgorithmConfig:
         return uses_reference(self)
 
 
-REWARD_MODEL_TYPES = ("orm", "prm", "implicit")
+TRAINED_REWARD_MODELS = ("orm", "prm")
+"""Reward models `harness rm train` trains and a folder's reward_model.json names (``kind``)."""
+REWARD_MODEL_TYPES = TRAINED_REWARD_MODELS + ("implicit",)
+"""``reward_model.type``: a trained one, or PRIME's implicit PRM (trained online inside a run)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +96,7 @@ class RewardModelConfig:
     """A learned reward model in the loop (docs/reward_models.md). Left at its defaults the
     section changes nothing and does not enter the run id (harness.rundir.ids)."""
 
-    type: Optional[str] = None
+    type: Optional[str] = ruled(None, one_of(REWARD_MODEL_TYPES))
     """null: rewards from the task's exact checker (and algorithm.prm), as always. orm: a learned
     outcome reward model (P(good) at a tag after the completion) gives the outcome reward. prm: a
     learned Math-Shepherd-style process reward model (P(good) at a tag after each step) gives the
@@ -111,46 +104,34 @@ class RewardModelConfig:
     a copy of the starting policy trained online on every batch's outcome labels, whose per-token
     beta*log(pi_rm/pi_ref) are the process rewards (algorithm prime or grpo_ps). orm and prm are
     trained on the policy's own samples labelled by the exact checker (the grader for outcomes)."""
-    init: Optional[str] = None
+    init: Optional[str] = ruled(None, dir_path(" (a folder written by `harness rm train`)"))
     """orm/prm: a folder written by `harness rm train` to start from (its recorded cost in samples,
     tokens and seconds is charged to this run's budget); null: one is trained before RL on
     samples_per_round samples of the starting policy."""
-    rounds: int = 1
+    rounds: int = ruled(1, at_least(1, " (1 = one round, no retraining)"))
     """orm/prm: rounds of iterative RL (DeepSeekMath §4.2). 1: the reward model stays fixed during RL.
     R > 1: the budget is cut into R equal parts; at the end of each but the last the current policy
     draws samples_per_round samples, the exact checker labels them, the reward model trains further
     on them plus a replay of earlier examples, and the reference is reset to the policy."""
-    samples_per_round: int = 1024
+    samples_per_round: int = ruled(1024, STAGE_SAMPLES)
     """Completions drawn from the current policy to (re)train the reward model each round (a
     multiple of sampling.samples_per_prompt). They count against the run's budget (samples,
     tokens), as does the reward model's training time (seconds)."""
-    replay_fraction: float = 0.1
+    replay_fraction: float = ruled(0.1, FRACTION)
     """Share of the earlier rounds' examples replayed when the reward model trains further
     (drawn without replacement, the count rounded half up; DeepSeekMath: 10%)."""
-    epochs: int = 4
+    epochs: int = ruled(4, at_least(1))
     """orm/prm: passes over each round's training set."""
-    lr: float = 1e-3
+    lr: float = ruled(1e-3, above(0))
     """Learning rate of the reward model (AdamW, constant). The defaults (lr 1e-3, 4 epochs, micro-batch
     32) suit the tiny model: a PRM trained so on 2,048 samples of the quickstart's warm-up scored
     held-out steps at AUC 0.83 (lr 1e-4 with 2 epochs on 512 samples: 0.52; docs/reward_models.md)."""
-    micro_batch_size: int = 32
+    micro_batch_size: int = ruled(32, at_least(1))
     """Sequences per reward-model forward / backward (one optimizer step per micro-batch for
     orm/prm; one per batch of rollouts for implicit)."""
-    beta: float = 0.05
+    beta: float = ruled(0.05, above(0))
     """implicit: beta of the implicit PRM (PRIME: 0.05): token process reward beta*log(pi_rm/pi_ref),
     outcome logit beta times their sum."""
 
     def validate(self):
-        if self.type is not None:
-            check_choice("reward_model.type", self.type, REWARD_MODEL_TYPES)
-        check(self.rounds >= 1, "reward_model.rounds", self.rounds, "must be >= 1 (1 = one round, no retraining)")
-        check(self.samples_per_round >= 1, "reward_model.samples_per_round", self.samples_per_round, "must be >= 1")
-        check(0.0 <= self.replay_fraction <= 1.0, "reward_model.replay_fraction", self.replay_fraction,
-              "must be in [0, 1]")
-        check(self.epochs >= 1, "reward_model.epochs", self.epochs, "must be >= 1")
-        check(self.lr > 0, "reward_model.lr", self.lr, "must be > 0")
-        check(self.micro_batch_size >= 1, "reward_model.micro_batch_size", self.micro_batch_size, "must be >= 1")
-        check(self.beta > 0, "reward_model.beta", self.beta, "must be > 0")
-        if self.init is not None:
-            why = dir_path_problem(self.init)
-            check(why is None, "reward_model.init", self.init, f"{why} (a folder written by `harness rm train`)")
+        check_fields(self, "reward_model")

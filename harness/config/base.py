@@ -4,7 +4,7 @@ Every config section is a frozen dataclass whose fields carry a docstring (a str
 literal right under the field, CleanRL style). This module turns nested dicts (from YAML
 or ``--set`` overrides) into those dataclasses and refuses anything it does not
 understand: an unknown key names the key and the closest valid names, a wrong type names
-the field and the value. Range checks live in each section's ``validate()``.
+the field and the value. Ranges, choices and the like are each field's rules (:mod:`harness.config.rules`).
 """
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def _coerce(value: Any, tp, where: str):
         if math.isnan(value):
             raise ConfigError(f"{where}: NaN is not a valid value")
         if math.isinf(value):
-            raise ConfigError(f"{where}={brief(value)} is invalid: must be a finite number")
+            raise ConfigError(invalid(where, value, "must be a finite number"))
         return value
     if tp is str:
         if not isinstance(value, str):
@@ -300,36 +300,24 @@ def field_docs(cls) -> dict[str, str]:
     return docs
 
 
+def invalid(field: str, value: Any, why: str) -> str:
+    """The one form of a refused value: ``field=value is invalid: why`` (the value :func:`brief`)."""
+    return f"{field}={brief(value)} is invalid: {why}"
+
+
 def check(cond: bool, field: str, value: Any, why: str) -> None:
-    """Raise a ConfigError naming ``field`` and ``value`` (:func:`brief`) unless ``cond``."""
+    """Raise a ConfigError naming ``field`` and ``value`` (:func:`invalid`) unless ``cond``."""
     if not cond:
-        raise ConfigError(f"{field}={brief(value)} is invalid: {why}")
-
-
-def check_choice(field: str, value: Any, choices) -> None:
-    """Raise a ConfigError naming ``field``, ``value``, the valid choices and the nearest one."""
-    choices = list(choices)
-    if not _hashable(value) or value not in choices:
-        raise ConfigError(f"{field}={brief(value)} is invalid: must be one of {', '.join(map(str, choices))}"
-                          f"{did_you_mean(value, choices, n=1)}")
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
+        raise ConfigError(invalid(field, value, why))
 
 
 def check_text(value: str, field: str) -> None:
     """Raise a ConfigError unless ``value`` is text every path, name and file can hold: no
     NUL byte (the OS cuts a path there, or refuses it) and no lone surrogate (not encodable)."""
     if "\0" in value:
-        raise ConfigError(f"{field}={brief(value)} is invalid: it contains a NUL byte (\\0), which no path, "
-                          f"name or value may hold; remove it")
+        raise ConfigError(invalid(field, value, "it contains a NUL byte (\\0), which no path, name or value may "
+                                                "hold; remove it"))
     try:
         value.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
-        raise ConfigError(f"{field}={brief(value)} is invalid: it contains a lone surrogate (not text); "
-                          f"remove it") from None
+        raise ConfigError(invalid(field, value, "it contains a lone surrogate (not text); remove it")) from None

@@ -11,26 +11,28 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from algorithms.presets import resolve
 from harness.config import validation
 from harness.config.algorithm import AlgorithmConfig, RewardModelConfig
 from harness.config.base import to_dict
+from harness.config.rules import DEVICE, NAME, NUMERICS, SEED, check_fields, dir_path, field_problem, ruled
 from harness.config.sections import (BudgetConfig, EvalConfig, ModelConfig, SamplingConfig, TaskConfig,
                                      TrackingConfig, TrainConfig, WarmupConfig)
 
 
 @dataclass(frozen=True)
 class Config:
-    name: str = "default"
+    name: str = ruled("default", NAME)
     """Experiment name: results go to <output_dir>/<name>/<run_id>/."""
-    seed: int = 0
+    seed: int = ruled(0, SEED)
     """Seed of sampling, initialisation and prompt order."""
-    output_dir: str = "results"
+    output_dir: str = ruled("results", dir_path())
     """Root of run outputs."""
-    device: str = "auto"
+    device: str = ruled("auto", DEVICE)
     """cpu, cuda, cuda:N, or auto (cuda when available)."""
-    numerics: str = "portable"
+    numerics: str = ruled("portable", NUMERICS)
     """portable: ATen, MKL and oneDNN pinned to code paths that give the same bits on every
     x86-64 CPU with AVX2 (Intel or AMD), and a fixed thread count; native: each library picks
     this CPU's fastest path (results then differ between CPU kinds). See
@@ -57,6 +59,7 @@ class Config:
     """A learned reward model (orm, prm, PRIME's implicit PRM) and iterative RL; off by default."""
 
     def validate(self):
+        check_fields(self)
         validation.check_config(self)
 
     def replace(self, **sections) -> "Config":
@@ -76,3 +79,10 @@ class Config:
         section resolved (:attr:`algo`). What config.yaml, ``harness config --show`` and the
         trackers show, and what a run id hashes (``harness.rundir.ids``)."""
         return {**to_dict(self), "algorithm": to_dict(self.algo)}
+
+
+def option_problem(dotted: str, value: Any, option: str) -> Optional[str]:
+    """Why ``value`` of command-line option ``option`` breaks the rules of config field ``dotted``
+    (``eval.n``), which the option stands for, as ``option=value is invalid: ...``; None when it
+    keeps them."""
+    return field_problem(Config, dotted, value, option)

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from evals.catalog import get_task
-from harness.config.base import ConfigError, brief
+from harness.config.algorithm import TRAINED_REWARD_MODELS
+from harness.config.base import ConfigError, invalid
 from harness.engine.errors import ModelLoadError
 
 
@@ -39,7 +40,7 @@ NOT_DOWNLOADED = "nothing is downloaded at run time"
 
 
 def _refuse(field: str, value: Any, why: str) -> ConfigError:
-    return ConfigError(f"{field}={brief(value)} is invalid: {why}")
+    return ConfigError(invalid(field, value, why))
 
 
 def _hub_cached(name: str) -> bool:
@@ -86,7 +87,7 @@ def check_model_path(field: str, value: str, gguf_file: Optional[str] = None) ->
     try:
         models.check_model_folder(p)
     except ModelLoadError as e:
-        raise ModelLoadError(f"{field}={brief(value)} is invalid: {e}") from None
+        raise ModelLoadError(invalid(field, value, str(e))) from None
 
 
 def _where(value: str, path: str) -> str:
@@ -105,9 +106,9 @@ def _reward_model_kind(field: str, folder: str) -> Optional[str]:
         raise _refuse(field, folder, f"its {RM_SPEC_FILE} cannot be read ({type(e).__name__}: "
                                      f"{str(e)[:200]})") from None
     kind = spec.get("kind") if isinstance(spec, dict) else None
-    if kind not in ("orm", "prm"):
+    if kind not in TRAINED_REWARD_MODELS:
         raise _refuse(field, folder, f"its {RM_SPEC_FILE} is not a reward-model spec (expected a mapping with "
-                                     f"kind orm or prm)")
+                                     f"kind {' or '.join(TRAINED_REWARD_MODELS)})")
     return kind
 
 
@@ -126,7 +127,7 @@ def check_reward_model_init(cfg) -> None:
         spec_file = _torch_module("evals.prm").RM_SPEC_FILE
         raise _refuse("reward_model.init", rm.init, f"no {spec_file} there: not a reward model written by "
                                                     f"`harness rm train`")
-    if rm.type in ("orm", "prm") and kind != rm.type:
+    if rm.type in TRAINED_REWARD_MODELS and kind != rm.type:
         raise _refuse("reward_model.init", rm.init, f"it is a{'n' if kind == 'orm' else ''} {kind} and "
                                                     f"reward_model.type is {rm.type}")
     check_model_path("reward_model.init", rm.init)

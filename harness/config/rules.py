@@ -1,16 +1,22 @@
-"""Input rules of the run config, each written once: the limits, names, devices, thread counts and paths it takes.
+"""Input rules, each written once: what a config field takes (range, choices, name, device, path), declared on the field and called wherever an option or key stands for it.
 
-The config's sections (:mod:`harness.config.sections`, :mod:`harness.config.algorithm`,
-:mod:`harness.config.fields`) declare them on their fields; the command line and sweep files
-call the same ones for the options and keys that stand for those fields.
+A :class:`Rule` says what a value must be (``must be >= 1``); :func:`ruled` declares rules on a
+dataclass field, as pydantic's ``Field(ge=1)`` does, and :func:`check_fields` checks a section's
+fields against them (each section's ``validate()`` calls it). The command line and sweep files
+call the same rules for the options and keys that stand for config fields
+(:func:`harness.config.fields.option_problem`), so a limit or a spelling has one definition and
+one message: ``field=value is invalid: must be ...``.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from harness.config.base import check
-
+from algorithms.presets import algorithm_problem
+from harness.config.base import ConfigError, did_you_mean, invalid
+from harness.engine.numerics import MODES as NUMERICS_MODES  # no torch: numerics imports it where it needs it
 
 # Limits a run can reach or hold (a budget beyond them never ends; a stage beyond them never fits).
 MAX_BUDGET = {"steps": 1e8, "samples": 1e12, "tokens": 1e15, "seconds": 1e8}
@@ -42,14 +48,186 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_+=,@-][A-Za-z0-9._+=,@-]*$")
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
 
 
+class Rule:
+    """One input rule. ``why(value)`` is None for a value the rule takes, else what the value must be
+    (``"must be >= 1"``); :meth:`problem` puts the field (or the option) and the value in front. A
+    rule whose ``why`` names the value itself (``names_value``) is put after the field alone."""
+
+    def __init__(self, why: Callable[[Any], Optional[str]], names_value: bool = False):
+        self.why = why
+        self.names_value = names_value
+
+    def ok(self, value: Any) -> bool:
+        return self.why(value) is None
+
+    def problem(self, field: str, value: Any) -> Optional[str]:
+        """``field=value is invalid: why`` (or ``field: why``), or None when the rule takes ``value``."""
+        why = self.why(value)
+        if why is None:
+            return None
+        return f"{field}: {why}" if self.names_value else invalid(field, value, why)
+
+    def check(self, field: str, value: Any) -> None:
+        """Raise the ConfigError of :meth:`problem`, if any."""
+        bad = self.problem(field, value)
+        if bad:
+            raise ConfigError(bad)
+
+
+def rule(test: Callable[[Any], bool], must: str) -> Rule:
+    """The rule that ``test(value)`` holds, said as ``must``."""
+    return Rule(lambda v: None if test(v) else must)
+
+
+def _number(test: Callable[[Any], bool], must: str) -> Rule:
+    """A rule on a number (not a bool): ``test`` holds, said as ``must``; NaN and infinities are refused."""
+    def why(v: Any) -> Optional[str]:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return must
+        if isinstance(v, float) and not math.isfinite(v):
+            return "must be a finite number"
+        return None if test(v) else must
+    return Rule(why)
+
+
+def at_least(low: float, note: str = "") -> Rule:
+    return _number(lambda v: v >= low, f"must be >= {low}{note}")
+
+
+def above(low: float, note: str = "") -> Rule:
+    return _number(lambda v: v > low, f"must be > {low}{note}")
+
+
+def at_most(high: float, note: str = "") -> Rule:
+    return _number(lambda v: v <= high, f"must be <= {high}{note}")
+
+
+def between(low: float, high: float, note: str = "") -> Rule:
+    return _number(lambda v: low <= v <= high, f"must be between {low} and {high}{note}")
+
+
+FRACTION = _number(lambda v: 0 <= v <= 1, "must be in [0, 1]")
+POSITIVE_FRACTION = _number(lambda v: 0 < v <= 1, "must be in (0, 1]")
+
+
+def one_of(choices: tuple | Callable[[], Any]) -> Rule:
+    """``value`` is one of ``choices`` (or of what ``choices()`` returns, read when checked); the
+    message lists them and the closest one."""
+    def why(v: Any) -> Optional[str]:
+        names = list(choices() if callable(choices) else choices)
+        if v in names:
+            return None
+        return f"must be one of {', '.join(map(str, names))}{did_you_mean(v, names, n=1)}"
+    return Rule(why)
+
+
+def all_of(*rules: Rule) -> Rule:
+    """Each of ``rules`` in turn (the first one broken speaks)."""
+    return Rule(lambda v: next((w for w in (r.why(v) for r in rules) if w is not None), None))
+
+
+RULES = "rules"
+"""The metadata key of a field's rules (:func:`ruled`)."""
+
+
+def ruled(default: Any, *rules: Rule) -> Any:
+    """A dataclass field holding ``default`` whose value must keep ``rules``, in order (None, where the
+    field's type allows it, keeps every rule): the field's rules declared beside it."""
+    return dataclasses.field(default=default, metadata={RULES: rules})
+
+
+def field_rules(cls) -> dict[str, tuple[Rule, ...]]:
+    """{field name: its rules} of dataclass ``cls``: those :func:`ruled` declared, then the class's
+    ``FIELD_RULES`` (for fields a class inherits, such as the task section's from
+    :class:`evals.tasks.TaskSpec`)."""
+    declared = {f.name: f.metadata[RULES] for f in dataclasses.fields(cls) if RULES in f.metadata}
+    return {**declared, **getattr(cls, "FIELD_RULES", {})}
+
+
+def check_fields(obj: Any, section: str = "") -> None:
+    """Every field of ``obj`` keeps its rules (:func:`field_rules`), else one ConfigError naming
+    ``section.field`` and the value."""
+    for name, rules in field_rules(type(obj)).items():
+        value = getattr(obj, name)
+        if value is not None:
+            for r in rules:
+                r.check(f"{section}.{name}" if section else name, value)
+
+
+def field_problem(cls, dotted: str, value: Any, option: str) -> Optional[str]:
+    """Why ``value`` of ``option`` breaks the rules of field ``dotted`` of dataclass ``cls``
+    (sections descended: ``eval.n``), in ``option``'s name; None when it keeps them."""
+    *sections, name = dotted.split(".")
+    for s in sections:  # a section field's default_factory is the section's class
+        cls = next(f for f in dataclasses.fields(cls) if f.name == s).default_factory
+    for r in field_rules(cls)[name]:
+        bad = r.problem(option, value)
+        if bad:
+            return bad
+    return None
+
+
 def is_safe_name(name) -> bool:
     """A run or sweep name that stays one directory below the output directory."""
-    return isinstance(name, str) and len(name) <= 200 and bool(_NAME_RE.match(name)) and ".." not in name
+    return isinstance(name, str) and len(name) <= 200 and bool(_NAME_RE.fullmatch(name)) and ".." not in name
 
 
-def check_threads(field: str, value: int, low: int = 1, meaning: str = "") -> None:
-    """A thread-count field is between ``low`` and :data:`MAX_THREADS` (one message for them all)."""
-    check(low <= value <= MAX_THREADS, field, value, f"must be between {low} and {MAX_THREADS}{meaning}")
+NAME = rule(is_safe_name, NAME_RULE)
+"""A run's or a sweep's name (``name``; a sweep file's ``name``)."""
+DEVICE = rule(lambda v: isinstance(v, str) and _DEVICE_RE.fullmatch(v) is not None,
+              "must be auto, cpu, cuda or cuda:N (N a CUDA device index)")
+"""``device`` and every command's ``--device``."""
+SEED = _number(lambda v: 0 <= v <= MAX_SEED, f"must be an integer from 0 to 2**63-1 ({MAX_SEED})")
+"""``seed`` and ``harness eval --seed``."""
+NUMERICS = one_of(NUMERICS_MODES)
+"""``numerics``."""
+ALGORITHM = Rule(algorithm_problem, names_value=True)
+"""``algorithm.name`` and a sweep file's algorithm names: :func:`algorithms.presets.algorithm_problem`."""
+
+
+def thread_count(low: int, note: str = "") -> Rule:
+    """A number of threads: from ``low`` to :data:`MAX_THREADS`."""
+    return between(low, MAX_THREADS, note)
+
+
+THREADS = thread_count(1)
+"""``warmup.threads``; the torch threads of each process of a sweep's run."""
+THREADS_OR_DEFAULT = thread_count(0, " (0: the default count)")
+"""``train.threads``, ``harness eval --threads``, and the count OMP_NUM_THREADS gives where they are 0."""
+COMPLETION_TOKENS = at_most(MAX_NEW_TOKENS)
+"""The longest completion: ``sampling.max_new_tokens``, ``eval.max_new_tokens``, ``harness eval --max-new-tokens``."""
+STAGE_SAMPLES = between(1, MAX_PER_STEP, " (drawn at once, as one stage of a run)")
+"""Samples a reward model's round draws at once: ``reward_model.samples_per_round``, ``harness rm train --samples``."""
+DTYPES = ("float32", "bfloat16", "float16")
+"""``model.dtype`` and ``harness eval --dtype``."""
+SAMPLER_BACKENDS = ("hf", "paged", "vllm")
+"""``sampling.backend`` (:data:`harness.engine.sampling.BACKENDS`)."""
+
+
+def dir_path(note: str = "") -> Rule:
+    """The value can name a directory (:func:`dir_path_problem`); ``note`` follows the reason."""
+    return Rule(lambda v: None if dir_path_problem(v) is None else f"{dir_path_problem(v)}{note}")
+
+
+def _mlflow_uri_why(uri: Any) -> Optional[str]:
+    why = mlflow_uri_problem(uri)
+    return None if why is None else f"{why}; accepted: {MLFLOW_URI_FORMS}, or null (sqlite:///<output_dir>/mlflow.db)"
+
+
+MLFLOW_URI = Rule(_mlflow_uri_why)
+"""``tracking.mlflow_uri``."""
+
+
+def _wandb_project_why(p: str) -> Optional[str]:
+    bad = sorted(set(_WANDB_PROJECT_BAD) & set(p))
+    if 0 < len(p) <= 128 and not bad:
+        return None
+    return ("must be a wandb project name: 1 to 128 characters, none of " + " ".join(_WANDB_PROJECT_BAD)
+            + (f" (it holds {' '.join(bad)})" if bad else ""))
+
+
+WANDB_PROJECT = Rule(_wandb_project_why)
+"""``tracking.wandb_project`` (with wandb on; wandb refuses these at wandb.init, mid-run)."""
 
 
 def mlflow_uri_problem(uri: str) -> Optional[str]:

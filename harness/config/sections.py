@@ -1,7 +1,8 @@
 """The sections of a run config other than the algorithm's: model, task, warm-up, sampling, training, budget, evaluation and tracking.
 
-Each section is a frozen dataclass whose fields carry a docstring; its ``validate()`` refuses a
-value outside the field's rules (:mod:`harness.config.rules`) with a message naming the field.
+Each section is a frozen dataclass whose fields carry a docstring and their rules
+(:func:`harness.config.rules.ruled`); its ``validate()`` checks them, then what its fields must
+agree on, each refusal a ConfigError naming the field and the value.
 """
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from typing import ClassVar, Optional
 from evals.arith import HELDOUT_MOD, describe_knobs, problem_space, space_problem, split_sizes
 from evals.catalog import available_tasks
 from evals.tasks import TaskSpec
-from harness.config.base import ConfigError, check, check_choice
-from harness.config.rules import (MAX_ARITH_EVAL_SIZE, MAX_BUDGET, MAX_EVAL_POINTS, MAX_NEW_TOKENS, MAX_PER_STEP,
-                                  MAX_SAMPLES_PER_PROMPT, MAX_TINY_PARAMS, MLFLOW_URI_FORMS, TINY_VOCAB_SIZE,
-                                  WANDB_MODES, _WANDB_PROJECT_BAD, check_threads, dir_path_problem,
-                                  mlflow_uri_problem)
+from harness.config.base import ConfigError, check
+from harness.config.rules import (COMPLETION_TOKENS, DTYPES, FRACTION, MAX_ARITH_EVAL_SIZE, MAX_BUDGET, MAX_EVAL_POINTS,
+                                  MAX_PER_STEP, MAX_SAMPLES_PER_PROMPT, MAX_TINY_PARAMS, MLFLOW_URI,
+                                  POSITIVE_FRACTION, SAMPLER_BACKENDS, THREADS, THREADS_OR_DEFAULT, TINY_VOCAB_SIZE,
+                                  WANDB_MODES, WANDB_PROJECT, above, at_least, at_most, between, check_fields,
+                                  dir_path, one_of, rule, ruled)
 from harness.rundir.budget import BUDGET_UNITS
 
 
@@ -33,9 +35,19 @@ def tiny_param_count(m: "ModelConfig") -> int:
     return TINY_VOCAB_SIZE * h + m.num_layers * (4 * h * h + 3 * h * i + 2 * h) + h
 
 
+def _gguf_if_a_file(path: str) -> bool:
+    """``model.name_or_path`` names 'tiny', no file, or a .gguf file."""
+    p = Path(os.path.expanduser(path))
+    return path == "tiny" or not p.is_file() or p.suffix.lower() == ".gguf"
+
+
+MODEL_PATH = rule(_gguf_if_a_file, "a file must be a .gguf model; otherwise give a Hugging Face model directory or "
+                                   "'tiny'")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    name_or_path: str = "tiny"
+    name_or_path: str = ruled("tiny", MODEL_PATH)
     """'tiny' builds the built-in Llama-style model with a character tokenizer (trained from
     scratch by the warm-up); otherwise a local Hugging Face causal-LM directory, or a .gguf
     file (loaded with transformers' ``gguf_file=``)."""
@@ -43,35 +55,27 @@ class ModelConfig:
     """GGUF file name inside ``name_or_path`` (a directory), when the weights are GGUF."""
     hidden_size: int = 128
     """Tiny model only: width of the residual stream."""
-    num_layers: int = 4
+    num_layers: int = ruled(4, at_least(1))
     """Tiny model only: number of decoder layers."""
-    num_heads: int = 4
+    num_heads: int = ruled(4, at_least(1))
     """Tiny model only: attention heads (head dim = hidden_size / num_heads)."""
-    intermediate_size: int = 384
+    intermediate_size: int = ruled(384, at_least(1))
     """Tiny model only: SwiGLU MLP width."""
-    max_length: int = 96
+    max_length: int = ruled(96, at_least(8))
     """Tiny model only: maximum sequence length (prompt + completion) in tokens."""
-    dtype: str = "float32"
+    dtype: str = ruled("float32", one_of(DTYPES))
     """Parameter dtype: float32 | bfloat16 | float16 (float32 on CPU)."""
 
     def validate(self):
-        check(self.hidden_size > 0 and self.hidden_size % max(self.num_heads, 1) == 0, "model.hidden_size",
+        check_fields(self, "model")
+        check(self.hidden_size > 0 and self.hidden_size % self.num_heads == 0, "model.hidden_size",
               self.hidden_size, "must be positive and divisible by model.num_heads")
-        check(self.num_layers >= 1, "model.num_layers", self.num_layers, "must be >= 1")
-        check(self.num_heads >= 1, "model.num_heads", self.num_heads, "must be >= 1")
-        check(self.intermediate_size >= 1, "model.intermediate_size", self.intermediate_size, "must be >= 1")
-        check(self.max_length >= 8, "model.max_length", self.max_length, "must be >= 8")
         if self.name_or_path == "tiny":
             head_dim = self.hidden_size // self.num_heads
             check(head_dim % 2 == 0, "model.num_heads", self.num_heads,
                   f"model.hidden_size / model.num_heads = {head_dim} must be even (rotary position embeddings "
                   f"rotate pairs of dimensions)")
             self._check_size()
-        p = Path(os.path.expanduser(self.name_or_path))
-        if self.name_or_path != "tiny" and p.is_file():
-            check(p.suffix.lower() == ".gguf", "model.name_or_path", self.name_or_path,
-                  "a file must be a .gguf model; otherwise give a Hugging Face model directory or 'tiny'")
-        check_choice("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
 
     SIZE_FIELDS: ClassVar[tuple[str, ...]] = ("hidden_size", "num_layers", "intermediate_size")
 
@@ -95,19 +99,21 @@ class ModelConfig:
 class TaskConfig(TaskSpec):
     """The ``task`` section: fields and their meaning in :class:`evals.tasks.TaskSpec`."""
 
+    FIELD_RULES: ClassVar[dict] = {
+        "name": (one_of(available_tasks),),
+        "min_ops": (at_least(1),),
+        "operators": (rule(lambda ops: bool(ops) and set(ops) <= set("+-*"), "must be a non-empty subset of '+-*'"),),
+        "eval_size": (at_least(1),),
+        "few_shot": (at_least(0),),
+        "demo_error_rate": (FRACTION,),
+    }
+    """The rules of the fields :class:`evals.tasks.TaskSpec` declares (evals cannot import them)."""
+
     def validate(self, evaluate_only: bool = False):
-        tasks = available_tasks()
-        if self.name not in tasks:
-            check_choice("task.name", self.name, tasks)
-        check(self.min_ops >= 1, "task.min_ops", self.min_ops, "must be >= 1")
+        check_fields(self, "task")
         check(self.max_ops >= self.min_ops, "task.max_ops", self.max_ops, "must be >= task.min_ops")
         check(0 <= self.min_operand <= self.max_operand, "task.max_operand", self.max_operand,
               "need 0 <= min_operand <= max_operand")
-        check(bool(self.operators) and set(self.operators) <= set("+-*"), "task.operators", self.operators,
-              "must be a non-empty subset of '+-*'")
-        check(self.eval_size >= 1, "task.eval_size", self.eval_size, "must be >= 1")
-        check(self.few_shot >= 0, "task.few_shot", self.few_shot, "must be >= 0")
-        check(0.0 <= self.demo_error_rate <= 1.0, "task.demo_error_rate", self.demo_error_rate, "must be in [0, 1]")
         if self.name == "arith":
             self._validate_arith(evaluate_only)
         else:
@@ -144,33 +150,33 @@ class WarmupConfig:
     enabled: bool = True
     """Supervised warm-up on worked solutions before RL (tiny model; produces the
     starting 'instruct' checkpoint, cached by a hash of the config that determines it)."""
-    steps: int = 1500
+    steps: int = ruled(1500, at_least(0))
     """Optimizer steps of warm-up."""
-    examples_per_step: int = 64
+    examples_per_step: int = ruled(64, at_least(1))
     """Worked solutions per warm-up step."""
-    lr: float = 3e-3
+    lr: float = ruled(3e-3, above(0))
     """Peak learning rate (AdamW, linear warm-up then cosine decay to final_lr_fraction)."""
-    final_lr_fraction: float = 0.05
+    final_lr_fraction: float = ruled(0.05, FRACTION)
     """Learning rate at the end of the warm-up, as a fraction of lr (1.0 = constant: the
     checkpoint is not annealed, as when SFT stops early)."""
-    cache_dir: Optional[str] = None
+    cache_dir: Optional[str] = ruled(None, dir_path(" (or null: <output_dir>/_cache/warmup)"))
     """Where warm-up checkpoints are cached (keyed by a hash of model+task+warmup); default
     ``<output_dir>/_cache/warmup``, so every run and sweep under one output directory shares
     it wherever the command is started. Does not enter the run id."""
-    threads: int = 2
+    threads: int = ruled(2, THREADS)
     """torch CPU threads of the warm-up (1 to 1024): a fixed number, not the machine's cores, because the
     thread count changes how sums are split and so the checkpoint (it enters the cache key)."""
     per_seed: bool = False
     """Train one warm-up per run seed (the seed initialises the model and orders its data),
     shared by every algorithm of that seed; false: one warm-up (seed 0) for every run. A
     study with per-seed warm-ups measures the spread that comes from the starting point too."""
-    long_share: float = 0.0
+    long_share: float = ruled(0.0, FRACTION)
     """arith: the share of warm-up worked solutions drawn with ``long_ops`` operations instead of
     the task's min_ops..max_ops (each example independently; from the training bucket, with the
     task's demo_error_rate): a small share of longer supervised solutions, so that an
     out-of-domain set of longer problems is one the start solves in part. 0: off (left out of
     config.yaml, run ids and the warm-up's cache key)."""
-    long_ops: int = 4
+    long_ops: int = ruled(4, between(1, 16))
     """arith: operations in the warm-up's longer solutions (``long_share``)."""
 
     OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("long_share", "long_ops")
@@ -178,21 +184,22 @@ class WarmupConfig:
     (:func:`harness.config.base.to_dict`)."""
 
     def validate(self):
-        check(self.steps >= 0, "warmup.steps", self.steps, "must be >= 0")
-        check(self.examples_per_step >= 1, "warmup.examples_per_step", self.examples_per_step, "must be >= 1")
-        check(self.lr > 0, "warmup.lr", self.lr, "must be > 0")
-        check(0 <= self.final_lr_fraction <= 1, "warmup.final_lr_fraction", self.final_lr_fraction, "must be in [0, 1]")
-        check_threads("warmup.threads", self.threads)
-        check(0.0 <= self.long_share <= 1.0, "warmup.long_share", self.long_share, "must be in [0, 1]")
-        check(1 <= self.long_ops <= 16, "warmup.long_ops", self.long_ops, "must be between 1 and 16")
-        if self.cache_dir is not None:
-            why = dir_path_problem(self.cache_dir)
-            check(why is None, "warmup.cache_dir", self.cache_dir, f"{why} (or null: <output_dir>/_cache/warmup)")
+        check_fields(self, "warmup")
+
+
+def _vllm_where_installed(backend: str) -> bool:
+    """vllm: an optional extra for CUDA machines, UNVERIFIED (never run by us yet): accepted only
+    where the package is installed (the run logs that it is unverified), refused elsewhere."""
+    return backend != "vllm" or importlib.util.find_spec("vllm") is not None
+
+
+VLLM_INSTALLED = rule(_vllm_where_installed, "needs the vllm package (pip install 'grpo-harness[vllm]' on a CUDA "
+                                             "machine); it is unverified: use 'hf' or 'paged' for results you rely on")
 
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    backend: str = "hf"
+    backend: str = ruled("hf", one_of(SAMPLER_BACKENDS), VLLM_INSTALLED)
     """Sampler backend (harness.engine.sampling.get_sampler): 'hf' (in-process, KV-cached decoding
     on the learner's weights; the reference), 'paged' (transformers' continuous batching with paged
     attention, harness.engine.paged), 'vllm' (harness.engine.vllm_sampler: optional extra for CUDA
@@ -200,59 +207,46 @@ class SamplingConfig:
     default is 'hf' on every device: on CPU it generated 2.4x to 12x the tokens/s of 'paged' at
     every measured setting (1 to 256 rows, 24 to 128 new tokens; bench/samplers.py, bench/README.md
     "Samplers"); no backend has been measured on a GPU."""
-    samples_per_prompt: int = 8
+    samples_per_prompt: int = ruled(8, at_least(1), at_most(MAX_SAMPLES_PER_PROMPT))
     """G: completions sampled per prompt (the group for GRPO's baseline)."""
-    max_new_tokens: int = 40
+    max_new_tokens: int = ruled(40, at_least(1), COMPLETION_TOKENS)
     """Longest completion, in tokens; longer ones are truncated (and usually score 0)."""
-    temperature: float = 1.0
+    temperature: float = ruled(1.0, above(0))
     """Sampling temperature for rollouts."""
-    top_p: float = 1.0
+    top_p: float = ruled(1.0, POSITIVE_FRACTION)
     """Nucleus sampling mass for rollouts (1.0 = off)."""
 
     def validate(self):
-        check_choice("sampling.backend", self.backend, ("hf", "paged", "vllm"))
-        # vllm: an optional extra for CUDA machines, UNVERIFIED (never run by us yet): accepted only
-        # where the package is installed (the run logs that it is unverified), refused elsewhere
-        check(self.backend != "vllm" or importlib.util.find_spec("vllm") is not None, "sampling.backend",
-              self.backend, "needs the vllm package (pip install 'grpo-harness[vllm]' on a CUDA machine); "
-              "it is unverified: use 'hf' or 'paged' for results you rely on")
-        check(self.samples_per_prompt >= 1, "sampling.samples_per_prompt", self.samples_per_prompt, "must be >= 1")
-        check(self.max_new_tokens >= 1, "sampling.max_new_tokens", self.max_new_tokens, "must be >= 1")
-        check(self.samples_per_prompt <= MAX_SAMPLES_PER_PROMPT, "sampling.samples_per_prompt",
-              self.samples_per_prompt, f"must be <= {MAX_SAMPLES_PER_PROMPT}")
-        check(self.max_new_tokens <= MAX_NEW_TOKENS, "sampling.max_new_tokens", self.max_new_tokens,
-              f"must be <= {MAX_NEW_TOKENS}")
-        check(self.temperature > 0, "sampling.temperature", self.temperature, "must be > 0")
-        check(0 < self.top_p <= 1, "sampling.top_p", self.top_p, "must be in (0, 1]")
+        check_fields(self, "sampling")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    prompts_per_step: int = 16
+    prompts_per_step: int = ruled(16, at_least(1), at_most(MAX_PER_STEP, " (one stage's batch must fit in memory)"))
     """Prompts per exploration stage; each gets samples_per_prompt completions."""
-    lr: float = 1e-4
+    lr: float = ruled(1e-4, above(0))
     """Policy learning rate (AdamW, constant after lr_warmup_steps)."""
-    lr_warmup_steps: int = 0
+    lr_warmup_steps: int = ruled(0, at_least(0))
     """Linear learning-rate warm-up at the start of RL."""
-    lr_schedule: str = "constant"
+    lr_schedule: str = ruled("constant", one_of(("constant", "cosine")))
     """constant, or cosine: decay to 0 over the budget (progress = budget consumed / amount,
     in the budget's unit), which keeps late noisy updates from undoing early gains."""
-    weight_decay: float = 0.0
+    weight_decay: float = ruled(0.0, at_least(0))
     """AdamW weight decay for the policy."""
-    inner_epochs: int = 1
+    inner_epochs: int = ruled(1, at_least(1))
     """mu: optimisation passes over each batch of rollouts (DeepSeekMath uses 1)."""
-    mini_batches: int = 1
+    mini_batches: int = ruled(1, at_least(1))
     """Optimizer steps per pass over a batch of rollouts (verl's ppo_mini_batch_size, TRL's
     steps_per_generation): the batch's rows are split, in order, into this many disjoint slices
     of (nearly) equal size, one optimizer step each, every loss normalised over its own slice.
     Ratio and value clipping are against the log-probs and values from before the first step.
     With inner_epochs = 1 and mini_batches = 1 there is one step per batch, so the ratio is 1 and
     clipping is inactive (clip_eps and value_clip do nothing)."""
-    micro_batch_size: int = 64
+    micro_batch_size: int = ruled(64, at_least(1))
     """Sequences per forward/backward; gradients accumulate to one optimizer step per pass."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = ruled(1.0, at_least(0))
     """Gradient-norm clipping (0 = off)."""
-    threads: int = 0
+    threads: int = ruled(0, THREADS_OR_DEFAULT)
     """torch CPU threads (at most 1024). 0: in portable numerics, the launcher's cpus per run (OMP_NUM_THREADS)
     or else 2, never the machine's core count (results depend on it); in native numerics,
     torch's default."""
@@ -264,47 +258,34 @@ class TrainConfig:
     starting checkpoint ships them. With a fresh Adam the first updates are ~lr * sign(g) on
     every weight: on the tiny model even continued SFT on gold solutions at lr 5e-4 fell from
     59% to 50% in 3 steps that way."""
-    checkpoint_minutes: float = 10.0
+    checkpoint_minutes: float = ruled(10.0, at_least(0, " (0 = checkpoint at evaluation points only)"))
     """Also save the resume point after the stage that ends every this-many minutes of
     training (0 = only at evaluation points), so a long gap between evaluations loses at most
     this much to a kill. Does not change what the run computes, nor its run id."""
 
     def validate(self):
-        check(self.prompts_per_step >= 1, "train.prompts_per_step", self.prompts_per_step, "must be >= 1")
-        check(self.prompts_per_step <= MAX_PER_STEP, "train.prompts_per_step", self.prompts_per_step,
-              f"must be <= {MAX_PER_STEP} (one stage's batch must fit in memory)")
-        check(self.lr > 0, "train.lr", self.lr, "must be > 0")
-        check(self.lr_warmup_steps >= 0, "train.lr_warmup_steps", self.lr_warmup_steps, "must be >= 0")
-        check_choice("train.lr_schedule", self.lr_schedule, ("constant", "cosine"))
-        check(self.weight_decay >= 0, "train.weight_decay", self.weight_decay, "must be >= 0")
-        check(self.inner_epochs >= 1, "train.inner_epochs", self.inner_epochs, "must be >= 1")
-        check(self.mini_batches >= 1, "train.mini_batches", self.mini_batches, "must be >= 1")
-        check(self.micro_batch_size >= 1, "train.micro_batch_size", self.micro_batch_size, "must be >= 1")
-        check(self.max_grad_norm >= 0, "train.max_grad_norm", self.max_grad_norm, "must be >= 0")
-        check_threads("train.threads", self.threads, low=0, meaning=" (0: the default count)")
-        check(self.checkpoint_minutes >= 0, "train.checkpoint_minutes", self.checkpoint_minutes,
-              "must be >= 0 (0 = checkpoint at evaluation points only)")
+        check_fields(self, "train")
 
 
 @dataclass(frozen=True)
 class BudgetConfig:
-    unit: str = "steps"
+    unit: str = ruled("steps", one_of(BUDGET_UNITS))
     """Budget unit: samples (completions), tokens (generated), steps (optimizer stages) or
     seconds (wall-clock of training, evaluation excluded)."""
-    amount: float = 40
+    amount: float = ruled(40, above(0))
     """Stop once this much of `unit` is consumed."""
-    eval_points: int = 4
+    eval_points: int = ruled(4, at_least(1), at_most(MAX_EVAL_POINTS))
     """Evaluate at this many evenly spaced budget checkpoints (plus once before training)."""
 
     def validate(self):
-        check_choice("budget.unit", self.unit, BUDGET_UNITS)
-        check(self.amount > 0, "budget.amount", self.amount, "must be > 0")
-        limit = MAX_BUDGET.get(self.unit)
-        check(limit is None or self.amount <= limit, "budget.amount", self.amount,
+        """The fields' rules, then the amount against its unit's limit (a budget beyond it never ends)
+        and, in steps, a whole number: the one budget rule of a config and a sweep file's ``budget``."""
+        check_fields(self, "budget")
+        limit = MAX_BUDGET[self.unit]
+        check(self.amount <= limit, "budget.amount", self.amount,
               f"a budget in {self.unit} must be at most {limit:.0e} (a run cannot reach more)")
-        check(self.eval_points <= MAX_EVAL_POINTS, "budget.eval_points", self.eval_points,
-              f"must be <= {MAX_EVAL_POINTS}")
-        check(self.eval_points >= 1, "budget.eval_points", self.eval_points, "must be >= 1")
+        check(self.unit != "steps" or float(self.amount).is_integer(), "budget.amount", self.amount,
+              "a budget in steps must be a whole number")
 
 
 @dataclass(frozen=True)
@@ -334,16 +315,16 @@ class OodEvalConfig:
 class EvalConfig:
     greedy: bool = True
     """Report greedy (temperature 0) accuracy on the held-out set."""
-    n: int = 0
+    n: int = ruled(0, at_least(0), at_most(MAX_PER_STEP))
     """Samples per problem for pass@k / maj@k curves (0 = greedy only)."""
-    temperature: float = 1.0
+    temperature: float = ruled(1.0, above(0))
     """Temperature of the n samples."""
-    max_new_tokens: int = 0
+    max_new_tokens: int = ruled(0, at_least(0), COMPLETION_TOKENS)
     """Completion limit for evaluation (0 = sampling.max_new_tokens)."""
     final_only_samples: bool = True
     """Draw the n samples only at the final checkpoint (greedy accuracy at every one)."""
 
-    sample_problems: int = 0
+    sample_problems: int = ruled(0, at_least(0, " (0 = all)"))
     """Draw the n samples for pass@k / maj@k on the first this-many held-out problems only
     (0 = all); greedy accuracy always uses every problem. Lets a large greedy set (small
     standard error) sit beside an affordable n = 64 evaluation."""
@@ -355,38 +336,26 @@ class EvalConfig:
     such as the learning rate without looking at the test set (a sweep's ``select``)."""
 
     def validate(self):
-        check(self.n >= 0, "eval.n", self.n, "must be >= 0")
+        check_fields(self, "eval")
         check(self.greedy or self.n > 0, "eval.n", self.n,
               "with eval.greedy=false, eval.n must be >= 1 (otherwise nothing is evaluated)")
-        check(self.n <= MAX_PER_STEP, "eval.n", self.n, f"must be <= {MAX_PER_STEP}")
-        check(self.temperature > 0, "eval.temperature", self.temperature, "must be > 0")
-        check(self.max_new_tokens >= 0, "eval.max_new_tokens", self.max_new_tokens, "must be >= 0")
-        check(self.sample_problems >= 0, "eval.sample_problems", self.sample_problems, "must be >= 0 (0 = all)")
 
 
 @dataclass(frozen=True)
 class TrackingConfig:
     mlflow: bool = False
     """Mirror metrics to MLflow (JSONL is always written)."""
-    mlflow_uri: Optional[str] = None
+    mlflow_uri: Optional[str] = ruled(None, MLFLOW_URI)
     """MLflow tracking URI (default: sqlite database under the results directory): sqlite:///<path>.db,
     file:<path>, http(s)://<host>[:<port>], postgresql|mysql|mssql://..., or databricks."""
     wandb: bool = False
     """Mirror metrics to Weights & Biases (offline unless configured online)."""
-    wandb_mode: Optional[str] = None
+    wandb_mode: Optional[str] = ruled(None, one_of(WANDB_MODES))
     """wandb mode: offline | online | disabled (default: offline unless WANDB_MODE is set)."""
     wandb_project: str = "grpo-harness"
     """wandb project name (with wandb on: 1 to 128 characters, none of / \\ # ? % :)."""
 
     def validate(self):
-        if self.mlflow_uri is not None:
-            why = mlflow_uri_problem(self.mlflow_uri)
-            check(why is None, "tracking.mlflow_uri", self.mlflow_uri,
-                  f"{why}; accepted: {MLFLOW_URI_FORMS}, or null (sqlite:///<output_dir>/mlflow.db)")
-        if self.wandb_mode is not None:
-            check_choice("tracking.wandb_mode", self.wandb_mode, WANDB_MODES)
-        if self.wandb:  # the project name wandb will be given (wandb refuses these at wandb.init, mid-run)
-            p, bad = self.wandb_project, sorted(set(_WANDB_PROJECT_BAD) & set(self.wandb_project))
-            check(0 < len(p) <= 128 and not bad, "tracking.wandb_project", p,
-                  "must be a wandb project name: 1 to 128 characters, none of " + " ".join(_WANDB_PROJECT_BAD)
-                  + (f" (it holds {' '.join(bad)})" if bad else ""))
+        check_fields(self, "tracking")
+        if self.wandb:  # the project name wandb will be given
+            WANDB_PROJECT.check("tracking.wandb_project", self.wandb_project)

@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from harness.config.rules import SAMPLER_BACKENDS
 from harness.engine import fastlm, paged, vllm_sampler
 from harness.engine.learner import make_batch, token_logprobs
 
@@ -292,8 +293,8 @@ def _pad_cat(tensors: list[torch.Tensor], value, left: bool) -> torch.Tensor:
     return torch.cat(out, 0)
 
 
-BACKENDS = ("hf", "paged", "vllm")
-"""Sampler backends (``sampling.backend``): ``hf`` (:func:`sample_hf`, the reference), ``paged``
+BACKENDS = SAMPLER_BACKENDS
+"""Sampler backends (``sampling.backend``, whose rule lists them): ``hf`` (:func:`sample_hf`, the reference), ``paged``
 (transformers' continuous batching, :mod:`harness.engine.paged`), ``vllm`` (optional,
 :mod:`harness.engine.vllm_sampler`; only where vllm imports)."""
 

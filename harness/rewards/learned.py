@@ -28,10 +28,11 @@ from algorithms.reward_losses import tag_bce
 from evals.prm import RM_SPEC_FILE, CausalLMPRM, read_spec, spec_kwargs, step_labels, tag_margins
 from evals.rm_metrics import quality
 from evals.tasks import StepReward
+from harness.config.algorithm import TRAINED_REWARD_MODELS
 from harness.engine.models import load_policy, save_policy
 from harness.rewards.data import Example
 
-KINDS = ("orm", "prm")
+KINDS = TRAINED_REWARD_MODELS
 GOOD, BAD = "+", "-"
 SHEPHERD_TAG, CHAR_TAG = " ки", "@"
 SPEC_FORMAT = "grpo-harness-reward-model/1"

@@ -77,10 +77,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from algorithms.presets import ALGORITHMS
-from harness.config.base import ConfigError, brief, did_you_mean, flatten
-from harness.config.schema import (MAX_THREADS, NAME_RULE, Config, config_from_dict, deep_merge, is_safe_name,
-                                   load_yaml, read_yaml_file)
+from algorithms.presets import ALGORITHMS, algorithm_problem
+from harness.config.base import ConfigError, brief, did_you_mean, flatten, from_dict, invalid
+from harness.config.rules import MAX_THREADS, NAME, THREADS
+from harness.config.schema import BudgetConfig, Config, config_from_dict, deep_merge, load_yaml, read_yaml_file
 from harness.report.format import number
 from harness.rundir.budget import BUDGET_UNITS
 
@@ -88,7 +88,7 @@ __all__ = [
     "SweepError", "LaunchOptions", "TOP_LEVEL_KEYS", "LAUNCHER_KEYS", "BUDGET_KEYS", "LAUNCHER_TYPES",
     "valid_algorithms", "check_algorithm", "check_key", "apply_overrides", "fmt_value", "read_sweep_file", "check_top_level",
     "base_config", "grid_section", "algorithms_section", "budget_section", "launcher_section", "report_section",
-    "ReportOptions", "REPORT_KEYS", "report_options", "refresh_problem", "MAX_COUNT",
+    "ReportOptions", "REPORT_KEYS", "report_options", "refresh_problem", "MAX_COUNT", "count_problem",
 ]
 
 TOP_LEVEL_KEYS = ("name", "description", "base", "config", "grid", "algorithms", "budget", "launcher",
@@ -135,16 +135,16 @@ def valid_algorithms() -> list[str]:
 
 
 def check_algorithm(a: Any, where: str, algos: Optional[list[str]]) -> None:
-    """Raise a SweepError unless ``a`` (a name, or an algorithm mapping with a ``name``)
-    is one of ``algos``; ``algos`` None checks nothing."""
+    """Raise a SweepError unless ``a`` (a name, or an algorithm mapping with a ``name``) names an
+    algorithm (the config's rule, :func:`algorithms.presets.algorithm_problem`); ``algos`` None
+    (:func:`valid_algorithms` not asked for) checks nothing."""
     if algos is None:
         return
     if isinstance(a, dict) and "name" not in a:
         return  # components only; the name comes from elsewhere (grid, default)
-    nm = a.get("name") if isinstance(a, dict) else a
-    if nm not in algos:
-        raise SweepError(f"{where}: unknown algorithm {nm!r}{did_you_mean(str(nm), algos)} "
-                         f"(valid: {', '.join(algos)})")
+    why = algorithm_problem(a.get("name") if isinstance(a, dict) else a)
+    if why:
+        raise SweepError(f"{where}: {why}")
 
 
 def check_key(dotted: str, where: str) -> None:
@@ -280,8 +280,9 @@ def check_top_level(spec: dict, src: str) -> str:
             raise SweepError(f"{src}: unknown top-level key '{k}'{did_you_mean(k, TOP_LEVEL_KEYS)} "
                              f"(valid: {', '.join(TOP_LEVEL_KEYS)})")
     name = spec.get("name")
-    if not is_safe_name(name):
-        raise SweepError(f"{src}: name={name!r} is invalid: {NAME_RULE} (its runs go to <output_dir>/<name>/)")
+    bad = NAME.problem("name", name)
+    if bad:
+        raise SweepError(f"{src}: {bad} (its runs go to <output_dir>/<name>/)")
     return name
 
 
@@ -383,35 +384,23 @@ def _check_keys(raw: dict, section: str, valid, src: str) -> None:
 
 
 def budget_section(raw: Any, src: str) -> dict:
-    """Check ``budget``; returns ``{unit, amount[, eval_points]}`` (``{}`` when absent)."""
+    """Check ``budget`` (unit and amount given, then the config's budget rules:
+    :class:`harness.config.sections.BudgetConfig`); returns ``{unit, amount[, eval_points]}``
+    (``{}`` when absent)."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise SweepError(f"{src}: budget must be a mapping with unit, amount, eval_points; got {raw!r}")
     _check_keys(raw, "budget", BUDGET_KEYS, src)
-    unit = raw.get("unit")
-    if unit is None:
+    if raw.get("unit") is None:
         raise SweepError(f"{src}: budget.unit is missing (one of {', '.join(BUDGET_UNITS)})")
-    if unit not in BUDGET_UNITS:
-        raise SweepError(f"{src}: budget.unit={unit!r} is not a budget unit{did_you_mean(unit, BUDGET_UNITS)} "
-                         f"(valid: {', '.join(BUDGET_UNITS)})")
     if "amount" not in raw:
-        raise SweepError(f"{src}: budget.amount is missing (how much {unit} every run gets)")
-    amt = raw["amount"]
-    if isinstance(amt, str):
-        try:
-            amt = float(amt)
-        except ValueError:
-            pass
-    if isinstance(amt, bool) or not isinstance(amt, (int, float)) or amt <= 0:
-        raise SweepError(f"{src}: budget.amount={raw['amount']!r} is invalid: expected a number > 0")
-    out = {"unit": unit, "amount": amt}
-    if "eval_points" in raw:
-        ep = raw["eval_points"]
-        if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
-            raise SweepError(f"{src}: budget.eval_points={ep!r} is invalid: expected an integer >= 1")
-        out["eval_points"] = ep
-    return out
+        raise SweepError(f"{src}: budget.amount is missing (how much {raw['unit']} every run gets)")
+    try:
+        budget = from_dict(BudgetConfig, raw, "budget")
+    except ConfigError as e:
+        raise SweepError(f"{src}: {e}") from None
+    return {k: getattr(budget, k) for k in BUDGET_KEYS if k in raw}
 
 
 def launcher_section(raw: Any, src: str, base_dir: Path) -> LaunchOptions:
@@ -428,23 +417,24 @@ def launcher_section(raw: Any, src: str, base_dir: Path) -> LaunchOptions:
                          f"(valid: {', '.join(LAUNCHER_TYPES)})")
     ls.type = t
 
-    def _int(key, lo, allow_none=True):
+    def _int(key, allow_none=True):
         v = raw.get(key)
         if v is None and allow_none:
             return None
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= MAX_COUNT:
-            raise SweepError(f"{src}: launcher.{key}={brief(v)} is invalid: expected a whole number from {lo} to "
-                             f"{MAX_COUNT}{_number_note(v)}")
+        bad = count_problem(f"launcher.{key}", v)
+        if bad:
+            raise SweepError(f"{src}: {bad}")
         return v
 
-    ls.workers = _int("workers", 1)
+    ls.workers = _int("workers")
     if "cpus" in raw:
-        ls.cpus = _int("cpus", 1, allow_none=False)
+        ls.cpus = _int("cpus", allow_none=False)
     if "procs" in raw:
-        ls.procs = _int("procs", 1, allow_none=False)
-    if ls.cpus // ls.procs > MAX_THREADS:
+        ls.procs = _int("procs", allow_none=False)
+    threads = max(1, ls.cpus // ls.procs)  # each process's torch threads (harness.sweep.launchers)
+    if not THREADS.ok(threads):
         raise SweepError(f"{src}: launcher.cpus={ls.cpus} is invalid: each of a run's {ls.procs} process(es) would "
-                         f"run {ls.cpus // ls.procs} torch threads, at most {MAX_THREADS} (OpenBLAS and OpenMP fail "
+                         f"run {threads} torch threads, at most {MAX_THREADS} (OpenBLAS and OpenMP fail "
                          f"to start more, after the run began)")
     ls.gpus = _gpus(raw.get("gpus", "auto"), src)
     z = raw.get("zero_stage")
@@ -476,6 +466,15 @@ def launcher_section(raw: Any, src: str, base_dir: Path) -> LaunchOptions:
 
 MAX_COUNT = 1 << 16
 """The largest number of workers, CPU cores, processes or GPUs per run a sweep file may ask for."""
+
+
+def count_problem(field: str, value: Any) -> Optional[str]:
+    """Why ``value`` is not a count of workers, CPU cores or processes (a whole number from 1 to
+    :data:`MAX_COUNT`): ``launcher.workers``, ``launcher.cpus``, ``launcher.procs`` and ``harness sweep
+    --workers``; None when it is one."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        return invalid(field, value, f"expected a whole number from 1 to {MAX_COUNT}{_number_note(value)}")
+    return None
 
 
 def _number_note(v: Any) -> str:

@@ -132,9 +132,9 @@ def test_a_two_megabyte_name_is_echoed_bounded(sandbox, capsys):
     f = _write(sandbox / "name.yaml", "name: " + "n" * 2_000_000 + "\n")
     err = _refused(capsys, ["train", str(f)], "(2,000,000 characters) is invalid", sandbox)
     assert len(err) < 800
-    # a sweep's name is checked in harness/sweep/spec.py: the command line bounds the line
+    # a sweep's name keeps the same rule, with the same bounded echo
     f = _sweep(sandbox, "name: " + "n" * 2_000_000 + "\n")
-    err = _refused(capsys, ["sweep", str(f), "--dry-run"], "characters left out", sandbox)
+    err = _refused(capsys, ["sweep", str(f), "--dry-run"], "(2,000,000 characters) is invalid", sandbox)
     assert err.endswith("(its runs go to <output_dir>/<name>/)")
 
 
@@ -254,15 +254,15 @@ def test_eval_warns_and_scores_the_one_held_out_problem(models, sandbox, capsys)
 # ------------------------------------------------------------------ 8. eval options
 
 @pytest.mark.parametrize("flags,must", [
-    (["--top-p", "0"], "--top-p must be in (0, 1]"),
-    (["--top-p", "5"], "--top-p must be in (0, 1]"),
-    (["--top-p", "nan"], "--top-p must be in (0, 1]"),
-    (["--temperature", "nan"], "--temperature must be a finite number > 0"),
-    (["--temperature", "inf"], "--temperature must be a finite number > 0"),
-    (["--max-new-tokens", "100000000"], "--max-new-tokens must be <= 1,048,576"),
-    (["--n", "2000000"], "--n must be <= 1,000,000"),
-    (["--seed", "-1"], "--seed must be >= 0"),
-    (["--threads", "-1"], "--threads must be >= 0"),
+    (["--top-p", "0"], "--top-p=0.0 is invalid: must be in (0, 1]"),
+    (["--top-p", "5"], "--top-p=5.0 is invalid: must be in (0, 1]"),
+    (["--top-p", "nan"], "--top-p=nan is invalid: must be a finite number"),
+    (["--temperature", "nan"], "--temperature=nan is invalid: must be a finite number"),
+    (["--temperature", "inf"], "--temperature=inf is invalid: must be a finite number"),
+    (["--max-new-tokens", "100000000"], "--max-new-tokens=100000000 is invalid: must be <= 1048576"),
+    (["--n", "2000000"], "--n=2000000 is invalid: must be <= 1000000"),
+    (["--seed", "-1"], "--seed=-1 is invalid: must be an integer from 0 to 2**63-1"),
+    (["--threads", "-1"], "--threads=-1 is invalid: must be between 0 and 1024 (0: the default count)"),
 ], ids=["top-p-0", "top-p-5", "top-p-nan", "temperature-nan", "temperature-inf", "max-new-tokens", "n", "seed",
         "threads"])
 def test_eval_refuses_options_the_config_would(flags, must, sandbox, capsys):

@@ -18,7 +18,7 @@ from harness.cli import eval as cli_eval
 from harness.cli.main import main
 from harness.cli.polish import LINE_LIMIT
 from harness.config.base import ConfigError
-from harness.config.schema import ModelConfig, TaskConfig
+from harness.config.schema import ModelConfig, TaskConfig, config_from_dict, load_config
 from harness.engine.models import build_char_tokenizer
 from harness.rundir.layout import read_jsonl
 from refusals import refused  # tests/support
@@ -56,7 +56,8 @@ def _refused(capsys, argv, must, root: Path) -> str:
 @pytest.mark.parametrize("threads", ["100000", "1025"])
 def test_threads_past_the_cap_are_refused(threads, model, sandbox, capsys):
     _refused(capsys, ["eval", "--model", str(model), "--task", "arith", "--threads", threads],
-             f"harness eval: --threads must be <= 1,024, got {threads}", sandbox)
+             f"harness eval: --threads={threads} is invalid: must be between 0 and 1024 (0: the default count)",
+             sandbox)
 
 
 def test_omp_num_threads_past_the_cap_is_refused(model, sandbox, capsys, monkeypatch):
@@ -69,7 +70,9 @@ def test_omp_num_threads_past_the_cap_is_refused(model, sandbox, capsys, monkeyp
 
 def test_threads_problem():
     assert checks.threads_problem(1024, "portable", "--threads") is None
-    assert "must be between 0 and 1,024" in checks.threads_problem(1025, "native", "train.threads")
+    assert checks.threads_problem(1025, "native", "train.threads") == \
+        "train.threads=1025 is invalid: must be between 0 and 1024 (0: the default count)"  # the config's rule
+    assert "must be between 0 and 1024" in checks.threads_problem(-1, "portable", "--threads")
     assert checks.threads_problem(0, "native", "x") is None  # native: torch's default, not the environment's
 
 
@@ -78,7 +81,7 @@ def test_threads_problem():
 @pytest.mark.parametrize("device", ["foo", "cuda:x", "cpu:0", "cuda:", "CUDA", "cpu\n", " cpu", "cuda:-1", "mps"])
 def test_device_strings_torch_would_refuse(device, model, sandbox, capsys):
     err = _refused(capsys, ["eval", "--model", str(model), "--task", "arith", "--device", device],
-                   f"harness eval: --device={device!r} is invalid: expected auto, cpu, cuda or cuda:N", sandbox)
+                   f"harness eval: --device={device!r} is invalid: must be auto, cpu, cuda or cuda:N", sandbox)
     assert "RuntimeError" not in err and "ValueError" not in err
 
 
@@ -88,7 +91,7 @@ def test_check_device_on_a_gpu_machine(device, monkeypatch):
     import torch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    with pytest.raises(ConfigError, match=re.escape(f"--device={device!r} is invalid: expected auto, cpu, cuda")):
+    with pytest.raises(ConfigError, match=re.escape(f"--device={device!r} is invalid: must be auto, cpu, cuda")):
         checks.check_device(device, "--device")
     with pytest.raises(ConfigError, match=re.escape("this machine has 2 CUDA device(s) (cuda:0..cuda:1)")):
         checks.check_device("cuda:2", "--device")
@@ -97,11 +100,14 @@ def test_check_device_on_a_gpu_machine(device, monkeypatch):
 
 
 def test_device_problem_uses_the_config_rule():
-    from harness.config.rules import _DEVICE_RE
     for good in ("auto", "cpu", "cuda", "cuda:0", "cuda:12"):
-        assert checks.device_problem(good) is None and _DEVICE_RE.match(good)
-    assert checks.device_problem(None, "device") == "device=None is invalid: expected auto, cpu, cuda or cuda:N " \
+        assert checks.device_problem(good) is None and load_config(None, [f"device={good}"]).device == good
+    assert checks.device_problem(None, "device") == "device=None is invalid: must be auto, cpu, cuda or cuda:N " \
                                                    "(N a CUDA device index)"
+    # one rule: the config refuses what --device refuses (its regex took "cpu\n" before)
+    for bad in ("cpu\n", "cuda:x", "mps"):
+        with pytest.raises(ConfigError, match=re.escape(checks.device_problem(bad))):
+            config_from_dict({"device": bad})
 
 
 # ------------------------------------------------------------------ 3. output paths, checked before the model loads

@@ -40,7 +40,7 @@ def test_help_and_refusals_load_no_heavy_library(argv):
     ([], "--type None is invalid"),
     (["--type", "prm", "--set", "task.name=gsm8k"], "no exact step checker; use --step-labels mc"),
     (["--type", "orm", "--heldout-frac", "1.5"], "--heldout-frac 1.5 is invalid"),
-    (["--type", "orm", "--samples", "0"], "--samples 0 is invalid"),
+    (["--type", "orm", "--samples", "0"], "--samples=0 is invalid"),
     (["--type", "orm", "--policy", "/no/such/model"], "--policy '/no/such/model' is invalid"),
     (["--type", "orm", "--init", "/no/such/rm"], "--init '/no/such/rm' is invalid: no reward_model.json there"),
     (["--type", "implicit"], "invalid choice"),

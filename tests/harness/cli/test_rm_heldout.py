@@ -76,17 +76,17 @@ def test_the_configs_sample_count_is_checked_too(sandbox, capsys):
 
 @pytest.mark.parametrize("extra,must", [
     (["--samples", "7", "--set", "sampling.samples_per_prompt=4"],
-     "--samples 7 is invalid: must be a multiple of sampling.samples_per_prompt (4): whole groups of the policy's "
+     "--samples=7 is invalid: must be a multiple of sampling.samples_per_prompt (4): whole groups of the policy's "
      "samples (7 would draw 8); give 4 or 8"),
-    (["--samples", "3"], "--samples 3 is invalid: must be a multiple of sampling.samples_per_prompt (8)"),
+    (["--samples", "3"], "--samples=3 is invalid: must be a multiple of sampling.samples_per_prompt (8)"),
     (["--set", "reward_model.samples_per_round=12"],
-     "reward_model.samples_per_round 12 is invalid: must be a multiple"),
-    (["--samples", "2000000"], "--samples 2000000 is invalid: must be between 1 and 1,000,000"),
+     "reward_model.samples_per_round=12 is invalid: must be a multiple"),
+    (["--samples", "2000000"], "--samples=2000000 is invalid: must be between 1 and 1000000 (drawn at once"),
     (["--heldout-frac", "0.00001"], "--heldout-frac 1e-05 is invalid: the split is a hash of each problem's id in "
                                     "steps of 1/10,000, so it holds out no problem"),
     (["--heldout-frac", "0.99999"], "--heldout-frac 0.99999 is invalid: the split is a hash of each problem's id in "
                                     "steps of 1/10,000, so it holds out every problem"),
-    (["--mc-rollouts", "100000"], "--mc-rollouts 100000 is invalid: must be between 1 and 65,536"),
+    (["--mc-rollouts", "100000"], "--mc-rollouts=100000 is invalid: must be <= 65536"),
 ], ids=["not-a-multiple", "fewer-than-a-group", "config-not-a-multiple", "samples-cap", "frac-tiny", "frac-all",
         "mc-rollouts-cap"])
 def test_counts_and_fractions_refused(extra, must, sandbox, capsys):

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from harness.config.base import dotted_fields
+from harness.config.fields import option_problem
+from harness.config.rules import COMPLETION_TOKENS, THREADS_OR_DEFAULT, field_rules
 from harness.config.schema import (MAX_THREADS, MAX_TINY_PARAMS, TINY_VOCAB_SIZE, WANDB_MODES, Config, ConfigError,
-                                   ModelConfig, load_config, tiny_param_count)
+                                   EvalConfig, ModelConfig, SamplingConfig, TrainConfig, config_from_dict, load_config,
+                                   tiny_param_count)
 
 ROOT = Path(__file__).resolve().parents[3]
 QUICKSTART = ROOT / "harness" / "configs" / "quickstart.yaml"
@@ -148,3 +151,34 @@ def test_mlflow_uri_must_be_a_tracking_uri(uri, why):
                                  "databricks", "databricks://profile", "databricks-uc"])
 def test_mlflow_uris_load(uri):
     assert load_config(QUICKSTART, [f"tracking.mlflow_uri={uri}"]).tracking.mlflow_uri == uri
+
+
+# ------------------------------------------------------------------ 5. each rule once (issue 44)
+
+def test_a_rule_is_declared_on_its_field_and_an_option_keeps_it():
+    assert THREADS_OR_DEFAULT in field_rules(TrainConfig)["threads"]
+    assert COMPLETION_TOKENS in field_rules(SamplingConfig)["max_new_tokens"]
+    assert COMPLETION_TOKENS in field_rules(EvalConfig)["max_new_tokens"]
+    assert option_problem("train.threads", 2000, "--threads") == \
+        "--threads=2000 is invalid: must be between 0 and 1024 (0: the default count)"
+    assert refused(["train.threads=2000"]).startswith("train.threads=2000 is invalid: must be between 0 and 1024 ")
+    assert option_problem("eval.n", 3, "--n") is None
+
+
+def test_the_evaluation_completion_limit_is_the_samplings():
+    """eval.max_new_tokens had no upper limit; it keeps sampling.max_new_tokens' (COMPLETION_TOKENS)."""
+    assert refused(["eval.max_new_tokens=2000000"]).startswith(
+        "eval.max_new_tokens=2000000 is invalid: must be <= 1048576")
+
+
+def test_a_reward_model_round_is_drawn_as_one_stage():
+    """reward_model.samples_per_round had no upper limit; it keeps `harness rm train --samples`' (STAGE_SAMPLES)."""
+    assert refused(["reward_model.samples_per_round=2000000"]).startswith(
+        "reward_model.samples_per_round=2000000 is invalid: must be between 1 and 1000000 (drawn at once")
+
+
+@pytest.mark.parametrize("field", ["name", "device"])
+def test_a_trailing_newline_is_refused(field):
+    """The name and device rules match the whole value (a regex's $ took "cpu\\n" and "run\\n" before)."""
+    with pytest.raises(ConfigError, match=f"^{field}=.* is invalid: must be"):
+        config_from_dict({field: {"name": "run", "device": "cpu"}[field] + "\n"})

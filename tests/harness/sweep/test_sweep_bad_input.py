@@ -186,7 +186,14 @@ def test_an_only_that_selects_nothing_is_refused_with_the_run_ids(tmp_path, caps
         run_sweep(sw, only=[], progress=False, stream=io.StringIO())
 
 
-# --------------------------------------------------------------------------- 7. --refresh
+# --------------------------------------------------------------------------- 7. --refresh and --workers
+
+
+@pytest.mark.parametrize("value", ["0", "100000"])
+def test_workers_keeps_the_launcher_workers_rule(value, tmp_path, capsys):
+    path = sweep_file(tmp_path, BODY)
+    _refused(capsys, tmp_path, [str(path), "--output-dir", str(tmp_path / "out"), "--workers", value, "--dry-run"],
+             f"--workers={value} is invalid: expected a whole number from 1 to 65536")
 
 
 @pytest.mark.parametrize("value,shown", [("nan", "nan"), ("-1", "-1"), ("inf", "inf"), ("0", "0"), ("1e9", "1e+09")])

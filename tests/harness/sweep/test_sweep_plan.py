@@ -145,6 +145,18 @@ BAD = {
     "budget_unit_typo": ("name: x\ngrid: {seed: [0]}\nbudget: {unit: sample, amount: 10}\n",
                          ["budget.unit='sample'", "did you mean 'samples'", "samples, tokens, steps, seconds"]),
     "budget_missing_amount": ("name: x\ngrid: {seed: [0]}\nbudget: {unit: steps}\n", ["budget.amount is missing"]),
+    # the sweep's budget keeps the config's budget rule (issue 44): a limit per unit, whole steps, eval_points capped
+    "budget_over_its_units_limit": ("name: x\ngrid: {seed: [0]}\nbudget: {unit: steps, amount: '1e9'}\n",
+                                    ["bad.yaml: budget.amount=1000000000.0 is invalid: a budget in steps must be at "
+                                     "most 1e+08"]),
+    "budget_fractional_steps": ("name: x\ngrid: {seed: [0]}\nbudget: {unit: steps, amount: 2.5}\n",
+                                ["bad.yaml: budget.amount=2.5 is invalid: a budget in steps must be a whole number"]),
+    "budget_too_many_eval_points": ("name: x\ngrid: {seed: [0]}\nbudget: {unit: steps, amount: 4, "
+                                    "eval_points: 200000}\n",
+                                    ["bad.yaml: budget.eval_points=200000 is invalid: must be <= 100000"]),
+    "budget_amount_not_a_number": ("name: x\ngrid: {seed: [0]}\nbudget: {unit: steps, amount: lots}\n",
+                                   ["budget.amount: expected a number, got 'lots'"]),
+    "name_with_a_newline": ('name: "x\\n"\ngrid: {seed: [0]}\n', ["name='x\\n' is invalid: must be a non-empty name"]),
     "budget_key_typo": ("name: x\ngrid: {seed: [0]}\nbudget: {unit: steps, amount: 3, evalpoints: 2}\n",
                         ["unknown key 'budget.evalpoints'", "'eval_points'"]),
     "missing_base": ("name: x\nbase: nowhere/cfg.yaml\ngrid: {seed: [0]}\n",
@@ -174,6 +186,14 @@ BAD = {
     "launcher_type_typo": ("name: x\ngrid: {seed: [0]}\nlauncher: {type: rey}\n", ["launcher.type='rey'", "'ray'"]),
     "launcher_zero_stage": ("name: x\ngrid: {seed: [0]}\nlauncher: {zero_stage: 1}\n", ["launcher.zero_stage=1"]),
 }
+
+
+def test_a_sweep_budget_takes_what_a_config_budget_takes(tmp_path):
+    """One budget rule: "1e3" as text, a whole float for eval_points (a config takes both)."""
+    p = write(tmp_path / "ok.yaml", "name: x\ngrid: {seed: [0]}\nbudget: {unit: samples, amount: '1e3', "
+                                     "eval_points: 2.0}\n")
+    sw = load_sweep(p, output_dir=str(tmp_path / "out"))
+    assert (sw.budget["unit"], sw.budget["amount"], sw.budget["eval_points"]) == ("samples", 1000, 2)
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
