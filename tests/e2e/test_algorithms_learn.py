@@ -4,20 +4,18 @@ Setting: the quickstart's 0.87M-parameter model and task (2-3 operations, operan
 imperfect demonstrations), its un-annealed supervised warm-up (700 steps, seed 0, shared by
 every algorithm through the warm-up cache), then 8,192 samples of RL (32 steps of 32 prompts x
 8) at the learning rates of sweeps/quickstart.yaml (GRPO family 4e-4, PPO 3e-4, RFT 2e-4), one
-thread (the warm-up's too: beside the other test process, two threads each oversubscribe the two cores and the
-warm-up took about 12 of the suite's 19 minutes; at one thread it is the same checkpoint, bit for bit), seed 0,
-portable numerics: the same bits on every x86-64 CPU with AVX2 (the start and the
-warm-up's digest are asserted exactly). Accuracy is greedy on 1,000 held-out problems, before and after.
+thread (the warm-up's too: beside the other test process, two threads each oversubscribe the two cores), seed 0,
+portable numerics (the start and the warm-up's digest are asserted exactly). Accuracy is greedy on 1,000 held-out problems, before and after.
 
-Measured in native numerics (2026-11-23, one 2-core machine kind): start 56.2%; after 8,192 samples
-GRPO 64.5%, GRPO+PS 65.6%, PPO 63.8%, online RFT 65.2% (gains +7.6 to +9.4). In portable numerics
-(2026-11-24) the start is 55.8% on every machine kind, and after 8,192 samples GRPO 67.7%, GRPO+PS
-68.3%, PPO 65.9%, online RFT 66.9% (gains +8.1 to +12.5); on 2026-11-27 (commits ea1f4e3 and after) the same,
-but GRPO+PS 69.8% (moved by a later commit, not traced).
+Measured in portable numerics (2026-11-28, Intel Xeon, the OpenBLAS kernels of harness/engine/portable_blas.py;
+`python -m pytest -n 0 -s tests/e2e/test_algorithms_learn.py`): start 54.0%; after 8,192 samples GRPO 67.1%,
+GRPO+PS 70.7%, PPO 65.0%, online RFT 66.2% (gains +11.0 to +16.7). The start and the warm-up's digest are asserted
+exactly: they are the same wherever portable numerics compute the same bits (the README lists the CPU kinds
+verified).
 
 Threshold: the final accuracy must beat the start by 5 points. Why 5: the paired standard
 error of a start-to-final difference on these 1,000 problems is about 1 point (discordant
-problems / sqrt(n)), so 5 points is far outside problem-sampling noise, and it sits 2.6 points
+problems / sqrt(n)), so 5 points is far outside problem-sampling noise, and it sits 6 points
 below the smallest measured gain. A learner that does not update cannot pass; wrong signs in the objective are caught
 exactly by tests/algorithms/test_algorithms_independent.py (its mutation checks).
 
@@ -42,8 +40,8 @@ EXTRA = {"grpo_iter": ["algorithm.ref_reset_every=16"]}
 MAIN = ("grpo", "grpo_ps", "ppo", "rft")
 ACC = "eval/arith/acc"
 MIN_GAIN = 0.05
-START = 0.558  # held-out greedy accuracy of the warm-up on the 1,000 problems, portable numerics
-WARMUP_SHA256 = "eb9ae04ad4bec12f7ac444a2adf759b5996ac02c745041292d0eb0f45c5a20a3"  # its model.safetensors
+START = 0.540  # held-out greedy accuracy of the warm-up on the 1,000 problems, portable numerics
+WARMUP_SHA256 = "56f8f4b362aab58fcb40f43ac70ab83046e642677d8e76289de5be75f1534a7e"  # its model.safetensors
 
 
 def warmup_digest(summary: dict) -> str:
@@ -72,8 +70,8 @@ def test_algorithm_raises_heldout_accuracy(algorithm, results, warm_cache):
     print(f"{algorithm}: {a0:.3f} -> {a1:.3f}")
     assert s["status"] == "finished"
     assert s["budget"]["consumed"]["samples"] == 8192  # matched budget, exactly
-    # portable numerics (tests/conftest.py pins them): the warm-up and its evaluation are the same bits on
-    # every x86-64 CPU with AVX2, so the start is asserted exactly, with the checkpoint's digest
+    # portable numerics (tests/conftest.py pins them): the warm-up and its evaluation are the same bits wherever
+    # the kernels are (bench/fingerprint.py checks a machine), so the start is asserted exactly, with its digest
     assert s["provenance"]["numerics"]["portable"] is True, s["provenance"]["numerics"]
     assert warmup_digest(s) == WARMUP_SHA256, "the warm-up checkpoint is not the one this test was calibrated on"
     assert a0 == START, f"warm-up start {a0} is not the checkpoint this test was calibrated on"
