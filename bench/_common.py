@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from harness.engine import numerics
+from harness.foundation import numerics
 
 # bench processes and their workers run in the harness's numerics mode (portable unless
 # GRPO_HARNESS_NUMERICS=native), pinned before torch runs a kernel
@@ -26,7 +26,7 @@ NUMERICS = numerics.pin_process()
 import torch  # noqa: E402
 from torch.utils import flop_counter  # noqa: E402
 
-numerics.enter(NUMERICS, 0)  # portable: matrix products in harness.engine.portable_blas (threads: each bench's own)
+numerics.enter(NUMERICS, 0)  # portable: matrix products in harness.foundation.portable_blas (threads: each bench's own)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -131,11 +131,11 @@ from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, TrainerCa
 from algorithms.presets import resolve  # noqa: E402
 from evals.catalog import get_task  # noqa: E402
 from harness.config.schema import load_config  # noqa: E402
-from harness.engine import numerics  # noqa: E402
 from harness.engine.learner import Learner  # noqa: E402
 from harness.engine.models import gguf_to_hf_dir, param_bytes, resolve_model_path  # noqa: E402
 from harness.engine.perf import PerfTracker  # noqa: E402
 from harness.engine.sampling import sample  # noqa: E402
+from harness.foundation import numerics  # noqa: E402
 from harness.train.loop import score  # noqa: E402
 from harness.train.stage import build_models, run_stage, stage_problems  # noqa: E402
 

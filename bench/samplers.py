@@ -38,11 +38,11 @@ import torch
 import transformers
 
 from evals.catalog import get_task
-from harness.config.base import ConfigError
 from harness.config.schema import ModelConfig, load_config
 from harness.engine import vllm_sampler
 from harness.engine.models import build_char_tokenizer, build_tiny_model, load_policy, num_params, save_policy
 from harness.engine.sampling import BACKENDS, sample
+from harness.foundation.base import ConfigError
 
 QUICKSTART = ROOT / "harness" / "configs" / "quickstart.yaml"
 SHAPES = {

@@ -44,8 +44,8 @@ import time
 from _common import ROOT, finish, fmt, fmt_spread, loadavg, numerics_line, print_table, sgemm_roof  # first: numerics
 from evals.catalog import get_task
 from harness.config.schema import load_config
-from harness.engine import numerics
 from harness.engine.models import build_char_tokenizer, build_tiny_model, num_params, save_policy
+from harness.foundation import numerics
 from harness.report.study_data import STAGE_FLOPS
 from harness.rundir.read import load_run
 from harness.train.stage import stage_problems

@@ -51,7 +51,7 @@ class TaskSpec:
     Left out of config.yaml, run ids and cache keys while off."""
 
     OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("disjoint_validation",)
-    """Fields that came later: left out of :func:`harness.config.base.to_dict` (so of config.yaml,
+    """Fields that came later: left out of :func:`harness.foundation.base.to_dict` (so of config.yaml,
     run ids and cache keys) at their default, so configs without them keep their ids and caches."""
 
 

@@ -5,10 +5,10 @@ import os
 import signal
 from pathlib import Path
 
-from harness.engine import numerics
+from harness.foundation import numerics
 
 # Portable numerics in the test process and every process it starts, before torch runs a kernel:
-# a test never depends on a value that the CPU kind can change (harness/engine/numerics.py).
+# a test never depends on a value that the CPU kind can change (harness/foundation/numerics.py).
 numerics.pin_process("portable")
 
 import pytest  # noqa: E402

@@ -9,10 +9,10 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Optional
 
-from harness.config.base import ConfigError
 from harness.config.rules import DEVICE, MAX_THREADS, THREADS_OR_DEFAULT  # the config's rules, one for all commands
-from harness.engine import numerics  # no torch: numerics imports it where it needs it
-from harness.rundir.layout import existing_ancestor
+from harness.foundation import numerics  # no torch: numerics imports it where it needs it
+from harness.foundation.base import ConfigError
+from harness.foundation.files import existing_ancestor
 from harness.rundir.read import find_run_dirs
 
 
@@ -46,7 +46,7 @@ def threads_problem(threads: int, mode: str, field: str) -> Optional[str]:
     """Why the torch thread count a command would run with breaks the config's ``train.threads`` rule
     (:data:`harness.config.rules.THREADS_OR_DEFAULT`: 0 to `MAX_THREADS`), as a one-line message
     naming where it came from (``field``, or OMP_NUM_THREADS when ``field`` is 0 and portable
-    numerics take the environment's: :func:`harness.engine.numerics.resolve_threads`); None when it
+    numerics take the environment's: :func:`harness.foundation.numerics.resolve_threads`); None when it
     is fine."""
     bad = THREADS_OR_DEFAULT.problem(field, threads)
     if bad:

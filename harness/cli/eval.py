@@ -22,18 +22,18 @@ from typing import Optional
 from evals.catalog import get_task
 from harness.cli.checks import (MAX_THREADS, check_device, check_output_dir, check_output_files, new_folders,
                                remove_new_folders, threads_problem)
+from harness.foundation import numerics
+from harness.foundation.base import ConfigError, to_dict
+from harness.foundation.errors import ModelLoadError
 from harness.report.format import number, percent, table
 from evals.arith import held_out_shortfall
 from evals.protocols import DEFAULT_PROTOCOL, PROTOCOLS, check_protocol
-from harness.config.base import ConfigError, to_dict
 from harness.config.fields import option_problem
 from harness.config.rules import DTYPES
 from harness.config.schema import Config, TaskConfig, config_from_dict, load_config
 from harness.rundir.layout import CONFIG, SUMMARY, read_json
-from harness.engine import numerics
 from harness.rundir import provenance
 from harness.cli.polish import DefaultsOnceFormatter, lazy
-from harness.engine.errors import ModelLoadError
 
 # loaded when the command runs (torch, transformers): `--help` and argument errors answer at once
 evaluation = lazy("harness.engine.evaluate")

@@ -8,7 +8,7 @@ but unusable (`RunFileError`: a corrupt checkpoint or summary, a FIFO as metrics
 folder that cannot be loaded (`ModelLoadError`) and an option given as ''; every such error prints
 as one line of at most ~1,000 characters (`harness.cli.polish.one_line`); the
 environment is 3, one line naming the path: a full disk or quota (ENOSPC / EDQUOT, wherever
-it is raised, also as torch's or safetensors' RuntimeError: `harness.rundir.layout.disk_error`)
+it is raised, also as torch's or safetensors' RuntimeError: `harness.foundation.files.disk_error`)
 and a file or disk that may not be written (EACCES / EPERM / EROFS); Ctrl-C is 130.
 
     python -m harness.cli.main sweep sweeps/quickstart.yaml --dry-run   # same as `harness sweep ...`
@@ -19,7 +19,7 @@ import argparse
 import errno
 import sys
 
-from harness.engine import numerics
+from harness.foundation import numerics
 
 numerics.pin_process()  # before anything imports torch: portable unless GRPO_HARNESS_NUMERICS=native
 
@@ -33,9 +33,10 @@ from harness.cli import tracking as tracking_cmd
 from harness.cli.polish import (blame_override, empty_argument, finish_parser, hydra_hint, one_line, quiet_third_party,
                                 subparser, unknown_command_hint, unknown_hint)
 from harness.cli import train as train_cmd
-from harness.config.base import ConfigError
-from harness.engine.errors import ModelLoadError
-from harness.rundir.layout import NO_PERMISSION, NO_SPACE, RunFileError, disk_error
+from harness.foundation.base import ConfigError
+from harness.foundation.errors import ModelLoadError
+from harness.foundation.files import NO_PERMISSION, NO_SPACE, disk_error
+from harness.rundir.layout import RunFileError
 from harness.rundir.lock import RunBusy
 
 GROUPS = (

@@ -20,8 +20,8 @@ import re
 import sys
 from typing import Iterable, Optional
 
-from harness.config.base import ALIASES, dotted_fields, section_rank
 from harness.config.schema import Config
+from harness.foundation.base import ALIASES, dotted_fields, section_rank
 
 _ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|obj|exc|ref|doc|py:\w+):`~?([^`]+)`")
 _DOUBLE = re.compile(r"``([^`]+)``")

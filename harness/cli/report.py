@@ -7,9 +7,10 @@ from pathlib import Path
 
 from harness.cli.checks import check_output_dir, check_runs_folder
 from harness.cli.polish import lazy, not_installed
-from harness.config.base import ConfigError
+from harness.foundation.base import ConfigError
+from harness.foundation.files import dir_problem
 from harness.rundir import read
-from harness.rundir.layout import SUMMARY, dir_problem, read_json
+from harness.rundir.layout import SUMMARY, read_json
 
 # loaded when the command runs (numpy, pandas, matplotlib; the trackers), so `--help` answers at once
 build = lazy("harness.report.build")

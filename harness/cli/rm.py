@@ -9,10 +9,10 @@ from evals.catalog import get_task, has_step_checker
 from harness.cli.checks import check_device, check_output_dir, check_threads
 from harness.cli.polish import lazy
 from harness.config.algorithm import TRAINED_REWARD_MODELS
-from harness.config.base import ConfigError, invalid
 from harness.config.fields import option_problem
 from harness.config.schema import MAX_PER_STEP, load_config
 from harness.config.validation import whole_groups_problem
+from harness.foundation.base import ConfigError, invalid
 from harness.rewards.data import heldout, training_problems
 
 # loaded when the command runs (torch, transformers): `--help` and argument errors answer at once
@@ -20,6 +20,7 @@ fit = lazy("harness.rewards.fit")
 models = lazy("harness.engine.models")
 prm = lazy("evals.prm")
 report_format = lazy("harness.report.format")
+warmup = lazy("harness.train.warmup")
 
 DESCRIPTION = ("Train a learned reward model from a policy's own samples labelled by the task's exact checker "
                "(arith's step checker; the grader for outcomes; --step-labels mc: Math-Shepherd's Monte-Carlo "
@@ -122,7 +123,8 @@ def cmd_rm_train(args) -> int:
     cfg = load_config(args.config, sets)
     kind = _kind(cfg, args)
     check_args(cfg, args, kind)
-    res = fit.train_reward_model(cfg, kind, policy_dir=args.policy, init=args.init or cfg.reward_model.init,
+    res = fit.train_reward_model(cfg, kind, policy_dir=args.policy, load_start=warmup.starting_checkpoint,
+                                 init=args.init or cfg.reward_model.init,
                                  out=args.out, samples=args.samples,
                                  heldout_frac=args.heldout_frac, step_labels=args.step_labels,
                                  mc_rollouts=args.mc_rollouts, progress=not args.no_progress)

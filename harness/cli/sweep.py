@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.cli.checks import check_output_dir
 from harness.cli.polish import lazy, not_installed, split_list
-from harness.rundir.layout import dir_problem
+from harness.foundation.files import dir_problem
 from harness.sweep.plan import format_plan, load_sweep, only_problem
 from harness.sweep.spec import LAUNCHER_TYPES, SweepError, count_problem, refresh_problem
 

@@ -13,11 +13,10 @@ import yaml
 from evals.catalog import get_task
 from harness.cli.checks import check_device, check_output_dir
 from harness.cli.polish import lazy, split_list
-from harness.config import yamlsafe
-from harness.config.base import ConfigError, did_you_mean
 from harness.config.paths import check_input_paths
 from harness.config.schema import config_warnings, describe, load_config
-from harness.engine import numerics
+from harness.foundation import numerics, yamlsafe
+from harness.foundation.base import ConfigError, did_you_mean
 from harness.report.format import count, percent, percent_or_text
 from harness.rundir.layout import SUMMARY, read_json
 from harness.sweep.plan import format_plan, load_sweep

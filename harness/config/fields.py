@@ -16,10 +16,10 @@ from typing import Any, Optional
 from algorithms.presets import resolve
 from harness.config import validation
 from harness.config.algorithm import AlgorithmConfig, RewardModelConfig
-from harness.config.base import to_dict
 from harness.config.rules import DEVICE, NAME, NUMERICS, SEED, check_fields, dir_path, field_problem, ruled
 from harness.config.sections import (BudgetConfig, EvalConfig, ModelConfig, SamplingConfig, TaskConfig,
                                      TrackingConfig, TrainConfig, WarmupConfig)
+from harness.foundation.base import to_dict
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Config:
     """portable: ATen, MKL and oneDNN pinned to code paths that give the same bits on every
     x86-64 CPU with AVX2 (Intel or AMD), and a fixed thread count; native: each library picks
     this CPU's fastest path (results then differ between CPU kinds). See
-    harness/engine/numerics.py; every run records which it used."""
+    harness/foundation/numerics.py; every run records which it used."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy (and, for PPO, the critic backbone)."""
     task: TaskConfig = field(default_factory=TaskConfig)

@@ -8,12 +8,12 @@ from typing import Any
 
 import yaml
 
-from harness.config import yamlsafe
-from harness.config.base import ConfigError, field_docs, from_dict, stable_hash
 from harness.config.fields import Config
 from harness.config.overrides import deep_merge, parse_overrides, set_dotted
-from harness.config.yamlsafe import DuplicateKeyError, YamlBadValue, YamlTooLarge
-from harness.rundir.layout import write_text_atomic
+from harness.foundation import yamlsafe
+from harness.foundation.base import ConfigError, field_docs, from_dict, stable_hash
+from harness.foundation.files import write_text_atomic
+from harness.foundation.yamlsafe import DuplicateKeyError, YamlBadValue, YamlTooLarge
 
 
 def config_from_dict(data: dict | None) -> Config:
@@ -33,7 +33,7 @@ def yaml_error_line(e: yaml.YAMLError) -> str:
 def strict_yaml_load(text: str) -> Any:
     """``yaml.safe_load`` that raises a ``yaml.YAMLError`` on a repeated key (`DuplicateKeyError`),
     on aliases that expand beyond reason or a recursive structure (`YamlTooLarge`) and on a value
-    that cannot be read (:mod:`harness.config.yamlsafe`). Config files, sweep files and ``--set``
+    that cannot be read (:mod:`harness.foundation.yamlsafe`). Config files, sweep files and ``--set``
     values are read with it."""
     return yamlsafe.load(text)
 
@@ -90,7 +90,7 @@ def save_config(cfg: Config, path: str | os.PathLike) -> None:
 
 def config_hash(obj: Any, length: int = 10) -> str:
     """Stable short hash of a config (or any section / dict): the cache keys' hash
-    (:func:`harness.config.base.stable_hash`; run ids use the same with integral floats as ints)."""
+    (:func:`harness.foundation.base.stable_hash`; run ids use the same with integral floats as ints)."""
     return stable_hash(obj, length)
 
 

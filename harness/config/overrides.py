@@ -7,11 +7,11 @@ import yaml
 
 from algorithms.presets import ALGORITHMS, COMPONENTS, resolve
 from algorithms.registry import UnknownComponentError
-from harness.config import yamlsafe
 from harness.config.algorithm import AlgorithmConfig
-from harness.config.base import ConfigError, brief, expand_shorthand
 from harness.config.fields import Config
-from harness.config.yamlsafe import DuplicateKeyError, YamlBadValue, YamlTooLarge
+from harness.foundation import yamlsafe
+from harness.foundation.base import ConfigError, brief, expand_shorthand
+from harness.foundation.yamlsafe import DuplicateKeyError, YamlBadValue, YamlTooLarge
 
 
 NAMED_SECTIONS = ("algorithm", "task")

@@ -26,8 +26,8 @@ from typing import Any, Optional
 
 from evals.catalog import get_task
 from harness.config.algorithm import TRAINED_REWARD_MODELS
-from harness.config.base import ConfigError, invalid
-from harness.engine.errors import ModelLoadError
+from harness.foundation.base import ConfigError, invalid
+from harness.foundation.errors import ModelLoadError
 
 
 def _torch_module(name: str):

@@ -15,8 +15,8 @@ import re
 from typing import Any, Callable, Optional
 
 from algorithms.presets import algorithm_problem
-from harness.config.base import ConfigError, did_you_mean, invalid
-from harness.engine.numerics import MODES as NUMERICS_MODES  # no torch: numerics imports it where it needs it
+from harness.foundation.base import ConfigError, did_you_mean, invalid
+from harness.foundation.numerics import MODES as NUMERICS_MODES  # no torch: numerics imports it where it needs it
 
 # Limits a run can reach or hold (a budget beyond them never ends; a stage beyond them never fits).
 MAX_BUDGET = {"steps": 1e8, "samples": 1e12, "tokens": 1e15, "seconds": 1e8}

@@ -10,7 +10,6 @@ types and out-of-range values are errors that name the field and the value.
 from __future__ import annotations
 
 from harness.config.algorithm import AlgorithmConfig, RewardModelConfig
-from harness.config.base import ConfigError, field_docs
 from harness.config.fields import Config
 from harness.config.loading import (config_from_dict, config_hash, describe, load_config, load_yaml, read_yaml_file,
                                     save_config, strict_yaml_load)
@@ -22,6 +21,7 @@ from harness.config.rules import (MAX_NEW_TOKENS, MAX_PER_STEP, MAX_SAMPLES_PER_
 from harness.config.sections import (BudgetConfig, EvalConfig, ModelConfig, OodEvalConfig, SamplingConfig, TaskConfig,
                                      TrackingConfig, TrainConfig, WarmupConfig, tiny_param_count)
 from harness.config.validation import config_warnings, ood_task_spec, warmup_long_spec
+from harness.foundation.base import ConfigError, field_docs
 
 __all__ = [
     "Config", "ModelConfig", "TaskConfig", "WarmupConfig", "SamplingConfig", "TrainConfig",

@@ -17,13 +17,13 @@ from typing import ClassVar, Optional
 from evals.arith import HELDOUT_MOD, describe_knobs, problem_space, space_problem, split_sizes
 from evals.catalog import available_tasks
 from evals.tasks import TaskSpec
-from harness.config.base import ConfigError, check
 from harness.config.rules import (COMPLETION_TOKENS, DTYPES, FRACTION, MAX_ARITH_EVAL_SIZE, MAX_BUDGET, MAX_EVAL_POINTS,
                                   MAX_PER_STEP, MAX_SAMPLES_PER_PROMPT, MAX_TINY_PARAMS, MLFLOW_URI,
                                   POSITIVE_FRACTION, SAMPLER_BACKENDS, THREADS, THREADS_OR_DEFAULT, TINY_VOCAB_SIZE,
                                   WANDB_MODES, WANDB_PROJECT, above, at_least, at_most, between, check_fields,
                                   dir_path, one_of, rule, ruled)
-from harness.rundir.budget import BUDGET_UNITS
+from harness.foundation.base import ConfigError, check
+from harness.foundation.budget import BUDGET_UNITS
 
 
 def tiny_param_count(m: "ModelConfig") -> int:
@@ -181,7 +181,7 @@ class WarmupConfig:
 
     OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("long_share", "long_ops")
     """Later knobs left out of config.yaml, run ids and cache keys at their defaults
-    (:func:`harness.config.base.to_dict`)."""
+    (:func:`harness.foundation.base.to_dict`)."""
 
     def validate(self):
         check_fields(self, "warmup")

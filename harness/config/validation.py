@@ -8,9 +8,9 @@ from algorithms.presets import GROUP_ESTIMATORS
 from algorithms.registry import UnknownComponentError
 from evals.arith import describe_knobs, held_out_shortfall, problem_space
 from evals.catalog import has_step_checker
-from harness.config.base import ConfigError, check
 from harness.config.rules import MAX_PER_STEP
-from harness.rundir.budget import stage_samples, threshold_warning
+from harness.foundation.base import ConfigError, check
+from harness.foundation.budget import stage_samples, threshold_warning
 
 
 def arith_prompt_tokens(task) -> int:

@@ -70,7 +70,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from harness.config.base import flatten
+from harness.foundation.base import flatten
 
 __all__ = ["Distributed", "deepspeed_config", "full_state", "load_full_state", "DEEPSPEED_DIR", "ENV_ZERO_STAGE",
            "ENV_DEEPSPEED_CONFIG"]

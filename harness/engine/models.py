@@ -34,7 +34,7 @@ import torch
 
 from evals.prm import RM_SPEC_FILE, CausalLMPRM, RuleBasedPRM, read_spec, spec_kwargs
 from harness.config.schema import tiny_param_count
-from harness.engine.errors import ModelLoadError  # raised here; the CLI imports it without torch
+from harness.foundation.errors import ModelLoadError  # raised here; the CLI imports it without torch
 
 SPECIAL = {"pad": "<pad>", "bos": "<bos>", "eos": "<eos>", "unk": "<unk>"}
 CHARS = [chr(i) for i in range(32, 127)] + ["\n"]

@@ -17,8 +17,8 @@ from typing import Optional
 
 import numpy as np
 
-from harness.config.base import flatten
 from harness.config.schema import effective_dict
+from harness.foundation.base import flatten
 from harness.report.format import value_text
 from harness.report.stats import mean_ci, paired_diff_ci
 from harness.rundir.read import RunData, is_number, is_run_dir, k_of, load_run, split_metric

@@ -34,7 +34,7 @@ import json
 import os
 from pathlib import Path
 
-from harness.config.base import flatten
+from harness.foundation.base import flatten
 from harness.report.aggregate import (build_table, differing_settings, group_runs, load_sweep_runs,
                                       paired_differences, per_seed_initial, seeds_note, select_by_validation,
                                       selection_notes)

@@ -14,8 +14,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from harness.config.base import ConfigError
 from harness.config.schema import set_dotted
+from harness.foundation.base import ConfigError
 from harness.report.decisions import Design, PartData, Status, analyse_part, claim_verdict, decide, sequential_plan
 from harness.report.format import table
 from harness.report.problems import problem_values

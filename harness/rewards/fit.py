@@ -3,7 +3,9 @@
 Steps (one process; portable numerics as a run):
 
 1. the policy: ``--policy DIR`` (a run's ``final_model``, any local model folder), else the
-   config's starting checkpoint (the tiny model's cached warm-up, built if absent);
+   config's starting checkpoint (the tiny model's cached warm-up, built if absent), loaded by the
+   ``load_start`` the caller passes (`harness rm train`: :func:`harness.train.warmup.starting_checkpoint`;
+   this package sits below the trainer's and does not import it);
 2. ``reward_model.samples_per_round`` samples (``--samples``), ``sampling.samples_per_prompt``
    per problem, on training problems drawn from a stream of their own;
 3. labels: the outcome from the task's exact checker (arith's checker, the data set's grader);
@@ -26,17 +28,16 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from evals.catalog import get_task
 from evals.prm import split_steps
-from harness.config.base import stable_hash
-from harness.engine import numerics
 from harness.engine.models import load_policy, resolve_device
 from harness.engine.sampling import sample
+from harness.foundation import numerics
+from harness.foundation.base import stable_hash
 from harness.rewards.data import DATA_FILE, Example, heldout, label_exact, training_problems
 from harness.rewards.learned import TaggedRM
-from harness.train.warmup import starting_checkpoint
 
 METRICS_FILE = "metrics.json"
 
@@ -90,27 +91,40 @@ def _pieces(completion: str) -> list[tuple[str, int]]:
     return split_steps(completion)
 
 
-def _policy(cfg, task, device, policy_dir: Optional[str], progress: bool):
-    """(model, tokenizer, where it came from): ``policy_dir`` or the config's starting checkpoint."""
+StartLoader = Callable[..., tuple]
+"""``load_start(cfg, task, device, progress) -> (model, tokenizer, info)``: the config's starting
+checkpoint on ``device``, ``info["source"]`` saying where it came from
+(:func:`harness.train.warmup.starting_checkpoint`)."""
+
+
+def _policy(cfg, task, device, policy_dir: Optional[str], load_start: Optional[StartLoader], progress: bool):
+    """(model, tokenizer, where it came from): ``policy_dir`` or the config's starting checkpoint (``load_start``)."""
     if policy_dir:
         model, tok = load_policy(policy_dir)
         return model.to(device), tok, str(policy_dir)
-    model, tok, info = starting_checkpoint(cfg, task, device, progress)
+    model, tok, info = load_start(cfg, task, device, progress)
     return model, tok, str(info.get("source"))
 
 
-def train_reward_model(cfg, kind: str, *, policy_dir: Optional[str] = None, init: Optional[str] = None,
+def train_reward_model(cfg, kind: str, *, policy_dir: Optional[str] = None,
+                       load_start: Optional[StartLoader] = None, init: Optional[str] = None,
                        out: Optional[str] = None,
                        samples: Optional[int] = None, heldout_frac: float = 0.2, step_labels: str = "exact",
                        mc_rollouts: int = 4, progress: bool = True) -> dict:
     """Sample, label, split, train and write a reward model (the module docstring); returns the
-    metrics written to ``metrics.json`` (with ``out``: the folder)."""
+    metrics written to ``metrics.json`` (with ``out``: the folder). The policy is ``policy_dir``, else
+    what ``load_start`` (:data:`StartLoader`) loads; one of them must be given (a TypeError otherwise,
+    before any work)."""
+    if not policy_dir and load_start is None:
+        raise TypeError("train_reward_model needs the policy to sample from: policy_dir (a model folder) or "
+                        "load_start (a loader of the config's starting checkpoint, as "
+                        "harness.train.warmup.starting_checkpoint)")
     rm = cfg.reward_model
     numerics.enter(cfg.numerics, numerics.resolve_threads(cfg.train.threads, cfg.numerics),
                    device=str(resolve_device(cfg.device)))
     device = resolve_device(cfg.device)
     task = get_task(cfg.task)
-    policy, tok, source = _policy(cfg, task, device, policy_dir, progress)
+    policy, tok, source = _policy(cfg, task, device, policy_dir, load_start, progress)
     task.bind_tokenizer(tok)
     n = samples or rm.samples_per_round
     settings = {"kind": kind, "policy": source, "init": init, "samples": n, "heldout_frac": heldout_frac,

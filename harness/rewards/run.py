@@ -42,10 +42,10 @@ import torch
 from evals.prm import step_labels
 from evals.rm_metrics import quality
 from harness.engine.sampling import char_to_token_index, sample, token_end_offsets
+from harness.foundation.budget import consumed, counter_key, eval_thresholds, stage_samples, thresholds_passed
 from harness.rewards.data import Example, label_exact, load_examples, replay_draw
 from harness.rewards.implicit import ImplicitPRM
 from harness.rewards.learned import TaggedRM
-from harness.rundir.budget import consumed, counter_key, eval_thresholds, stage_samples, thresholds_passed
 
 ROUND_SEED = "rm-round"
 COST_KEYS = ("samples", "tokens", "seconds")
@@ -53,7 +53,7 @@ COST_KEYS = ("samples", "tokens", "seconds")
 
 def round_thresholds(budget, rounds: int, per_stage: int) -> list[float]:
     """The budget amounts (in ``budget.unit``) at which rounds 1..R-1 end: the evaluation-point
-    rule of :func:`harness.rundir.budget.eval_thresholds` with R points, less the last (the run's end)."""
+    rule of :func:`harness.foundation.budget.eval_thresholds` with R points, less the last (the run's end)."""
     if rounds <= 1:
         return []
     return eval_thresholds(SimpleNamespace(unit=budget.unit, amount=budget.amount, eval_points=rounds),

@@ -1,1 +1,1 @@
-"""The run directory: its file layout and atomic I/O, the budget vocabulary, the one summary writer, and reading runs back."""
+"""The run directory: its file layout, bounded reads and the metrics writer, the one summary writer, and reading runs back."""

@@ -37,9 +37,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from evals.records import compact_record
-from harness.config.base import ConfigError
+from harness.foundation.base import ConfigError
+from harness.foundation.files import rewrite_atomic
 from harness.rundir.layout import (CONFIG, METRICS, SETUP_DIR, SUMMARY, SWEEP_JSON, RunFileError, is_non_run_dir,
-                                   json_type, load_json, rewrite_atomic)
+                                   json_type, load_json)
 from harness.rundir.read import finished_problem, is_run_dir, setup_records
 
 __all__ = ["ExportError", "ExportResult", "RunChoice", "RECORD_KEYS", "GREEDY_KEYS", "SAMPLE_KEYS", "COPIED",
@@ -269,7 +270,7 @@ def sweep_json_problem(runs_dir: str | os.PathLike) -> Optional[str]:
 
 
 def _put(path: Path, data: bytes) -> bool:
-    """Write ``data`` to ``path`` atomically (:func:`harness.rundir.layout.rewrite_atomic`), readable
+    """Write ``data`` to ``path`` atomically (:func:`harness.foundation.files.rewrite_atomic`), readable
     by all (0644, as a committed file is), unless it already holds exactly these bytes; True if written."""
     try:
         if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:

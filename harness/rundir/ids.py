@@ -7,19 +7,19 @@ tracker switched on) is the same run. The algorithm is hashed resolved, its comp
 preset values filled in (``cfg.effective_dict()``: the config with ``cfg.algo``, which config.yaml
 writes out), so a run's own ``config.yaml`` names the same run as the config it was made from. It
 is the first 8 hex digits of the SHA-256 of the remaining config as sorted JSON, integral floats
-written as ints (:func:`harness.config.base.stable_hash`, which the cache keys'
+written as ints (:func:`harness.foundation.base.stable_hash`, which the cache keys'
 :func:`harness.config.schema.config_hash` also uses, without that step).
 
 :func:`parse_run_id` is the inverse used wherever only the id is at hand (a run directory
 without a summary, a tracker given a bare id). Imports nothing of the project but
-:func:`harness.config.base.stable_hash` (the config is resolved when it is loaded, not here).
+:func:`harness.foundation.base.stable_hash` (the config is resolved when it is loaded, not here).
 """
 from __future__ import annotations
 
 import re
 from typing import NamedTuple, Optional
 
-from harness.config.base import stable_hash
+from harness.foundation.base import stable_hash
 
 __all__ = ["run_id", "format_run_id", "parse_run_id", "RunIdParts", "HASH_LENGTH", "NOT_HASHED"]
 

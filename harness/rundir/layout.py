@@ -4,7 +4,7 @@
   - ``config.yaml``   the resolved config (every default filled in)
   - ``metrics.jsonl`` one JSON object per line: the budget counters ``step``, ``samples``,
     ``tokens``, ``seconds`` (training wall-clock, evaluation excluded; the vocabulary is
-    :mod:`harness.rundir.budget`), ``time`` (unix), then namespaced metrics ``train/…``,
+    :mod:`harness.foundation.budget`), ``time`` (unix), then namespaced metrics ``train/…``,
     ``rollout/…``, ``eval/…``, ``perf/…``
   - ``summary.json``  status (running | finished | failed | interrupted), budget consumed in
     every unit, final and initial evaluation metrics, peak memory, parameter counts, error
@@ -24,22 +24,20 @@ from the tolerant ones (:func:`read_json`, :func:`read_jsonl`).
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import logging
 import math
 import os
-import re
 import stat
-import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator, Optional, TextIO
+from typing import IO, Any, Callable, Iterable, Optional, TextIO
 
 log = logging.getLogger(__name__)
 
-from harness.rundir.budget import COUNTERS, STEP
+from harness.foundation.budget import COUNTERS, STEP
+from harness.foundation.files import _named, rewrite_atomic, writing
 
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
@@ -81,12 +79,6 @@ MAX_DEPTH = 64
 """Deepest nesting of a JSON run file read (a real summary nests 5 levels): deeper ones are
 refused rather than left to overflow the recursion of whatever walks them later."""
 
-NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-"""errnos of a full disk or quota."""
-NO_PERMISSION = (errno.EACCES, errno.EPERM, errno.EROFS)
-"""errnos of a file or disk that may not be written (permissions, a read-only mount)."""
-
-
 class RunFileError(Exception):
     """A run file that is there but cannot be used: not a regular file, too large, not UTF-8
     JSON, nested too deeply, of the wrong type, inconsistent. ``str(e)`` is one line:
@@ -109,33 +101,6 @@ def make_run_dir(path: str | os.PathLike) -> Path:
         raise RunFileError(p, "is not a folder", "move it out of the way and re-run")
     p.mkdir(parents=True, exist_ok=True)
     return p
-
-
-def existing_ancestor(p: Path) -> Path:
-    """The nearest of ``p`` and its parents that exists (or is a link, dangling or not)."""
-    a = p
-    while not os.path.lexists(a) and a != a.parent:
-        a = a.parent
-    return a
-
-
-def dir_problem(path: str | os.PathLike) -> str:
-    """Why ``path`` cannot be (made) a writable folder, found without creating it ('' when it can): it
-    is a file or under one (or a dangling link), or its nearest existing folder takes no new entry
-    (probed with a temporary folder, removed at once: nothing is left behind). The check a command
-    makes of an output folder before it writes anything (``--dry-run`` included)."""
-    p = Path(path).expanduser()
-    a = existing_ancestor(p)
-    if os.path.lexists(a) and not a.is_dir():
-        where = "is" if a == p else f"is under {a}, which is"
-        if a.is_symlink() and not a.exists():
-            return f"{where} a symbolic link to {os.readlink(a)}, which does not exist"
-        return f"{where} a file, not a directory"
-    try:
-        os.rmdir(tempfile.mkdtemp(dir=a, prefix=".write-probe-"))
-    except OSError as e:
-        return f"not a writable directory ({e.strerror or e})"
-    return ""
 
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
@@ -272,58 +237,10 @@ def warn_once(message: str) -> None:
         log.warning(message)
 
 
-# --------------------------------------------------------------------------- errors of the environment
-
-
-_NO_SPACE_TEXT = re.compile(r"no space left on device|disk quota exceeded|os error (28|122)\b|errno (28|122)\b",
-                            re.IGNORECASE)
-
-
-def disk_error(exc: BaseException) -> Optional[OSError]:
-    """The full-disk OSError (ENOSPC / EDQUOT) behind ``exc``, or None. ``torch.save`` and
-    safetensors report a full disk as a RuntimeError / SafetensorError whose text (or whose
-    ``__cause__`` / ``__context__``) carries it; those are turned into an ``OSError(ENOSPC)``."""
-    seen = set()
-    e: Optional[BaseException] = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in NO_SPACE:
-            return e
-        if not isinstance(e, OSError) and _NO_SPACE_TEXT.search(str(e)):
-            quota = re.search(r"quota|122", str(e), re.IGNORECASE)
-            code = errno.EDQUOT if quota else errno.ENOSPC
-            return OSError(code, os.strerror(code))
-        e = e.__cause__ or e.__context__
-    return None
-
-
-def _named(e: OSError, path: str | os.PathLike) -> OSError:
-    """``e`` naming ``path`` when it names no file (a write through a file object)."""
-    if not e.filename:
-        e.filename = str(path)
-    return e
-
-
-@contextlib.contextmanager
-def writing(path: str | os.PathLike) -> Iterator[None]:
-    """Around a write of ``path``: a full disk however it surfaces (an OSError, or torch's /
-    safetensors' RuntimeError) is raised as ``OSError(ENOSPC or EDQUOT)`` naming ``path`` (chained
-    to the original), and an OSError that names no file gets ``path`` (the CLI's one line names it)."""
-    try:
-        yield
-    except OSError as e:
-        raise _named(e, path)
-    except Exception as e:
-        full = disk_error(e)
-        if full is None:
-            raise
-        raise OSError(full.errno, full.strerror, str(path)) from e
-
-
 def save_torch(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save(obj, path)`` through a Python file object, so that a full disk is the
     ``OSError(ENOSPC)`` of the write (naming ``path``) rather than torch's RuntimeError
-    ("unexpected pos ...", which names no cause); see :func:`writing`."""
+    ("unexpected pos ...", which names no cause); see :func:`harness.foundation.files.writing`."""
     import torch
 
     with writing(path):
@@ -344,49 +261,6 @@ def _clean(v: Any) -> Any:
     return v
 
 
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def rewrite_atomic(path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False) -> None:
-    """Replace ``path`` with what ``write(f)`` writes, atomically: into a temporary file in
-    the same directory, flushed and fsynced, then ``os.replace``d over ``path`` (and the
-    directory fsynced). If ``write`` (or the disk) fails, ``path`` is untouched and the
-    temporary file is removed. Every rewrite of a run file goes through here. ``binary``:
-    ``f`` takes bytes."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:  # a read-only or full folder: name the file being written
-        e.filename = str(path)
-        raise
-    try:
-        with os.fdopen(fd, "wb" if binary else "w") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError) and (not e.filename or e.filename == tmp):
-            e.filename = str(path)  # the file being rewritten, not its random temporary name
-        raise
-    _fsync_dir(path.parent)
-
-
 def remove_temp_files(run_dir: str | os.PathLike) -> list[Path]:
     """Remove the temporary files failed writes left under a run directory (``*.tmp``: a
     checkpoint's ``state.tmp``, a rewrite's ``.<name>.<random>.tmp``), best effort; returns
@@ -399,16 +273,6 @@ def remove_temp_files(run_dir: str | os.PathLike) -> list[Path]:
         except OSError:
             pass
     return removed
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """``Path(path).write_text(text)``, atomically (:func:`rewrite_atomic`)."""
-    rewrite_atomic(path, lambda f: f.write(text))
-
-
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    text = json.dumps(obj, indent=2, default=str)
-    write_text_atomic(path, text)
 
 
 def read_json(path: str | os.PathLike, default: Any = None, expect: Optional[type] = dict) -> Any:

@@ -4,7 +4,7 @@ One dict, recorded in ``summary.json`` (``provenance``), mirrored to the tracker
 printed in the report's header:
 
 - ``numerics``  the mode, the pins, what ATen, the matrix products, MKL, numpy and OpenBLAS actually use,
-  thread counts and whether the run's kernels are the portable ones (`harness.engine.numerics.state`)
+  thread counts and whether the run's kernels are the portable ones (`harness.foundation.numerics.state`)
 - ``cpu``       model name, vendor, architecture, the vector-ISA flags present, cores
 - ``versions``  Python, torch, transformers, numpy, MKL, oneDNN, grpo-harness
 - ``code``      the project's git commit and whether the tree was dirty (None outside a checkout)
@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-from harness.engine.numerics import cpu_info, mkl_version, state
+from harness.foundation.numerics import cpu_info, mkl_version, state
 
 # what a portable result claims: its kernels take no path by CPU kind; which kinds it was verified identical on is
 # evidence, kept in the README (bench/fingerprint.py checks a machine), not assumed here

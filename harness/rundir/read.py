@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from harness.config.base import did_you_mean, flatten
-from harness.rundir.budget import BUDGET_UNITS, COUNTERS, EPS, counter_key, row_consumed
+from harness.foundation.base import did_you_mean, flatten
+from harness.foundation.budget import BUDGET_UNITS, COUNTERS, EPS, counter_key, row_consumed
 from harness.rundir.ids import parse_run_id
 from harness.rundir.layout import (CONFIG, ERROR_TXT, METRICS, SETUP_DIR, SUMMARY, RunFileError, is_non_run_dir,
                                    load_json, nonregular, read_bytes_bounded, read_json, read_metrics, warn_once)

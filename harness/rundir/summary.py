@@ -18,7 +18,7 @@ are absent, a launcher's placeholder fills them with empty values):
   when training resumes and at the end
 - ``distributed`` ``{"mode", "world_size"}`` under several processes (trainer only)
 - ``budget``      ``{"unit", "amount", "consumed": {samples, tokens, steps, seconds}}``
-  (``consumed`` keyed by unit, :func:`harness.rundir.budget.consumed_by_unit`)
+  (``consumed`` keyed by unit, :func:`harness.foundation.budget.consumed_by_unit`)
 - ``params``      parameter counts ``{"policy", "reference", "critic"}``; ``param_mb`` their
   sizes in MiB; ``start`` where the starting policy came from (trainer only)
 - ``resumed_from_step``  the checkpoint step the latest attempt resumed from, if it did
@@ -38,7 +38,7 @@ are absent, a launcher's placeholder fills them with empty values):
 Writers: the trainer (:func:`new_summary` at start, :func:`record_end` then
 :func:`write_summary` at the end, :func:`record_exception` when it raises) and the sweep
 launchers for runs that could not record themselves (:func:`record_failure`,
-:func:`mark_interrupted`). Every write is atomic (:func:`harness.rundir.layout.write_json_atomic`).
+:func:`mark_interrupted`). Every write is atomic (:func:`harness.foundation.files.write_json_atomic`).
 Recording an end (:func:`record_exception`, :func:`record_failure`, :func:`mark_interrupted`)
 is best effort: on a full disk (any ``OSError``) it logs one warning and returns, so the
 error being recorded, not the failure to record it, reaches the user (docs/faults.md).
@@ -50,10 +50,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.config.base import to_dict
-from harness.rundir.budget import consumed_by_unit
-from harness.rundir.layout import (ERROR_TXT, METRICS, SUMMARY, read_json, read_metrics, write_json_atomic,
-                                   write_text_atomic)
+from harness.foundation.base import to_dict
+from harness.foundation.budget import consumed_by_unit
+from harness.foundation.files import write_json_atomic, write_text_atomic
+from harness.rundir.layout import ERROR_TXT, METRICS, SUMMARY, read_json, read_metrics
 from harness.rundir.read import finished_problem
 
 __all__ = ["STATUSES", "read_summary", "write_summary", "new_summary", "record_end", "record_exception",

@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness.config.schema import config_from_dict
-from harness.engine import numerics
 from harness.engine.distributed import DEEPSPEED_DIR
+from harness.foundation import numerics
 from harness.rundir.layout import ERROR_TXT, SUMMARY, make_run_dir, read_json
 from harness.rundir.summary import mark_interrupted, record_failure, write_summary
 from harness.sweep.spec import LaunchOptions, SweepError

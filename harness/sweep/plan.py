@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from harness.config.base import ConfigError, brief, flatten, to_dict
 from harness.config.schema import (Config, algorithm_name, config_from_dict, config_warnings, deep_merge,
                                    dir_path_problem, parse_overrides, set_dotted)
+from harness.foundation.base import ConfigError, brief, flatten, to_dict
+from harness.foundation.budget import eval_points, stage_samples
 from harness.report.format import table
-from harness.rundir.budget import eval_points, stage_samples
 from harness.rundir.ids import NOT_HASHED, run_id
 from harness.rundir.layout import SUMMARY, read_json, warn_once
 from harness.rundir.read import finished_problem

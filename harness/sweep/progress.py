@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.config.schema import load_config
+from harness.foundation.budget import UNIT_COUNTER
 from harness.report.format import number, percent, table
-from harness.rundir.budget import UNIT_COUNTER
 from harness.rundir.layout import CONFIG, METRICS, SUMMARY, read_json
 from harness.rundir.lock import RUN_LOCK, read_holder
 from harness.train.warmup import warmup_dir

@@ -49,12 +49,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from harness.config.base import to_dict
 from harness.config.schema import config_from_dict, config_hash
+from harness.foundation.base import to_dict
+from harness.foundation.budget import consumed_by_unit
+from harness.foundation.files import write_json_atomic
 from harness.report.format import table
-from harness.rundir.budget import consumed_by_unit
 from harness.rundir.ids import run_id as config_run_id
-from harness.rundir.layout import METRICS, SETUP_DIR, SUMMARY, SWEEP_JSON, read_json, read_metrics, write_json_atomic
+from harness.rundir.layout import METRICS, SETUP_DIR, SUMMARY, SWEEP_JSON, read_json, read_metrics
 from harness.rundir.read import columns_in_no_run, summary_value
 from harness.rundir.lock import FileLock, LockBusy
 from harness.sweep import launchers

@@ -78,11 +78,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from algorithms.presets import ALGORITHMS, algorithm_problem
-from harness.config.base import ConfigError, brief, did_you_mean, flatten, from_dict, invalid
 from harness.config.rules import MAX_THREADS, NAME, THREADS
 from harness.config.schema import BudgetConfig, Config, config_from_dict, deep_merge, load_yaml, read_yaml_file
+from harness.foundation.base import ConfigError, brief, did_you_mean, flatten, from_dict, invalid
+from harness.foundation.budget import BUDGET_UNITS
 from harness.report.format import number
-from harness.rundir.budget import BUDGET_UNITS
 
 __all__ = [
     "SweepError", "LaunchOptions", "TOP_LEVEL_KEYS", "LAUNCHER_KEYS", "BUDGET_KEYS", "LAUNCHER_TYPES",

@@ -58,8 +58,8 @@ for _k, _v in {
 }.items():
     os.environ.setdefault(_k, _v)
 
-from harness.config.base import flatten  # noqa: E402
-from harness.rundir.budget import row_consumed, unit_of  # noqa: E402
+from harness.foundation.base import flatten  # noqa: E402
+from harness.foundation.budget import row_consumed, unit_of  # noqa: E402
 from harness.rundir.ids import parse_run_id  # noqa: E402
 from harness.rundir.lock import file_lock  # noqa: E402
 from harness.rundir.read import is_number  # noqa: E402

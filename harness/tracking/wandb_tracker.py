@@ -41,7 +41,7 @@ from typing import Any, Optional
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")  # no crash reports to sentry
 os.environ.setdefault("WANDB_DISABLE_CODE", "true")
 
-from harness.rundir.budget import COUNTER_UNIT, row_consumed, unit_of  # noqa: E402
+from harness.foundation.budget import COUNTER_UNIT, row_consumed, unit_of  # noqa: E402
 from harness.rundir.ids import parse_run_id  # noqa: E402
 from harness.rundir.read import is_number, summary_metrics  # noqa: E402
 from harness.tracking.base import (Tracker, artifact_dir, artifact_files, cfg_get, config_dict,  # noqa: E402

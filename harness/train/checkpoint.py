@@ -31,8 +31,9 @@ import torch
 from harness.config.schema import Config
 from harness.engine.distributed import Distributed, full_state, load_full_state
 from harness.engine.learner import Learner
-from harness.rundir.budget import COUNTERS, STEP
-from harness.rundir.layout import RunFileError, open_regular, save_torch, writing
+from harness.foundation.budget import COUNTERS, STEP
+from harness.foundation.files import writing
+from harness.rundir.layout import RunFileError, open_regular, save_torch
 
 __all__ = ["checkpoint_path", "save_checkpoint", "load_checkpoint", "remove_checkpoint", "load_state", "DIST_REFERENCE",
            "CheckpointError"]

@@ -30,10 +30,11 @@ from typing import Callable, Optional
 import torch
 
 from evals.catalog import get_task
-from harness.config.base import to_dict
 from harness.config.schema import Config, config_hash, ood_task_spec
 from harness.engine.evaluate import evaluate as run_evaluation
-from harness.rundir.layout import RunFileError, load_json, writing
+from harness.foundation.base import to_dict
+from harness.foundation.files import writing
+from harness.rundir.layout import RunFileError, load_json
 from harness.rundir.lock import file_lock
 from harness.train.warmup import checkpoint_digest
 

@@ -31,7 +31,7 @@ writes ``dist.save_state`` into ``checkpoint/dist_<step>/`` and the main rank's
 (:mod:`harness.train.checkpoint`). The Adam hand-over from the warm-up
 (``train.reuse_warmup_optimizer``) is single-process only.
 
-The budget vocabulary (units, row counters, thresholds) is :mod:`harness.rundir.budget`;
+The budget vocabulary (units, row counters, thresholds) is :mod:`harness.foundation.budget`;
 summary.json is written through :mod:`harness.rundir.summary`.
 """
 from __future__ import annotations
@@ -51,22 +51,22 @@ import torch
 from tqdm.auto import tqdm
 
 from evals.catalog import get_task
-from harness.config.base import flatten
 from harness.config.schema import Config, save_config
-from harness.engine import numerics
 from harness.engine.distributed import Distributed
 from harness.engine.evaluate import evaluate as run_evaluation
 from harness.engine.learner import Learner
 from harness.engine.models import build_tiny_model, load_prm, load_policy, resolve_device, save_policy
 from harness.engine.perf import PerfTracker
 from harness.engine.sampling import char_to_token_index
-from harness.rundir.budget import (STEP, budget_reached, consumed, eval_thresholds, new_counters, overshoot,
-                                   row_counters, stage_samples, threshold_warning, thresholds_passed)
+from harness.foundation import numerics
+from harness.foundation.base import flatten
+from harness.foundation.budget import (STEP, budget_reached, consumed, eval_thresholds, new_counters, overshoot,
+                                       row_counters, stage_samples, threshold_warning, thresholds_passed)
+from harness.foundation.files import writing
 from harness.rundir import provenance
 from harness.rundir.ids import run_id
 from harness.rundir.layout import (CONFIG, ERROR_TXT, METRICS, SUMMARY, MetricsWriter, RunFileError, make_run_dir,
-                                   nonregular,
-                                   remove_temp_files, writing)
+                                   nonregular, remove_temp_files)
 from harness.rundir.lock import RunBusy, lock_run_dir
 from harness.rundir.read import finished_problem
 from harness.rundir.summary import new_summary, read_summary, record_end, record_exception, set_phase, write_summary

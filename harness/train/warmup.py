@@ -32,10 +32,11 @@ import torch
 
 from evals.catalog import get_task
 from harness.config.schema import Config, config_hash, warmup_long_spec
-from harness.config.base import to_dict
-from harness.engine.errors import ModelLoadError
 from harness.engine.models import build_char_tokenizer, build_tiny_model, is_out_of_memory, load_policy, save_policy
-from harness.rundir.layout import NO_PERMISSION, NO_SPACE, RunFileError, load_json, save_torch, writing
+from harness.foundation.base import to_dict
+from harness.foundation.errors import ModelLoadError
+from harness.foundation.files import NO_PERMISSION, NO_SPACE, writing
+from harness.rundir.layout import RunFileError, load_json, save_torch
 from harness.rundir.lock import FileLock, file_lock
 from harness.train.flops import forward_flops
 
@@ -132,7 +133,7 @@ def warmup_key(cfg: Config) -> str:
     model = to_dict(cfg.model)
     # the numerics mode enters the key: a checkpoint built in native mode on one CPU kind is
     # never read by a portable run (warm["threads"] is in it already). v4: portable numerics' kernels changed
-    # (matrix products from MKL to OpenBLAS, harness.engine.portable_blas), so no earlier checkpoint is read
+    # (matrix products from MKL to OpenBLAS, harness.foundation.portable_blas), so no earlier checkpoint is read
     return config_hash({"model": model, "task": task, "warmup": warm, "numerics": cfg.numerics, "v": 4}, 12)
 
 

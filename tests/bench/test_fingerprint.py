@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.engine import numerics
+from harness.foundation import numerics
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "bench" / "fingerprint.json"

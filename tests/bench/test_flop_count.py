@@ -18,7 +18,7 @@ def _sdpa_flops(backend):
 
 def test_one_cpu_sdpa_forward_and_backward_equal_the_hand_count():
     """SDPA's fused CPU kernel (native numerics): its backward does dV, dP, dQ, dK (4 matmuls) + the recomputed
-    Q·Kᵀ; torch's math path (portable numerics: harness.engine.portable_blas) keeps P and does the 4 only."""
+    Q·Kᵀ; torch's math path (portable numerics: harness.foundation.portable_blas) keeps P and does the 4 only."""
     total, forward = _sdpa_flops(SDPBackend.FLASH_ATTENTION)
     assert total == forward + 2.5 * forward == 4800 + 12000
     total, forward = _sdpa_flops(SDPBackend.MATH)

@@ -7,7 +7,7 @@ every algorithm through the warm-up cache), then 8,192 samples of RL (32 steps o
 thread (the warm-up's too: beside the other test process, two threads each oversubscribe the two cores), seed 0,
 portable numerics (the start and the warm-up's digest are asserted exactly). Accuracy is greedy on 1,000 held-out problems, before and after.
 
-Measured in portable numerics (2026-11-28, Intel Xeon, the OpenBLAS kernels of harness/engine/portable_blas.py;
+Measured in portable numerics (2026-11-28, Intel Xeon, the OpenBLAS kernels of harness/foundation/portable_blas.py;
 `python -m pytest -n 0 -s tests/e2e/test_algorithms_learn.py`): start 54.0%; after 8,192 samples GRPO 67.1%,
 GRPO+PS 70.7%, PPO 65.0%, online RFT 66.2% (gains +11.0 to +16.7). The start and the warm-up's digest are asserted
 exactly: they are the same wherever portable numerics compute the same bits (the README lists the CPU kinds

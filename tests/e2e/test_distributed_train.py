@@ -44,7 +44,7 @@ pytest.importorskip("deepspeed")
 pytest.importorskip("accelerate")
 
 from harness.config.schema import load_config  # noqa: E402
-from harness.config.base import to_dict  # noqa: E402
+from harness.foundation.base import to_dict  # noqa: E402
 from harness.rundir.layout import read_json, read_jsonl  # noqa: E402
 import support_paths
 

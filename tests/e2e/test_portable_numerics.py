@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine import numerics
+from harness.foundation import numerics
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "harness" / "configs" / "quickstart.yaml"

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from harness.config.base import to_dict
 from harness.config.schema import config_from_dict
+from harness.foundation.base import to_dict
 from harness.rundir.ids import run_id
 
 KS = (1, 2, 4, 8)

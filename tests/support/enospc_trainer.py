@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 
 import sweep_fake_trainer
+from harness.foundation import files
 from harness.rundir import layout, summary
 
 FULL_LR = 0.0555
@@ -22,7 +23,7 @@ def _full(*args, **kwargs):
 def train(cfg, *, resume=True, progress=True):
     if cfg.train.lr != FULL_LR:
         return sweep_fake_trainer.train(cfg, resume=resume, progress=progress)
-    for mod in (layout, summary):                       # the whole disk, from now on, in this worker
+    for mod in (files, layout, summary):                # the whole disk, from now on, in this worker
         for name in ("write_json_atomic", "write_text_atomic", "rewrite_atomic"):
             if hasattr(mod, name):
                 setattr(mod, name, _full)

@@ -5,11 +5,16 @@
     python tests/support/import_graph.py --map      # the module map (first docstring line of each module)
 
 Reads the source with ``ast`` (nothing is imported). Layers, lowest first: ``algorithms`` <-
-``evals`` <- ``harness``; an import from a lower layer into a higher one is a violation. A cycle is
+``evals`` <- ``harness``; an import from a lower layer into a higher one is a violation. Inside
+``harness`` its packages stand on floors (:data:`FLOORS`, lowest first): a module may import a
+package of a lower floor, never one of a higher floor nor another package of its own floor; such an
+edge (an import at module level or in a function, or a load by name: ``importlib.import_module("m")``,
+``lazy("m")``) is a back arrow, and ``harness.foundation``, the ground floor, imports nothing of the project outside
+itself (not even ``algorithms`` or ``evals``). A cycle is
 a strongly connected set of modules through module-level imports. A function-level import is an
 ``import`` of one of our modules inside a function or method body (it hides the real graph); the
 bench scripts' are counted too (they import the harness at the top).
-Exit status 1 if there is any violation or cycle, so CI can run it.
+Exit status 1 if there is any violation, back arrow or cycle, so CI can run it.
 """
 from __future__ import annotations
 
@@ -21,6 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("algorithms", "evals", "harness")
 LAYER = {p: i for i, p in enumerate(PACKAGES)}
+FLOORS = (("foundation",), ("config",), ("rundir",), ("engine",), ("tracking", "report", "rewards"), ("train",),
+          ("sweep",), ("cli",))
+"""The floors of harness's packages, lowest first; the packages of one floor do not import each other."""
+FLOOR = {pkg: i for i, floor in enumerate(FLOORS) for pkg in floor}
+GROUND = "foundation"
+"""The ground floor: imports nothing of the project but itself."""
 
 
 def module_name(path: Path) -> str:
@@ -97,6 +108,32 @@ def imports(path: Path, mod: str, known: dict) -> tuple[set[str], list[tuple[int
     return top, local
 
 
+def harness_package(mod: str) -> str | None:
+    """``config`` for ``harness.config.schema``; None for a module outside harness's packages."""
+    parts = mod.split(".")
+    return parts[1] if parts[0] == "harness" and len(parts) > 1 else None
+
+
+def floors_text() -> str:
+    return " < ".join(" = ".join(floor) for floor in FLOORS)
+
+
+def back_arrow(mod: str, target: str) -> str | None:
+    """Why the edge ``mod -> target`` goes against the floors (None when it does not)."""
+    a, b = harness_package(mod), harness_package(target)
+    if a == GROUND and b != GROUND:
+        return f"{GROUND} imports nothing of the project outside itself"
+    if a is None or b is None or a == b:
+        return None
+    if a not in FLOOR or b not in FLOOR:
+        return f"harness.{b if a in FLOOR else a} is on no floor (tests/support/import_graph.py FLOORS)"
+    if FLOOR[b] > FLOOR[a]:
+        return f"{a} is below {b}"
+    if FLOOR[b] == FLOOR[a]:
+        return f"{a} and {b} share a floor"
+    return None
+
+
 def first_line(path: Path) -> str:
     """The first line of a module's docstring ('' when it has none)."""
     doc = ast.get_docstring(ast.parse(path.read_text(), str(path))) or ""
@@ -161,7 +198,7 @@ def main(argv=None) -> int:
     if args.map:
         print(module_map(known))
         return 0
-    graph, local_imports, violations = {}, [], []
+    graph, local_imports, violations, back = {}, [], [], []
     for mod, path in known.items():
         top, local = imports(path, mod, known)
         graph[mod] = top
@@ -169,6 +206,8 @@ def main(argv=None) -> int:
         for t in top | {t for _, t in local} | deferred(path, known):
             if LAYER[t.split(".")[0]] > LAYER[mod.split(".")[0]]:
                 violations.append((mod, t))
+            if why := back_arrow(mod, t):
+                back.append((mod, t, why))
     cyc = cycles(graph)
     full = {m: graph[m] | {t for mm, _, t in local_imports if mm == m} for m in graph}
     cyc_full = [c for c in cycles(full) if c not in cyc]
@@ -176,6 +215,10 @@ def main(argv=None) -> int:
     print(f"layer violations (algorithms <- evals <- harness): {len(violations)}")
     for a, b in sorted(set(violations)):
         print(f"  {a} -> {b}")
+    print(f"floors of harness's packages, lowest first: {floors_text()}")
+    print(f"back arrows: {len(back)}")
+    for a, b, why in sorted(set(back)):
+        print(f"  {a} -> {b} ({why})")
     print(f"import cycles: {len(cyc)}")
     for c in cyc:
         print("  " + " <-> ".join(c))
@@ -194,7 +237,7 @@ def main(argv=None) -> int:
         for mod in sorted(graph):
             for t in sorted(graph[mod]):
                 print(f"edge {mod} -> {t}")
-    return 1 if violations or cyc or cyc_full else 0
+    return 1 if violations or back or cyc or cyc_full else 0
 
 
 if __name__ == "__main__":

@@ -23,10 +23,11 @@ import time
 import traceback
 from pathlib import Path
 
-from harness.config.base import to_dict
-from harness.rundir.budget import counter_key
+from harness.foundation.base import to_dict
+from harness.foundation.budget import counter_key
+from harness.foundation.files import write_json_atomic
 from harness.rundir.ids import run_id
-from harness.rundir.layout import MetricsWriter, read_json, write_json_atomic
+from harness.rundir.layout import MetricsWriter, read_json
 
 
 def run_dir_of(cfg) -> Path:

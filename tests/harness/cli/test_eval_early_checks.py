@@ -17,9 +17,9 @@ from harness.cli import checks
 from harness.cli import eval as cli_eval
 from harness.cli.main import main
 from harness.cli.polish import LINE_LIMIT
-from harness.config.base import ConfigError
 from harness.config.schema import ModelConfig, TaskConfig, config_from_dict, load_config
 from harness.engine.models import build_char_tokenizer
+from harness.foundation.base import ConfigError
 from harness.rundir.layout import read_jsonl
 from refusals import refused  # tests/support
 from small_model import save_small_model  # tests/support
@@ -143,7 +143,7 @@ def test_a_given_output_dir_that_is_a_file(model, sandbox, capsys):
 def test_a_model_that_fails_to_load_leaves_no_output_folder(default, model, sandbox, capsys, monkeypatch):
     """The output folder is checked (made) before the model loads; a load that fails takes it away again."""
     from harness.engine import models
-    from harness.engine.errors import ModelLoadError
+    from harness.foundation.errors import ModelLoadError
 
     def broken(*a, **k):
         raise ModelLoadError(f"{model}: the model cannot be loaded (a stub)")

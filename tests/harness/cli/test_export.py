@@ -15,8 +15,8 @@ import yaml
 import sweep_fake_trainer
 from evals.metrics import problem_curves
 from evals.records import compact_curves, compact_ks
-from harness.config.base import to_dict
 from harness.cli.main import main
+from harness.foundation.base import to_dict
 from harness.rundir.export import trim_record
 from harness.sweep.plan import load_sweep
 from support_paths import REPO

@@ -14,7 +14,7 @@ from harness.cli import train as cli_train
 from harness.cli.main import main
 from harness.config.paths import check_input_paths
 from harness.config.schema import ConfigError, ModelConfig, load_config
-from harness.engine.errors import ModelLoadError
+from harness.foundation.errors import ModelLoadError
 from refusals import refused  # tests/support
 from small_model import save_small_model  # tests/support
 

@@ -4,8 +4,8 @@ import importlib.util
 import pytest
 
 from harness.config.schema import Config, ConfigError, config_from_dict, load_config, save_config
+from harness.foundation.base import field_docs
 from harness.rundir.ids import run_id
-from harness.config.base import field_docs
 from harness.config.schema import effective_dict
 
 
@@ -99,7 +99,7 @@ def test_run_ids_and_cache_keys_are_pinned():
     """Run ids and the warm-up cache key of the shipped quickstart config, as literal values: a
     change to the hashing (key order, float canonicalisation, which fields enter) would orphan every
     finished run and retrain every cached warm-up, so it must be deliberate and show up here."""
-    from harness.config.base import stable_hash
+    from harness.foundation.base import stable_hash
     from harness.train.warmup import warmup_key
     from support_paths import REPO
     qs = REPO / "harness" / "configs" / "quickstart.yaml"

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.base import dotted_fields
 from harness.config.fields import option_problem
 from harness.config.rules import COMPLETION_TOKENS, THREADS_OR_DEFAULT, field_rules
 from harness.config.schema import (MAX_THREADS, MAX_TINY_PARAMS, TINY_VOCAB_SIZE, WANDB_MODES, Config, ConfigError,
                                    EvalConfig, ModelConfig, SamplingConfig, TrainConfig, config_from_dict, load_config,
                                    tiny_param_count)
+from harness.foundation.base import dotted_fields
 
 ROOT = Path(__file__).resolve().parents[3]
 QUICKSTART = ROOT / "harness" / "configs" / "quickstart.yaml"

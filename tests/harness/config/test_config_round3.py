@@ -13,11 +13,11 @@ import pytest
 
 from evals.arith import ArithTask, problem_space
 from evals.tasks import TaskSpec
-from harness.config.base import brief
 from harness.config.schema import deep_merge
 from harness.config.schema import (Config, ConfigError, TaskConfig, config_from_dict, config_warnings, load_config,
                                    parse_overrides, save_config, strict_yaml_load)
-from harness.config.yamlsafe import MAX_VALUES, YamlBadValue, YamlTooLarge
+from harness.foundation.base import brief
+from harness.foundation.yamlsafe import MAX_VALUES, YamlBadValue, YamlTooLarge
 from harness.sweep.plan import load_sweep
 from harness.sweep.spec import SweepError
 

@@ -6,8 +6,8 @@ import yaml
 
 from algorithms.presets import COMPONENTS
 from harness.cli.main import main
-from harness.config.base import flatten, to_dict
 from harness.config.schema import config_from_dict, effective_dict, load_config, save_config
+from harness.foundation.base import flatten, to_dict
 from harness.rundir.ids import run_id
 from harness.tracking.base import TrackerSet, config_dict
 

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from evals.arith import ArithTask, parse_expr
-from harness.config.base import ConfigError, to_dict
 from harness.config.schema import load_config, warmup_long_spec
+from harness.foundation.base import ConfigError, to_dict
 from harness.rundir.ids import run_id
 from harness.train.evalpoints import initial_eval_key
 from harness.train.warmup import _warmup_examples, warmup_key

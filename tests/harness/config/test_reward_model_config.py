@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from algorithms.presets import ALGORITHMS, DISPLAY_NAMES
-from harness.config.base import to_dict
 from harness.config.schema import ConfigError, RewardModelConfig, load_config, save_config
+from harness.foundation.base import to_dict
 from harness.rundir.ids import DEFAULT_REWARD_MODEL, run_id
 from support_paths import REPO
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from harness.engine import numerics
+from harness.foundation import numerics
 from harness.rundir import provenance
 
 
@@ -40,7 +40,7 @@ def test_thread_count_is_a_fixed_number_in_portable_mode(monkeypatch):
 
 
 def test_unknown_mode_is_a_config_error():
-    from harness.config.base import ConfigError
+    from harness.foundation.base import ConfigError
     from harness.config.schema import load_config
 
     with pytest.raises(ConfigError, match="numerics"):
@@ -58,7 +58,7 @@ def test_portable_refused_when_torch_already_ran_other_kernels():
     """A library user who ran a kernel before the pins: the run is refused before any work,
     naming the problem, instead of being recorded as portable."""
     p = _python("import torch; torch.ones(4).exp()\n"
-                "from harness.engine import numerics\n"
+                "from harness.foundation import numerics\n"
                 "try:\n    numerics.enter('portable', 1)\nexcept numerics.NumericsError as e:\n    print('REFUSED', e)\n",
                 ATEN_CPU_CAPABILITY="default")
     assert p.returncode == 0, p.stderr
@@ -66,7 +66,7 @@ def test_portable_refused_when_torch_already_ran_other_kernels():
 
 
 def test_pins_take_effect_after_import_before_the_first_kernel():
-    p = _python("import torch\nfrom harness.engine import numerics\n"
+    p = _python("import torch\nfrom harness.foundation import numerics\n"
                 "st = numerics.enter('portable', 1)\n"
                 "print(st['aten_capability'], st['mkl_cbwr'], st['pinned'], torch.get_num_threads())",
                 ATEN_CPU_CAPABILITY="default", MKL_CBWR="AUTO")
@@ -114,7 +114,7 @@ def test_portable_children_pin_numpy_and_openblas_too():
     assert native["OPENBLAS_CORETYPE"] == "SkylakeX" and native["NPY_DISABLE_CPU_FEATURES"] == ""
 
 
-_NUMPY_STATE = ("from harness.engine import numerics\n"
+_NUMPY_STATE = ("from harness.foundation import numerics\n"
                 "st = numerics.enter('portable', 1)\n"
                 "print(json.dumps({k: st[k] for k in ('numpy_simd', 'openblas', 'portable', 'why')}))\n")
 
@@ -127,7 +127,7 @@ def _x86_avx2() -> bool:
 def test_numpy_runs_its_avx2_kernels_under_the_pins_whatever_the_cpu_has():
     """numpy's float64 exp/log dispatch on the ISA group (X86_V4 on AVX-512 CPUs) and its OpenBLAS picks kernels
     by CPU model: under the pins both are the AVX2 ones on every x86-64 CPU with AVX2."""
-    p = _python("import json\nfrom harness.engine import numerics\nnumerics.pin_process('portable')\n"
+    p = _python("import json\nfrom harness.foundation import numerics\nnumerics.pin_process('portable')\n"
                 "import numpy\n" + _NUMPY_STATE)
     assert p.returncode == 0, p.stderr
     st = json.loads(p.stdout)
@@ -139,7 +139,7 @@ def test_numpy_runs_its_avx2_kernels_under_the_pins_whatever_the_cpu_has():
 def test_numpy_imported_before_the_pins_is_recorded_as_not_portable():
     import numpy as np
 
-    p = _python("import json, numpy\nfrom harness.engine import numerics\nnumerics.pin_process('portable')\n"
+    p = _python("import json, numpy\nfrom harness.foundation import numerics\nnumerics.pin_process('portable')\n"
                 + _NUMPY_STATE)
     assert p.returncode == 0, p.stderr
     st = json.loads(p.stdout)

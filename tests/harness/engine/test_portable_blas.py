@@ -1,4 +1,4 @@
-"""Portable matrix products (harness/engine/portable_blas.py): every aten operator that reaches a BLAS on the CPU
+"""Portable matrix products (harness/foundation/portable_blas.py): every aten operator that reaches a BLAS on the CPU
 runs in OpenBLAS's Haswell kernels, gives the right numbers in every layout and dtype, gives bits that depend on
 the shape only (not the thread count, not the operand's memory layout), and a training step calls MKL not once.
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.engine import numerics, portable_blas
+from harness.foundation import numerics, portable_blas
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -116,7 +116,7 @@ def test_bits_do_not_depend_on_the_thread_count(m, k, n):
 
 _STEP = """
 import os, sys
-from harness.engine import numerics
+from harness.foundation import numerics
 numerics.pin_process(sys.argv[1])
 import torch
 from harness.config.schema import load_config

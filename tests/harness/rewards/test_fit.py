@@ -6,6 +6,8 @@ import json
 import random
 from types import SimpleNamespace
 
+import pytest
+
 from evals.arith import ArithTask
 from evals.catalog import get_task
 from harness.config.schema import TaskConfig, load_config
@@ -14,6 +16,7 @@ from harness.rewards import fit
 from harness.rewards.data import label_exact, load_examples
 from harness.rewards.learned import TaggedRM
 from harness.train.loop import train
+from harness.train.warmup import starting_checkpoint
 
 TINY = ["model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32",
         "task.min_ops=1", "task.max_ops=2", "warmup.steps=0", "sampling.samples_per_prompt=2",
@@ -49,9 +52,20 @@ def test_mc_step_labels_by_brute_force(monkeypatch):
     assert n_samples == 8 and n_tokens == 7 and len(seen) == 4
 
 
+def test_train_reward_model_needs_a_policy_folder_or_a_start_loader(tmp_path):
+    """harness.rewards sits below harness.train: the caller says how the starting checkpoint loads
+    (`harness rm train` passes harness.train.warmup.starting_checkpoint); neither given is refused
+    before anything is loaded or written."""
+    cfg = load_config(None, TINY + [f"output_dir={tmp_path}", f"warmup.cache_dir={tmp_path / 'wc'}"])
+    with pytest.raises(TypeError, match="policy_dir .* or load_start"):
+        fit.train_reward_model(cfg, "prm", out=str(tmp_path / "prm"), progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_train_reward_model_writes_a_loadable_folder(tmp_path):
     cfg = load_config(None, TINY + [f"output_dir={tmp_path}", f"warmup.cache_dir={tmp_path / 'wc'}"])
-    res = fit.train_reward_model(cfg, "prm", out=str(tmp_path / "prm"), progress=False)
+    res = fit.train_reward_model(cfg, "prm", load_start=starting_checkpoint, out=str(tmp_path / "prm"),
+                                 progress=False)
     folder = tmp_path / "prm"
     spec = json.loads((folder / "reward_model.json").read_text())
     assert spec["kind"] == "prm" and spec["step_tag"] == "@" and spec["cost"]["samples"] == 16

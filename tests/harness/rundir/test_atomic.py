@@ -8,8 +8,9 @@ import logging
 
 import pytest
 
-from harness.rundir import layout
-from harness.rundir.layout import METRICS, MetricsWriter, read_jsonl, write_json_atomic
+from harness.foundation import files
+from harness.foundation.files import write_json_atomic
+from harness.rundir.layout import METRICS, MetricsWriter, read_jsonl
 from harness.rundir.read import load_run
 
 
@@ -19,7 +20,7 @@ def _rows(n):
 
 def _enospc_after_first_line(monkeypatch):
     """Make the temp file of a rewrite fail with ENOSPC after its first line."""
-    real_fdopen = layout.os.fdopen
+    real_fdopen = files.os.fdopen
 
     class Failing:
         def __init__(self, f):
@@ -44,7 +45,7 @@ def _enospc_after_first_line(monkeypatch):
         def __exit__(self, *exc):
             return self.f.__exit__(*exc)
 
-    monkeypatch.setattr(layout.os, "fdopen", lambda *a, **k: Failing(real_fdopen(*a, **k)))
+    monkeypatch.setattr(files.os, "fdopen", lambda *a, **k: Failing(real_fdopen(*a, **k)))
 
 
 def test_truncate_after_keeps_old_rows_when_rewrite_fails(tmp_path, monkeypatch):
@@ -84,7 +85,7 @@ def test_write_json_atomic_failure_keeps_old_file(tmp_path, monkeypatch):
     before = p.read_text()
     _enospc_after_first_line(monkeypatch)
     with pytest.raises(OSError):
-        layout.rewrite_atomic(p, lambda f: (f.write("{\n"), f.write("}")))
+        files.rewrite_atomic(p, lambda f: (f.write("{\n"), f.write("}")))
     assert p.read_text() == before
     assert sorted(x.name for x in tmp_path.iterdir()) == ["summary.json"]
 

@@ -1,7 +1,7 @@
 """Evaluation thresholds land on stage boundaries shared by every algorithm; overshoot is bounded and recorded."""
 from harness.config.schema import BudgetConfig
-from harness.rundir.budget import (eval_thresholds, new_counters, overshoot, stage_samples, threshold_warning,
-                                   thresholds_passed)
+from harness.foundation.budget import (eval_thresholds, new_counters, overshoot, stage_samples, threshold_warning,
+                                       thresholds_passed)
 
 
 def test_samples_thresholds_are_multiples_of_the_stage():

@@ -8,8 +8,8 @@ import time
 
 import yaml
 
-from harness.config.base import to_dict
 from harness.config.schema import load_config
+from harness.foundation.base import to_dict
 from harness.rundir.lock import RUN_LOCK, FileLock
 from harness.sweep.progress import Progress
 from harness.train.warmup import warmup_dir

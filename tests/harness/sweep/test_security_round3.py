@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli.main import main
-from harness.engine import numerics
+from harness.foundation import numerics
 from harness.rundir.layout import read_json
 from harness.sweep import launchers
 from harness.sweep.launchers import WORKER_PAYLOAD, read_payload

@@ -315,7 +315,7 @@ def test_the_plan_prints_the_evaluation_points_that_happen(tmp_path):
     """512 samples at 4 points with 256-sample stages: thresholds round to stage boundaries and
     coincide, so 2 evaluations happen (256, 512); the plan says so and warns."""
     from harness.config.schema import load_config
-    from harness.rundir.budget import eval_points, eval_thresholds, threshold_warning
+    from harness.foundation.budget import eval_points, eval_thresholds, threshold_warning
     cfg = load_config("harness/configs/quickstart.yaml", ["budget.amount=512"])
     assert (cfg.budget.eval_points, cfg.train.prompts_per_step * cfg.sampling.samples_per_prompt) == (4, 256)
     assert eval_thresholds(cfg.budget, 256) == [256.0, 512.0, 512.0, 512.0]

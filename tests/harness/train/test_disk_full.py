@@ -16,7 +16,7 @@ import torch
 
 from harness.cli.main import EXIT_NO_SPACE, main
 from harness.config.schema import load_config
-from harness.rundir import layout
+from harness.foundation import files
 from harness.rundir.layout import read_json
 from harness.train import checkpoint as ck
 from harness.train import loop
@@ -86,7 +86,7 @@ def test_enospc_in_checkpoint_is_one_line_and_the_run_is_failed(tmp_path, monkey
 def test_disk_full_everywhere_still_one_line(tmp_path, monkeypatch, capsys):
     """Recording the failure fails too (summary.json, error.txt): the original error is the one
     reported, once, and nothing is left half-written."""
-    real = layout.rewrite_atomic
+    real = files.rewrite_atomic
     full = {"on": False}
 
     def rewrite(path, write):
@@ -99,7 +99,7 @@ def test_disk_full_everywhere_still_one_line(tmp_path, monkeypatch, capsys):
         full["on"] = full["on"] or str(getattr(path, "name", path)).endswith("state.tmp")
         return _full_disk_save(obj, path)
 
-    monkeypatch.setattr(layout, "rewrite_atomic", rewrite)
+    monkeypatch.setattr(files, "rewrite_atomic", rewrite)
     monkeypatch.setattr(ck.torch, "save", save)
     rc = main(_argv(tmp_path))
     err = capsys.readouterr().err
@@ -205,7 +205,8 @@ def _one_line(err: str) -> str:
 def test_torch_save_to_a_path_on_a_full_disk_hides_enospc_and_save_torch_does_not(tmpfs):
     """Why the harness saves through a file object: given a path, torch reports a full disk as a
     RuntimeError that names no cause; through a Python file the ENOSPC arrives as an OSError."""
-    from harness.rundir.layout import disk_error, save_torch
+    from harness.foundation.files import disk_error
+    from harness.rundir.layout import save_torch
 
     _fill(tmpfs)
     with pytest.raises(RuntimeError) as ei:

@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from harness.config.base import ConfigError
 from harness.config.schema import load_config
+from harness.foundation.base import ConfigError
 from harness.rundir.layout import read_json, read_jsonl
 from harness.train import loop
 from harness.train.loop import run_dir, train

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.schema import load_config
-from harness.engine.errors import ModelLoadError
+from harness.foundation.errors import ModelLoadError
 from harness.rundir.layout import RunFileError
 from harness.train import warmup as wu
 

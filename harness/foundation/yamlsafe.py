@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from harness.config.base import ECHO_LIMIT, brief
+from harness.foundation.base import ECHO_LIMIT, brief
 
 __all__ = ["MAX_VALUES", "DuplicateKeyError", "YamlTooLarge", "YamlBadValue", "StrictLoader", "load"]
 

@@ -11,7 +11,7 @@ What. `install` registers, for torch's CPU dispatch key, implementations of ever
 reaches a BLAS (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``addbmm``, ``mv``, ``addmv``, ``dot``,
 ``vdot``, ``_addmm_activation``; functional, in-place and ``out=`` forms), so the forward, autograd's
 backward and the sampler all land here. float32 and float64 go to the OpenBLAS build that numpy ships,
-with its kernels pinned to Haswell (``OPENBLAS_CORETYPE``, set by `harness.engine.numerics`); other
+with its kernels pinned to Haswell (``OPENBLAS_CORETYPE``, set by `harness.foundation.numerics`); other
 dtypes are computed by elementwise products and a sum (or in float32 for half types). It also turns
 off SDPA's fused CPU kernel (it calls MKL's sgemm directly, below the dispatcher): attention then runs
 torch's math path, whose products land here too.

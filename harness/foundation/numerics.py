@@ -11,7 +11,7 @@ its own order, so the same run gives other weights on another CPU kind:
   other weights on an Intel Xeon than on an AMD EPYC with that branch read back in force, and
   sgemm is the only MKL function a run calls). Portable mode therefore takes MKL out of the path:
   every CPU matrix product runs in OpenBLAS's Haswell kernels, called single-threaded in blocks
-  fixed by the shape, and attention in torch's math path (`harness.engine.portable_blas`, installed
+  fixed by the shape, and attention in torch's math path (`harness.foundation.portable_blas`, installed
   by `enter`). The MKL pin stays, for anything that still reaches MKL.
 - oneDNN's JIT picks its ISA; ``ONEDNN_MAX_CPU_ISA`` caps it.
 - numpy (the reports' statistics, maj@k) does the same twice over: its own kernels (float64 ``exp`` and ``log``
@@ -131,7 +131,7 @@ def thread_env(mode: str, threads: int) -> dict:
     """The thread variables of a child running ``threads`` threads in ``mode``. In portable mode OpenBLAS runs
     on one thread whatever the count: its multi-threaded products partition the output by the thread count and
     sum the edges in another order, so numpy's ``@`` would follow the machine's cores (OpenBLAS's default) or the
-    count; the harness's own products parallelise by the shape (`harness.engine.portable_blas`)."""
+    count; the harness's own products parallelise by the shape (`harness.foundation.portable_blas`)."""
     t = str(int(threads))
     return {"OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "OPENBLAS_NUM_THREADS": "1" if mode == "portable" else t}
 
@@ -223,14 +223,14 @@ def enter(mode: str, threads: int, device: str = "cpu") -> dict:
     if mode == "portable" and st["pinned"] is False:
         raise NumericsError(
             f"numerics: portable was asked for, but this process already runs {st['why']}. Start Python with "
-            f"{ENV_MODE}=portable (the harness CLI does), call harness.engine.numerics.pin_process() before "
+            f"{ENV_MODE}=portable (the harness CLI does), call harness.foundation.numerics.pin_process() before "
             f"torch runs any kernel, or set numerics: native")
     return st
 
 
 def _portable_blas():
-    """harness.engine.portable_blas, loaded when first needed (it imports torch; this module must not)."""
-    return importlib.import_module("harness.engine.portable_blas")
+    """harness.foundation.portable_blas, loaded when first needed (it imports torch; this module must not)."""
+    return importlib.import_module("harness.foundation.portable_blas")
 
 
 def _torch_lib():
@@ -336,7 +336,7 @@ def state(mode: str, device: str = "cpu") -> dict:
     if mkl is not None and mkl != "COMPATIBLE,STRICT":
         wrong.append(f"MKL at CNR {mkl} (pinned: COMPATIBLE,STRICT)")
     if not blas.get("installed") and not str(device).startswith("cuda"):
-        wrong.append("matrix products in MKL (harness.engine.portable_blas is not installed: enter() installs it)")
+        wrong.append("matrix products in MKL (harness.foundation.portable_blas is not installed: enter() installs it)")
     # numpy reads its pins once, when it is imported (torch imports it): a process that imported either before
     # pin_process keeps the CPU's own numpy kernels. Its training numbers do not depend on them (torch's kernels are
     # pinned), its evaluation statistics and reports can, in the last bits: recorded as not portable, not refused
@@ -365,7 +365,7 @@ def state(mode: str, device: str = "cpu") -> dict:
     elif late:
         st["pinned"] = True
         st["why"] = ("; ".join(late) + ": numpy was imported before the pins (start the process through the harness "
-                     "CLI, or call harness.engine.numerics.pin_process() before importing numpy or torch)")
+                     "CLI, or call harness.foundation.numerics.pin_process() before importing numpy or torch)")
     else:
         st["pinned"] = True
         st["portable"] = True
