@@ -92,14 +92,19 @@ def test_provenance_paths_are_relative(tmp_path, monkeypatch):
 def test_provenance_records_numerics_cpu_versions_and_tags():
     prov = provenance.collect("portable", numerics_state={"mode": "portable", "portable": True,
                                                           "aten_capability": "AVX2", "mkl_cbwr": "COMPATIBLE,STRICT",
-                                                          "threads": 2})
+                                                          "matmul": "OpenBLAS Haswell (libopenblas.so)", "threads": 2})
     assert prov["cpu"]["arch"] and prov["cpu"]["model"]
     assert prov["versions"]["torch"] and prov["versions"]["python"].count(".") == 2
     tags = provenance.tags(prov)
     assert tags["provenance.numerics"] == "portable" and tags["provenance.portable"] == "True"
     assert tags["provenance.version.torch"] == prov["versions"]["torch"]
     lines = provenance.describe(prov)
-    assert any(provenance.PORTABLE_CLAIM in line for line in lines)
+    assert any(provenance.PORTABLE_CLAIM in line and "matmul OpenBLAS Haswell" in line for line in lines)
+    # a record of the MKL era (no matmul entry) claims identity on its own CPU kind only
+    old = dict(prov, numerics={k: v for k, v in prov["numerics"].items() if k != "matmul"})
+    lines = provenance.describe(old)
+    assert any(provenance.MKL_ERA_CLAIM in line and "MKL CNR COMPATIBLE,STRICT" in line for line in lines)
+    assert not any(provenance.PORTABLE_CLAIM in line for line in lines)
 
 
 def test_portable_children_pin_numpy_and_openblas_too():
