@@ -347,14 +347,17 @@ def _check_out(out: Path, given: bool, names: list[str]) -> None:
 
 def run(args) -> int:
     bad = _check_args(args)
-    mode = numerics.process_mode()  # GRPO_HARNESS_NUMERICS, default portable
-    bad = bad or threads_problem(args.threads, mode, "--threads")  # OMP_NUM_THREADS too
+    if bad:
+        print(f"harness eval: {bad}", file=sys.stderr)
+        return 2
+    cfg, run_source, model_path = resolve_run(args.model, args.config)  # no torch: before the pins take effect
+    mode = numerics.run_mode(cfg.numerics if cfg is not None else None)  # the run's mode, when there is a run
+    bad = threads_problem(args.threads, mode, "--threads")  # OMP_NUM_THREADS too
     if bad:
         print(f"harness eval: {bad}", file=sys.stderr)
         return 2
     numerics.enter(mode, numerics.resolve_threads(args.threads, mode))
     check_device(args.device, "--device")
-    cfg, run_source, model_path = resolve_run(args.model, args.config)
     spec = task_spec(args, cfg)
     protocol = check_protocol(args.protocol, spec.name, spec.few_shot)  # before the model is loaded
     check_model_arg(model_path, args.gguf_file)

@@ -20,6 +20,7 @@ from harness.config.rules import DEVICE, NAME, NUMERICS, SEED, check_fields, dir
 from harness.config.sections import (BudgetConfig, EvalConfig, ModelConfig, SamplingConfig, TaskConfig,
                                      TrackingConfig, TrainConfig, WarmupConfig)
 from harness.foundation.base import to_dict
+from harness.foundation.numerics import DEFAULT_MODE as NUMERICS_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,12 @@ class Config:
     """Root of run outputs."""
     device: str = ruled("auto", DEVICE)
     """cpu, cuda, cuda:N, or auto (cuda when available)."""
-    numerics: str = ruled("portable", NUMERICS)
-    """portable: ATen, MKL and oneDNN pinned to code paths that give the same bits on every
-    x86-64 CPU with AVX2 (Intel or AMD), and a fixed thread count; native: each library picks
-    this CPU's fastest path (results then differ between CPU kinds). See
-    harness/foundation/numerics.py; every run records which it used."""
+    numerics: str = ruled(NUMERICS_DEFAULT, NUMERICS)
+    """portable: no kernel picks its summation order by CPU kind (matrix products in OpenBLAS's
+    Haswell kernels, ATen at AVX2, numpy at X86_V3, a fixed thread count; the README lists the CPU
+    kinds it was verified identical on); native: each library picks this CPU's fastest path
+    (results then differ between CPU kinds). See harness/foundation/numerics.py; every run records
+    which it used, and `harness eval` of a run evaluates in the run's mode."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy (and, for PPO, the critic backbone)."""
     task: TaskConfig = field(default_factory=TaskConfig)

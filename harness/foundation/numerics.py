@@ -89,6 +89,13 @@ def process_mode() -> str:
     return m if m in MODES else DEFAULT_MODE
 
 
+def run_mode(configured: Optional[str]) -> str:
+    """The one rule for which mode work runs in: a run's config decides (``numerics:`` of the run being trained,
+    resumed or evaluated); work with no run config (``harness eval --model DIR`` of a bare model folder, a bench)
+    takes the process's (`process_mode`: ``GRPO_HARNESS_NUMERICS``, else the default)."""
+    return check_mode(configured) if configured else process_mode()
+
+
 def _inherited(env) -> dict:
     """The pinned variables as the user (or the machine's setup) had them before the harness
     pinned anything: recorded once, in ``GRPO_HARNESS_INHERITED_PINS``, so that a native run

@@ -268,7 +268,7 @@ def conclude(spec: RunSpec, rc: Optional[int], seconds: float, crash: Optional[s
 
 def _payload(spec: RunSpec, opts: LaunchOptions) -> dict:
     threads = max(1, opts.cpus // max(1, opts.procs))
-    mode = spec.config.get("numerics", numerics.DEFAULT_MODE)
+    mode = numerics.run_mode(spec.config.get("numerics"))
     # the run's numerics pins travel with it (local processes, Ray tasks, torchrun ranks): set in
     # the worker's environment before torch runs a kernel there (`run_worker`)
     pins = {k: v for k, v in numerics.env_for(mode, threads).items() if k in numerics.PINS or k.startswith(
@@ -358,7 +358,7 @@ def run_worker(payload: dict, sigterm: bool = False) -> int:
             sys.path.insert(0, p)
     for k, v in (payload.get("env") or {}).items():
         os.environ[k] = str(v)
-    numerics.pin_process(payload.get("numerics") or numerics.DEFAULT_MODE)
+    numerics.pin_process(numerics.run_mode(payload.get("numerics")))
     threads = int(payload.get("threads") or 1)
     if int(payload.get("procs") or 1) > 1 and "LOCAL_RANK" not in os.environ:
         return _torchrun(payload)
@@ -457,7 +457,7 @@ class LocalLauncher:
         return workers, slots
 
     def _env(self, payload: dict, slot: Optional[str]) -> dict:
-        mode = payload.get("numerics") or numerics.DEFAULT_MODE
+        mode = numerics.run_mode(payload.get("numerics"))
         env = numerics.env_for(mode, payload["threads"])
         env.update(payload["env"])
         env["PYTHONPATH"] = os.pathsep.join(payload["sys_path"] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)

@@ -116,3 +116,28 @@ def test_lighteval_protocol_end_to_end_on_gsm8k(tiny_run, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "gsm8k: final_model" not in printed and "protocol lighteval-5shot-plain" in printed
     assert "task from the run config" not in printed  # --task named another task than the run's
+
+
+def test_eval_of_a_run_takes_the_runs_numerics_mode(tiny_run, tmp_path):
+    """The run's config decides the numerics mode of its evaluation (harness.foundation.numerics.run_mode), not the
+    process's default: a run trained in native numerics is evaluated natively; a bare model folder takes the
+    process's mode (portable). In subprocesses: the mode is applied before torch runs a kernel."""
+    import os
+    import subprocess
+    import sys
+
+    _, rdir, _ = tiny_run
+    native = tmp_path / "native.yaml"
+    native.write_text((rdir / "config.yaml").read_text().replace("numerics: portable", "numerics: native"))
+    assert "numerics: native" in native.read_text()
+    shutil.copytree(rdir / "final_model", tmp_path / "model")
+    env = {k: v for k, v in os.environ.items() if k != "GRPO_HARNESS_NUMERICS"}
+    modes = {}
+    for name, extra in (("run", ["--config", str(native)]), ("bare", ["--task", "arith", "--limit", "2"])):
+        out = tmp_path / name
+        p = subprocess.run([sys.executable, "-m", "harness.cli.main", "eval", "--model", str(tmp_path / "model"),
+                            *extra, "--out", str(out), "--no-progress"], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        modes[name] = read_json(out / "arith_metrics.json")["provenance"]["numerics"]["mode"]
+    assert modes == {"run": "native", "bare": "portable"}
