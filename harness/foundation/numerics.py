@@ -20,8 +20,9 @@ its own order, so the same run gives other weights on another CPU kind:
   CPU model (Haswell, SkylakeX, Zen, ...) at load (``OPENBLAS_CORETYPE`` fixes them; scipy's OpenBLAS reads the same
   variable). Measured on one AMD EPYC (Zen 4): float64 ``exp`` over a million points differs between X86_V4 and
   X86_V3, and a 17-element ``dot`` between the SkylakeX and Haswell kernels, in the last bit.
-- Thread counts split reductions and MKL's blocking: results depend on them, so a run's
-  thread count is a fixed number from its config, never the machine's core count.
+- Thread counts split some of ATen's kernels (softmax's backward among them) and OpenBLAS's own
+  threading: results depend on them, so a run's thread count is a fixed number from its config, never
+  the machine's core count, and OpenBLAS runs on one thread (portable_blas parallelises by the shape).
 
 ``portable`` (the default) fixes all of these before torch runs a kernel, in every process the
 harness starts (CLI, sweep workers, Ray tasks, torchrun ranks, bench workers); ``native``
@@ -129,8 +130,6 @@ def env_for(mode: str, threads: Optional[int] = None, base: Optional[dict] = Non
             env.pop(k, None)
     if threads:
         env.update(thread_env(mode, threads))
-    elif mode == "portable":
-        env["OPENBLAS_NUM_THREADS"] = "1"
     return env
 
 
@@ -315,11 +314,28 @@ def cpu_info() -> dict:
             "isa": [f for f in ISA_FLAGS if f in flags], "cores": os.cpu_count()}
 
 
+def _late_numpy(npy: dict) -> list[str]:
+    """numpy's kernels and OpenBLAS's core when they are not the pinned ones. numpy reads its pins once, when it is
+    imported (torch imports it): a process that imported either before pin_process keeps the CPU's own numpy
+    kernels. Its training numbers do not depend on them (torch's kernels are pinned), its evaluation statistics and
+    reports can, in the last bits: recorded as not portable, not refused."""
+    late = []
+    above = [g for g in npy["simd"] if g not in ("X86_V2", NUMPY_PINNED)]
+    if above:
+        late.append(f"numpy's kernels at {', '.join(above)} (pinned: {NUMPY_PINNED})")
+    off = {lib: core for lib, core in npy["openblas"].items()
+           if core and core.lower() != PINS["OPENBLAS_CORETYPE"].lower()}
+    if off:
+        late.append("OpenBLAS kernels " + ", ".join(f"{core} ({lib})" for lib, core in off.items())
+                    + f" (pinned: {PINS['OPENBLAS_CORETYPE']})")
+    return late
+
+
 def state(mode: str, device: str = "cpu") -> dict:
-    """What is in force in this process: the mode asked for, the pins in the environment, the
-    ISA ATen and MKL actually use, thread counts, and ``portable``: whether the result is
-    expected to be bit-identical on every x86-64 CPU with AVX2 (with ``why`` when not).
-    ``pinned`` is False when portable pins were asked for but did not take effect."""
+    """What is in force in this process: the mode asked for, the pins in the environment, the ISA ATen uses, what
+    runs the matrix products (``matmul``), MKL's branch, numpy's kernels and OpenBLAS's core, thread counts, and
+    ``portable``: whether every pin took effect (with ``why`` when not). ``pinned`` is False when portable pins were
+    asked for but did not take effect."""
     import torch
 
     cpu = cpu_info()
@@ -344,18 +360,7 @@ def state(mode: str, device: str = "cpu") -> dict:
         wrong.append(f"MKL at CNR {mkl} (pinned: COMPATIBLE,STRICT)")
     if not blas.get("installed") and not str(device).startswith("cuda"):
         wrong.append("matrix products in MKL (harness.foundation.portable_blas is not installed: enter() installs it)")
-    # numpy reads its pins once, when it is imported (torch imports it): a process that imported either before
-    # pin_process keeps the CPU's own numpy kernels. Its training numbers do not depend on them (torch's kernels are
-    # pinned), its evaluation statistics and reports can, in the last bits: recorded as not portable, not refused
-    late = []
-    above = [g for g in npy["simd"] if g not in ("X86_V2", NUMPY_PINNED)]
-    if above and avx2:
-        late.append(f"numpy's kernels at {', '.join(above)} (pinned: {NUMPY_PINNED})")
-    off = {lib: core for lib, core in npy["openblas"].items()
-           if core and core.lower() != PINS["OPENBLAS_CORETYPE"].lower()}
-    if off and avx2:
-        late.append("OpenBLAS kernels " + ", ".join(f"{core} ({lib})" for lib, core in off.items())
-                    + f" (pinned: {PINS['OPENBLAS_CORETYPE']})")
+    late = _late_numpy(npy) if avx2 else []
     if cpu["arch"] not in ("x86_64", "AMD64"):
         st["why"] = f"architecture {cpu['arch']}: portable numerics cover x86-64 only"
     elif not avx2:
@@ -366,9 +371,6 @@ def state(mode: str, device: str = "cpu") -> dict:
     elif str(device).startswith("cuda"):
         st["pinned"] = True
         st["why"] = "CUDA kernels are not covered by the CPU pins"
-    elif mkl is None and torch.backends.mkl.is_available() is False:
-        st["pinned"] = True
-        st["why"] = "torch is built without MKL: its BLAS is not pinned"
     elif late:
         st["pinned"] = True
         st["why"] = ("; ".join(late) + ": numpy was imported before the pins (start the process through the harness "

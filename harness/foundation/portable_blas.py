@@ -325,13 +325,23 @@ def _to_out(out, value):
 
 # aten operators, in their schemas' argument order ---------------------------------------------------------------
 
+def _out_form(fn):
+    """The ``out=`` overload of the functional ``fn``."""
+    def out_form(*args, out, **kw):
+        return _to_out(out, fn(*args, **kw))
+    return out_form
+
+
+def _inplace_form(fn):
+    """The in-place overload (``addmm_`` ...) of the functional ``fn``: the result written into ``self``."""
+    def inplace_form(self_, *args, **kw):
+        return self_.copy_(fn(self_, *args, **kw))
+    return inplace_form
+
+
 def mm(a, b):
     _check_mm(a, b)
     return _product(a, b)
-
-
-def mm_out(a, b, *, out):
-    return _to_out(out, mm(a, b))
 
 
 def addmm(self_, a, b, *, beta=1, alpha=1):
@@ -339,21 +349,9 @@ def addmm(self_, a, b, *, beta=1, alpha=1):
     return _addmm_core(self_, a, b, beta, alpha)
 
 
-def addmm_out(self_, a, b, *, beta=1, alpha=1, out):
-    return _to_out(out, addmm(self_, a, b, beta=beta, alpha=alpha))
-
-
-def addmm_(self_, a, b, *, beta=1, alpha=1):
-    return self_.copy_(addmm(self_, a, b, beta=beta, alpha=alpha))
-
-
 def addmm_activation(self_, a, b, *, beta=1, alpha=1, use_gelu=False):
     y = addmm(self_, a, b, beta=beta, alpha=alpha)
     return torch.nn.functional.gelu(y, approximate="tanh") if use_gelu else torch.relu(y)
-
-
-def addmm_activation_out(self_, a, b, *, beta=1, alpha=1, use_gelu=False, out):
-    return _to_out(out, addmm_activation(self_, a, b, beta=beta, alpha=alpha, use_gelu=use_gelu))
 
 
 def _check_bmm(a, b, name="bmm"):
@@ -371,21 +369,9 @@ def bmm(a, b):
     return _product(a, b)
 
 
-def bmm_out(a, b, *, out):
-    return _to_out(out, bmm(a, b))
-
-
 def baddbmm(self_, a, b, *, beta=1, alpha=1):
     _check_bmm(a, b, "baddbmm")
     return _addmm_core(self_, a, b, beta, alpha)
-
-
-def baddbmm_out(self_, a, b, *, beta=1, alpha=1, out):
-    return _to_out(out, baddbmm(self_, a, b, beta=beta, alpha=alpha))
-
-
-def baddbmm_(self_, a, b, *, beta=1, alpha=1):
-    return self_.copy_(baddbmm(self_, a, b, beta=beta, alpha=alpha))
 
 
 def addbmm(self_, a, b, *, beta=1, alpha=1):
@@ -397,14 +383,6 @@ def addbmm(self_, a, b, *, beta=1, alpha=1):
     return _addmm_core(self_, a2, b2, beta, alpha)
 
 
-def addbmm_out(self_, a, b, *, beta=1, alpha=1, out):
-    return _to_out(out, addbmm(self_, a, b, beta=beta, alpha=alpha))
-
-
-def addbmm_(self_, a, b, *, beta=1, alpha=1):
-    return self_.copy_(addbmm(self_, a, b, beta=beta, alpha=alpha))
-
-
 def mv(a, x):
     if a.dim() != 2 or x.dim() != 1:
         raise RuntimeError(f"vector + matrix @ vector expected, got {a.dim()}, {x.dim()}")
@@ -412,23 +390,11 @@ def mv(a, x):
     return _product(a, x.unsqueeze(1)).squeeze(1)
 
 
-def mv_out(a, x, *, out):
-    return _to_out(out, mv(a, x))
-
-
 def addmv(self_, a, x, *, beta=1, alpha=1):
     if a.dim() != 2 or x.dim() != 1:
         raise RuntimeError(f"vector + matrix @ vector expected, got {self_.dim()}, {a.dim()}, {x.dim()}")
     _check_mm(a, x.unsqueeze(1), "addmv")
     return _addmm_core(self_.unsqueeze(-1) if self_.dim() == 1 else self_, a, x.unsqueeze(1), beta, alpha).squeeze(1)
-
-
-def addmv_out(self_, a, x, *, beta=1, alpha=1, out):
-    return _to_out(out, addmv(self_, a, x, beta=beta, alpha=alpha))
-
-
-def addmv_(self_, a, x, *, beta=1, alpha=1):
-    return self_.copy_(addmv(self_, a, x, beta=beta, alpha=alpha))
 
 
 def dot(x, y):
@@ -442,31 +408,17 @@ def dot(x, y):
     return _product(x.unsqueeze(0), y.unsqueeze(1)).reshape(())
 
 
-def dot_out(x, y, *, out):
-    return _to_out(out, dot(x, y))
-
-
 def vdot(x, y):
     return dot(x.conj() if x.is_complex() else x, y)
 
 
-def vdot_out(x, y, *, out):
-    return _to_out(out, vdot(x, y))
-
-
 # operator (overload) -> implementation
-ROUTES = {
-    "mm": mm, "mm.out": mm_out,
-    "addmm": addmm, "addmm.out": addmm_out, "addmm_": addmm_,
-    "_addmm_activation": addmm_activation, "_addmm_activation.out": addmm_activation_out,
-    "bmm": bmm, "bmm.out": bmm_out,
-    "baddbmm": baddbmm, "baddbmm.out": baddbmm_out, "baddbmm_": baddbmm_,
-    "addbmm": addbmm, "addbmm.out": addbmm_out, "addbmm_": addbmm_,
-    "mv": mv, "mv.out": mv_out,
-    "addmv": addmv, "addmv.out": addmv_out, "addmv_": addmv_,
-    "dot": dot, "dot.out": dot_out,
-    "vdot": vdot, "vdot.out": vdot_out,
-}
+_FUNCTIONAL = {"mm": mm, "addmm": addmm, "_addmm_activation": addmm_activation, "bmm": bmm, "baddbmm": baddbmm,
+               "addbmm": addbmm, "mv": mv, "addmv": addmv, "dot": dot, "vdot": vdot}
+_INPLACE = ("addmm", "baddbmm", "addbmm", "addmv")
+ROUTES = {**_FUNCTIONAL, **{f"{op}.out": _out_form(fn) for op, fn in _FUNCTIONAL.items()},
+          **{f"{op}_": _inplace_form(_FUNCTIONAL[op]) for op in _INPLACE}}
+"""aten operator (overload) -> implementation: each functional form, its ``out=`` form, and the in-place forms."""
 
 
 def install() -> dict:
