@@ -91,24 +91,14 @@ def _load() -> dict:
             raise PortableBlasError(f"{os.path.basename(path)} has no cblas_{prec}gemm")
         fn.restype, fn.argtypes = None, [E, E, E, I, I, I, F, P, I, P, I, F, P, I]
         api[prec + "gemm"] = fn
-    for name in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads"):
-        fn = getattr(lib, name, None)
+    for key, names, restype, argtypes in (
+            ("set_threads", ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads"), None, [ctypes.c_int]),
+            ("corename", ("scipy_openblas_get_corename64_", "openblas_get_corename"), ctypes.c_char_p, []),
+            ("config", ("scipy_openblas_get_config64_", "openblas_get_config"), ctypes.c_char_p, [])):
+        fn = _symbol(lib, *names)
         if fn is not None:
-            fn.restype, fn.argtypes = None, [ctypes.c_int]
-            api["set_threads"] = fn
-            break
-    for name in ("scipy_openblas_get_corename64_", "openblas_get_corename"):
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn.restype = ctypes.c_char_p
-            api["corename"] = fn
-            break
-    for name in ("scipy_openblas_get_config64_", "openblas_get_config"):
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn.restype = ctypes.c_char_p
-            api["config"] = fn
-            break
+            fn.restype, fn.argtypes = restype, argtypes
+            api[key] = fn
     _api = api
     return api
 
