@@ -34,7 +34,7 @@ from harness.cli.polish import (blame_override, empty_argument, finish_parser, h
                                 subparser, unknown_command_hint, unknown_hint)
 from harness.cli import train as train_cmd
 from harness.foundation.base import ConfigError
-from harness.foundation.errors import ModelLoadError
+from harness.foundation.errors import ModelLoadError, NumericsError
 from harness.foundation.files import NO_PERMISSION, NO_SPACE, disk_error
 from harness.rundir.layout import RunFileError
 from harness.rundir.lock import RunBusy
@@ -119,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as e:
         print(one_line(f"harness: {e}"), file=sys.stderr)
         return 2
-    except (DatasetError, RunBusy, RunFileError, ModelLoadError) as e:  # bad data, run file or model; another
-        print(one_line(f"harness {args.command}: {e}"), file=sys.stderr)  # process writes the run
+    except (DatasetError, RunBusy, RunFileError, ModelLoadError, NumericsError) as e:  # bad data, run file or
+        print(one_line(f"harness {args.command}: {e}"), file=sys.stderr)  # model; another process writes the run;
+        # numerics that cannot hold here
         return 2
     except FloatingPointError as e:  # a run that went non-finite: recorded failed, traceback in error.txt
         print(f"harness {args.command}: run failed: {e}", file=sys.stderr)

@@ -41,6 +41,8 @@ import platform
 import sys
 from typing import Optional
 
+from harness.foundation.errors import NumericsError  # raised by `enter`; callers may catch it here too
+
 MODES = ("portable", "native")
 DEFAULT_MODE = "portable"
 ENV_MODE = "GRPO_HARNESS_NUMERICS"  # the mode a process starts in (set by the harness for its children)
@@ -74,8 +76,6 @@ ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx
              "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "avx_vnni")
 
 
-class NumericsError(RuntimeError):
-    """Portable numerics were asked for, but this process already runs other kernels."""
 
 
 def check_mode(mode: str) -> str:

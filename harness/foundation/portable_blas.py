@@ -44,13 +44,15 @@ from typing import Optional
 
 import torch
 
+from harness.foundation.errors import NumericsError
+
 _COL, _N, _T = 102, 111, 112  # CBLAS_ORDER ColMajor, CBLAS_TRANSPOSE NoTrans / Trans
 _installed = False
 _libs: list = []  # the torch.library registrations (kept alive: dropping them unregisters)
 _api: Optional[dict] = None
 
 
-class PortableBlasError(RuntimeError):
+class PortableBlasError(NumericsError):
     """The OpenBLAS that portable numerics needs cannot be loaded."""
 
 

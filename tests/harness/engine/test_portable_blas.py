@@ -153,3 +153,17 @@ def test_a_training_step_calls_mkl_only_in_native_numerics(mode, calls):
     assert p.returncode == 0 and "ok" in p.stdout, p.stderr[-3000:]
     n = sum(1 for line in p.stdout.splitlines() if line.startswith("MKL_VERBOSE") and "(" in line)
     assert (n > 0) == calls, (mode, n, [line for line in p.stdout.splitlines() if "MKL_VERBOSE" in line][:5])
+
+
+def test_without_numpys_openblas_portable_mode_is_refused_in_one_line(tmp_path):
+    """A numpy without its bundled OpenBLAS (a distro build): portable numerics cannot hold, and `harness train` says
+    so in one line naming the way out (exit 2), before any work; nothing is left behind but the empty output root."""
+    code = ("import sys\nfrom harness.foundation import portable_blas\nportable_blas.openblas_path = lambda: None\n"
+            "from harness.cli.main import main\n"
+            f"sys.exit(main(['train', 'harness/configs/quickstart.yaml', '--set', 'warmup.steps=1', '--output-dir', {str(tmp_path / 'out')!r}]))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env=numerics.env_for("portable"))
+    assert p.returncode == 2, p.stderr[-2000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "numpy's wheel ships" in lines[0] and "numerics: native" in lines[0], p.stderr
+    assert not list((tmp_path / "out").rglob("metrics.jsonl"))
