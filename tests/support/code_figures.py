@@ -6,9 +6,8 @@
 Reads the source with ``ast`` (nothing is imported). The product is ``algorithms/``, ``evals/`` and ``harness/``
 (``*.py``). Guard code: the lines of functions whose name says they check input (``check``, ``problem``,
 ``refus``, ``valid``, ``invalid``, ``bad``), by package; a rough, reproducible proxy, not a hand count. Back arrows:
-package-level import edges (module level, and ``importlib.import_module("...")`` loads) that point from a lower floor
-of ``harness`` to a higher one, or between two packages of one floor, with the floors of
-``tests/support/import_graph.py`` when it defines ``FLOORS`` (else the order below).
+package-level import edges (module level, and ``importlib.import_module`` / ``lazy`` loads) against the floors, as
+``tests/support/import_graph.py`` (whose walk, resolution and floor rule this script uses) judges them.
 """
 from __future__ import annotations
 
@@ -18,48 +17,17 @@ import re
 from collections import Counter
 from pathlib import Path
 
-PACKAGES = ("algorithms", "evals", "harness")
-FLOORS = [("foundation",), ("config",), ("rundir",), ("engine",), ("tracking", "report", "rewards"), ("train",),
-          ("sweep",), ("cli",)]
+import import_graph  # tests/support/import_graph.py: module walk, import resolution, floors
+
 GUARD = re.compile(r"check|problem|refus|valid|invalid|bad", re.IGNORECASE)
 
 
-def _files(root: Path) -> list[Path]:
-    return [p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))]
-
-
-def _module(root: Path, p: Path) -> str:
-    parts = list(p.relative_to(root).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _targets(tree: ast.Module) -> set[str]:
-    out = set()
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names)
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str) and getattr(node.func, "attr", getattr(node.func, "id", ""))
-                == "import_module"):
-            out.add(node.args[0].value)
-    return out
-
-
-def _package(mod: str) -> str | None:
-    parts = mod.split(".")
-    return parts[1] if parts[0] == "harness" and len(parts) > 1 else None
-
-
 def figures(root: Path) -> dict:
-    files = _files(root)
-    mods = {_module(root, p): p for p in files}
+    import_graph.ROOT = root  # the checker's own module walk, resolution and floors, over this checkout
+    known = import_graph.modules()
     lines, guard, long_files, long_classes, long_funcs = 0, Counter(), [], [], []
     edges = set()
-    for p in files:
+    for mod, p in known.items():
         text = p.read_text()
         tree = ast.parse(text)
         n = len(text.splitlines())
@@ -71,35 +39,32 @@ def figures(root: Path) -> dict:
             size = (node.end_lineno - node.lineno + 1) if hasattr(node, "end_lineno") else 0
             if isinstance(node, ast.ClassDef) and size > 250:
                 long_classes.append((f"{rel}:{node.name}", size))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if size > 60:
-                    long_funcs.append((f"{rel}:{node.name}", size))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and size > 60:
+                long_funcs.append((f"{rel}:{node.name}", size))
         for node in tree.body + [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and GUARD.search(node.name):
                 guard["/".join(rel.split("/")[:2]) if rel.startswith("harness/") else rel.split("/")[0]] += (
                     node.end_lineno - node.lineno + 1)
-        src = _package(_module(root, p))
-        for t in _targets(tree):
-            parts = t.split(".")
-            while parts and ".".join(parts) not in mods:
-                parts.pop()
-            dst = _package(".".join(parts)) if parts else None
-            if src and dst and src != dst:
-                edges.add((src, dst))
-    floor = {pkg: i for i, fl in enumerate(FLOORS) for pkg in fl}
-    back = sorted((a, b) for a, b in edges if a in floor and b in floor and floor[a] <= floor[b])
-    mutual = sorted((a, b) for a, b in edges if (b, a) in edges and a < b)
+        top, _ = import_graph.imports(p, mod, known)
+        for t in top | import_graph.deferred(p, known):
+            a, b = import_graph.harness_package(mod), import_graph.harness_package(t)
+            if a and b and a != b:
+                edges.add((a, b, import_graph.back_arrow(mod, t) is not None))
+    pairs = {(a, b) for a, b, _ in edges}
     return {"product lines": lines, "guard lines": sum(guard.values()), "guard lines by place": dict(guard.most_common()),
             "files over 500 lines": sorted(long_files, key=lambda x: -x[1]),
             "classes over 250 lines": sorted(long_classes, key=lambda x: -x[1]),
             "functions over 60 lines": sorted(long_funcs, key=lambda x: -x[1]),
-            "back arrows (package level)": back, "packages importing each other": mutual}
+            "back arrows (package level)": sorted({(a, b) for a, b, back in edges if back}),
+            "packages importing each other": sorted((a, b) for a, b in pairs if (b, a) in pairs and a < b)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[2]))
     a = ap.parse_args()
+    if not (Path(a.root) / "harness").is_dir():
+        ap.error(f"--root {a.root}: not a checkout of this project (no harness/ folder)")
     f = figures(Path(a.root))
     for k, v in f.items():
         if isinstance(v, list):
