@@ -86,7 +86,7 @@ def _load() -> dict:
     ilp64 = getattr(lib, "scipy_cblas_sgemm64_", None) is not None
     I = ctypes.c_int64 if ilp64 else ctypes.c_int  # noqa: E741 (BLAS's integer)
     E, P = ctypes.c_int, ctypes.c_void_p
-    api = {"path": path, "int": I}
+    api = {"path": path}
     for prec, F in (("s", ctypes.c_float), ("d", ctypes.c_double)):
         fn = _symbol(lib, f"scipy_cblas_{prec}gemm64_", f"cblas_{prec}gemm")
         if fn is None:
@@ -436,7 +436,3 @@ def install() -> dict:
     torch.backends.cuda.enable_flash_sdp(False)
     _installed = True
     return describe()
-
-
-def installed() -> bool:
-    return _installed
