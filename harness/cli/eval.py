@@ -20,11 +20,12 @@ from typing import Optional
 
 
 from evals.catalog import get_task
-from harness.cli.checks import (MAX_THREADS, check_device, check_output_dir, check_output_files, new_folders,
-                               remove_new_folders, threads_problem)
-from harness.foundation import numerics
+from harness.config.gate import admit
+from harness.config.rules import MAX_THREADS
+from harness.foundation.files import check_output_dir, check_output_files, new_folders, remove_new_folders
 from harness.foundation.base import ConfigError, to_dict
 from harness.foundation.errors import ModelLoadError
+from harness.foundation.modelfiles import looks_like_hub_id
 from harness.report.format import number, percent, table
 from evals.arith import held_out_shortfall
 from evals.protocols import DEFAULT_PROTOCOL, PROTOCOLS, check_protocol
@@ -203,7 +204,7 @@ _OPTION_FIELDS = (("--n", "eval.n"), ("--few-shot", "task.few_shot"), ("--max-ne
 
 def _check_args(args) -> Optional[str]:
     """The first invalid option as a message, or None: the rules of the config fields they stand
-    for (:data:`_OPTION_FIELDS`; ``--threads`` keeps train.threads' in :func:`threads_problem`), and
+    for (:data:`_OPTION_FIELDS`; ``--threads`` keeps train.threads', in the admission gate), and
     the two options of their own."""
     for option, dotted in _OPTION_FIELDS:
         value = getattr(args, option[2:].replace("-", "_"))
@@ -249,7 +250,7 @@ def check_model_arg(model_path: str, gguf_file: Optional[str]) -> None:
         raise ModelLoadError(f"--model {path} is a file, not a model: --model expects a model folder (config.json, "
                              f"a tokenizer and weights, e.g. a run's final_model or the run directory) or a .gguf "
                              f"file{hint}")
-    if not models._looks_like_hub_id(path):  # a hub name: the loader looks in the local cache
+    if not looks_like_hub_id(path):  # a hub name: the loader looks in the local cache
         raise FileNotFoundError(f"model path not found: {path} (a local directory or .gguf file is expected; "
                                 f"nothing is downloaded at run time)")
 
@@ -351,13 +352,15 @@ def run(args) -> int:
         print(f"harness eval: {bad}", file=sys.stderr)
         return 2
     cfg, run_source, model_path = resolve_run(args.model, args.config)  # no torch: before the pins take effect
-    mode = numerics.run_mode(cfg.numerics if cfg is not None else None)  # the run's mode, when there is a run
-    bad = threads_problem(args.threads, mode, "--threads")  # OMP_NUM_THREADS too
-    if bad:
-        print(f"harness eval: {bad}", file=sys.stderr)
+    # the gate: the run's numerics mode (the process's without a run), --threads and the environment's thread
+    # counts, --device; the model and the output folder are this command's own (below)
+    try:
+        admitted = admit(cfg, threads=args.threads, threads_field="--threads", device=args.device,
+                         device_field="--device", inputs=False, warmup_cache=False)
+    except ConfigError as e:  # this command's own words for its options, as _check_args' refusals
+        print(f"harness eval: {e}", file=sys.stderr)
         return 2
-    numerics.enter(mode, numerics.resolve_threads(args.threads, mode))
-    check_device(args.device, "--device")
+    nstate = admitted.enter()
     spec = task_spec(args, cfg)
     protocol = check_protocol(args.protocol, spec.name, spec.few_shot)  # before the model is loaded
     check_model_arg(model_path, args.gguf_file)
@@ -414,7 +417,7 @@ def run(args) -> int:
         raise
     for note in notes:  # after the last refusal (the model's loading included): a refused command prints one line
         print(f"harness eval: {note}", file=sys.stderr)
-    model.to(models.resolve_device(args.device))
+    model.to(admitted.torch_device())
     t0 = time.time()
     metrics = evaluation.evaluate(model, tok, task, problems, greedy=not args.no_greedy, n=args.n,
                        temperature=args.temperature, top_p=args.top_p, max_new_tokens=max_new,
@@ -431,8 +434,7 @@ def run(args) -> int:
           + (f", protocol {args.protocol}" if args.protocol != DEFAULT_PROTOCOL else ""))
     print(format_table(metrics, spec.name))
     out.mkdir(parents=True, exist_ok=True)
-    prov = provenance.collect(mode, results_root=out.parent,
-                              numerics_state=numerics.state(mode, str(models.resolve_device(args.device))))
+    prov = provenance.collect(admitted.numerics, results_root=out.parent, numerics_state=nstate)
     (out / f"{spec.name}_metrics.json").write_text(json.dumps({"metrics": metrics, "settings": meta,
                                                                "provenance": prov}, indent=1))
     print(f"wrote {out / (spec.name + '_metrics.json')} and {out / (spec.name + '.jsonl')}")

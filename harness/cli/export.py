@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from harness.cli.checks import check_output_dir
+from harness.foundation.files import check_output_dir
 from harness.cli.polish import lazy
 
 # loaded when the command runs, so `--help` answers at once

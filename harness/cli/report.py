@@ -5,7 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.cli.checks import check_output_dir, check_runs_folder
+from harness.cli.checks import check_runs_folder
+from harness.foundation.files import check_output_dir
 from harness.cli.polish import lazy, not_installed
 from harness.foundation.base import ConfigError
 from harness.foundation.files import dir_problem

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 from evals.catalog import get_task, has_step_checker
-from harness.cli.checks import check_device, check_output_dir, check_threads
 from harness.cli.polish import lazy
 from harness.config.algorithm import TRAINED_REWARD_MODELS
 from harness.config.fields import option_problem
+from harness.config.gate import Admitted, admit
 from harness.config.schema import MAX_PER_STEP, load_config
 from harness.config.validation import whole_groups_problem
 from harness.foundation.base import ConfigError, invalid
@@ -43,8 +43,9 @@ def _kind(cfg, args) -> str:
     return kind
 
 
-def check_args(cfg, args, kind: str) -> None:
-    """Everything that can be checked before any work (one-line ConfigError, exit 2)."""
+def check_args(cfg, args, kind: str) -> Admitted:
+    """Everything that can be checked before any work (one-line ConfigError, exit 2): this command's options, then
+    the run through the admission gate (threads, numerics, device, the paths the config reads, the output folder)."""
     if kind == "prm" and args.step_labels == "exact" and not has_step_checker(cfg.task.name):
         raise ConfigError(f"--step-labels exact is invalid for task '{cfg.task.name}': it has no exact step checker; "
                           f"use --step-labels mc (Monte-Carlo completion) or --type orm")
@@ -65,7 +66,6 @@ def check_args(cfg, args, kind: str) -> None:
     bad = option_problem("sampling.samples_per_prompt", args.mc_rollouts, "--mc-rollouts")  # continuations of a step
     if bad:
         raise ConfigError(bad)
-    check_threads(cfg.train.threads, cfg.numerics, "train.threads")
     if args.policy:
         if not Path(args.policy).is_dir():
             raise ConfigError(f"--policy {args.policy!r} is invalid: not a model folder")
@@ -74,10 +74,9 @@ def check_args(cfg, args, kind: str) -> None:
     if init and not (Path(init) / prm.RM_SPEC_FILE).is_file():
         raise ConfigError(f"--init {init!r} is invalid: no {prm.RM_SPEC_FILE} there (a folder written by "
                           f"`harness rm train`)")
-    check_device(cfg.device)
     check_split(cfg, args, n)
-    if args.out:
-        check_output_dir(args.out, "--out")
+    out = {"--out": args.out} if args.out else {"output_dir": cfg.output_dir}
+    return admit(cfg, outputs=out, warmup_cache=not args.policy)
 
 
 def _samples_name(args) -> str:
@@ -122,8 +121,8 @@ def cmd_rm_train(args) -> int:
     sets = list(args.set) + ([f"output_dir={args.output_dir}"] if args.output_dir else [])
     cfg = load_config(args.config, sets)
     kind = _kind(cfg, args)
-    check_args(cfg, args, kind)
-    res = fit.train_reward_model(cfg, kind, policy_dir=args.policy, load_start=warmup.starting_checkpoint,
+    run = check_args(cfg, args, kind)
+    res = fit.train_reward_model(run, kind, policy_dir=args.policy, load_start=warmup.starting_checkpoint,
                                  init=args.init or cfg.reward_model.init,
                                  out=args.out, samples=args.samples,
                                  heldout_frac=args.heldout_frac, step_labels=args.step_labels,

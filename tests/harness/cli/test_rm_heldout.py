@@ -95,7 +95,7 @@ def test_counts_and_fractions_refused(extra, must, sandbox, capsys):
 
 def test_omp_num_threads_past_the_cap(sandbox, capsys, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "100000")
-    _refused(capsys, sandbox, ["--set", "train.threads=0"], "OMP_NUM_THREADS=100000 is invalid: with train.threads=0")
+    _refused(capsys, sandbox, ["--set", "train.threads=0"], "OMP_NUM_THREADS=100000 is invalid: the OpenMP and MKL runtimes read it as a thread count")
 
 
 def test_a_split_with_both_sides_passes(sandbox):

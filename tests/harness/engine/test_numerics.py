@@ -31,12 +31,15 @@ def test_portable_child_environment_overrides_inherited_dispatch():
 
 
 def test_thread_count_is_a_fixed_number_in_portable_mode(monkeypatch):
+    from harness.config.gate import decide_threads
+
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert numerics.resolve_threads(0, "portable") == numerics.DEFAULT_THREADS == 2
-    assert numerics.resolve_threads(0, "native") == 0  # torch's default
-    assert numerics.resolve_threads(3, "native") == 3 and numerics.resolve_threads(3, "portable") == 3
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    assert decide_threads(0, "portable") == numerics.DEFAULT_THREADS == 2
+    assert decide_threads(0, "native") == 0  # torch's default
+    assert decide_threads(3, "native") == 3 and decide_threads(3, "portable") == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a launcher's cpus per run
-    assert numerics.resolve_threads(0, "portable") == 1
+    assert decide_threads(0, "portable") == 1
 
 
 def test_unknown_mode_is_a_config_error():
