@@ -29,14 +29,9 @@ from harness.train import warmup as wu
 from harness.train.checkpoint import CheckpointError, checkpoint_path
 from harness.train.evalpoints import cached_initial_eval, initial_eval_key
 from harness.train.loop import run_dir, train
+from tiny_runs import TINY_RUN, stop_before_stage  # tests/support
 
-TINY = [
-    "model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32",
-    "task.min_ops=1", "task.max_ops=1", "task.eval_size=4", "warmup.steps=0",
-    "sampling.samples_per_prompt=2", "sampling.max_new_tokens=4", "train.prompts_per_step=2",
-    "train.threads=1", "budget.unit=steps", "budget.amount=4", "budget.eval_points=2",
-    "train.save_final_model=false", "eval.greedy=true", "eval.n=0", "train.checkpoint_minutes=0",
-]
+TINY = TINY_RUN
 
 
 @contextmanager
@@ -79,17 +74,7 @@ def interrupted(tmp_path_factory):
     root = tmp_path_factory.mktemp("interrupted")
     cache = root / "wc"
     cfg = _cfg(_sets(root / "results", cache))
-    real = loop._stage
-
-    def stage(run, k):
-        if k == 2:
-            raise KeyboardInterrupt("injected stop")
-        return real(run, k)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loop, "_stage", stage)
-        with pytest.raises(KeyboardInterrupt):
-            train(cfg, progress=False)
+    stop_before_stage(cfg)
     out = run_dir(cfg)
     assert torch.load(checkpoint_path(out), weights_only=True)["counters"]["step"] == 2
     return root / "results", cache

@@ -16,21 +16,12 @@ from harness.cli.main import main
 from harness.config.schema import load_config
 from harness.rundir import provenance
 from harness.rundir.layout import read_json
-from harness.train import loop
-from harness.train.loop import run_dir, train
+from harness.train.loop import run_dir
+from tiny_runs import TINY_RUN, stop_before_stage  # tests/support
 
 QUICKSTART = "harness/configs/quickstart.yaml"
-TINY = [
-    "model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32",
-    "task.min_ops=1", "task.max_ops=1", "task.eval_size=4", "warmup.steps=0",
-    "sampling.samples_per_prompt=2", "sampling.max_new_tokens=4", "train.prompts_per_step=2",
-    "train.threads=0", "budget.unit=steps", "budget.amount=4", "budget.eval_points=2",
-    "train.save_final_model=false", "eval.greedy=true", "eval.n=0", "train.checkpoint_minutes=0",
-]
-
-
 def _sets(root, cache):
-    return TINY + [f"output_dir={root}", f"warmup.cache_dir={cache}"]
+    return TINY_RUN + ["train.threads=0", f"output_dir={root}", f"warmup.cache_dir={cache}"]
 
 
 def _argv(sets):
@@ -41,19 +32,9 @@ def _argv(sets):
 def interrupted(tmp_path_factory):
     """(results root, warm-up cache) of a run on 1 thread (the launcher's OMP_NUM_THREADS), stopped at step 3."""
     root = tmp_path_factory.mktemp("interrupted")
-    cfg = load_config(QUICKSTART, _sets(root / "results", root / "wc"))
-    real = loop._stage
-
-    def stage(run, k):
-        if k == 2:
-            raise KeyboardInterrupt("injected stop")
-        return real(run, k)
-
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMP_NUM_THREADS", "1")
-        mp.setattr(loop, "_stage", stage)
-        with pytest.raises(KeyboardInterrupt):
-            train(cfg, progress=False)
+        stop_before_stage(load_config(QUICKSTART, _sets(root / "results", root / "wc")))
     return root / "results", root / "wc"
 
 
