@@ -56,6 +56,13 @@ ALGORITHMS: dict[str, dict] = {
     "rft_dedup": dict(_RFT, filter="correct_dedup"),
 }
 
+LOSS_DEFAULTS = dict(eps_low=None, eps_high=None, ratio_level="token")
+"""The loss settings of a preset that does not name them: the clip range is ``clip_eps`` on both
+sides (None: the section's ``clip_eps``), the ratio per token (PPO, GRPO)."""
+for _preset in ALGORITHMS.values():
+    for _k, _v in LOSS_DEFAULTS.items():
+        _preset.setdefault(_k, _v)
+
 DISPLAY_NAMES: dict[str, str] = {
     "grpo": "GRPO (outcome supervision)", "grpo_ps": "GRPO (process supervision)", "grpo_iter": "GRPO + reference resets",
     "dr_grpo": "Dr. GRPO", "rloo": "RLOO", "ppo": "PPO", "rft": "online RFT",
@@ -66,7 +73,9 @@ REWARDS = ("outcome", "process")
 # estimators whose baseline comes from the other samples of the same prompt
 GROUP_ESTIMATORS = ("grpo", "grpo_ps", "grpo_ps_zerosum", "dr_grpo", "rloo", "prime")
 COMPONENTS = ("advantage", "policy_loss", "aggregation", "reward", "filter", "kl_coef", "kl_estimator",
-              "kl_placement", "whiten_advantages")
+              "kl_placement", "whiten_advantages", "eps_low", "eps_high", "ratio_level")
+RATIO_LEVELS = ("token", "sequence")
+"""Where the importance ratio lives: per token (PPO, GRPO) or per sequence (GSPO, arXiv 2507.18071)."""
 
 
 # where each component kind is registered; loaded only to check a component a config names
@@ -103,6 +112,9 @@ def resolve(acfg):
     preset = ALGORITHMS[acfg.name]
     vals = {k: (getattr(acfg, k, None) if getattr(acfg, k, None) is not None else preset[k]) for k in COMPONENTS}
     vals["whiten_advantages"] = bool(vals["whiten_advantages"])
+    for side in ("eps_low", "eps_high"):  # neither given nor in the preset: the section's clip_eps
+        vals[side] = float(acfg.clip_eps if vals[side] is None else vals[side])
+    _check_loss_settings(vals)
     for kind, (module, registry) in REGISTRIES.items():
         if vals[kind] != preset[kind]:  # a preset's own components are registered (tests/algorithms checks)
             getattr(importlib.import_module(module), registry).get(vals[kind])
@@ -111,6 +123,17 @@ def resolve(acfg):
     if vals["reward"] not in REWARDS:
         raise UnknownComponentError(f"unknown reward '{vals['reward']}'; valid: {', '.join(REWARDS)}")
     return dataclasses.replace(acfg, **vals)
+
+
+def _check_loss_settings(vals: dict) -> None:
+    """The resolved clip range and ratio level hold their rules (a preset's values included)."""
+    if not 0 < vals["eps_low"] <= 1:
+        raise UnknownComponentError(f"eps_low={vals['eps_low']} is invalid: must be in (0, 1] "
+                                    f"(1: no lower bound, the ratio is > 0)")
+    if not vals["eps_high"] > 0:
+        raise UnknownComponentError(f"eps_high={vals['eps_high']} is invalid: must be > 0")
+    if vals["ratio_level"] not in RATIO_LEVELS:
+        raise UnknownComponentError(f"unknown ratio level '{vals['ratio_level']}'; valid: {', '.join(RATIO_LEVELS)}")
 
 
 def has_critic(algo) -> bool:

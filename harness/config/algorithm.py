@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from algorithms.presets import has_critic, uses_reference
-from harness.config.rules import (ALGORITHM, FRACTION, STAGE_SAMPLES, above, at_least, check_fields, dir_path,
-                                  one_of, ruled)
+from algorithms.presets import RATIO_LEVELS, has_critic, uses_reference
+from harness.config.rules import (ALGORITHM, FRACTION, POSITIVE_FRACTION, STAGE_SAMPLES, above, at_least,
+                                  check_fields, dir_path, one_of, ruled)
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,17 @@ class AlgorithmConfig:
     correct_only); correct_dedup (each distinct correct text of a group once). Dropped rows have
     gradient coefficient 0: losses are still normalised by the whole sampled batch."""
     clip_eps: float = ruled(0.2, above(0))
-    """epsilon of the clipped ratio min(r A, clip(r, 1-eps, 1+eps) A)."""
+    """epsilon of the clipped ratio min(r A, clip(r, 1-eps, 1+eps) A): both sides of the range where
+    eps_low / eps_high and the preset leave them null."""
+    eps_low: Optional[float] = ruled(None, POSITIVE_FRACTION)
+    """Lower side of the clip range, clip(r, 1 - eps_low, 1 + eps_high); null = the preset's, else
+    clip_eps (dapo 0.2; gspo 3e-4; cispo 1.0, no lower bound on its importance weight)."""
+    eps_high: Optional[float] = ruled(None, above(0))
+    """Upper side of the clip range; null = the preset's, else clip_eps (DAPO's clip-higher 0.28,
+    arXiv 2503.14476; gspo 4e-4, arXiv 2507.18071)."""
+    ratio_level: Optional[str] = ruled(None, one_of(RATIO_LEVELS))
+    """Importance ratio per token (PPO, GRPO) or per sequence (GSPO: exp of the mean log-ratio over
+    the completion's tokens); null = the preset's (token but for gspo)."""
     kl_coef: Optional[float] = ruled(None, at_least(0))
     """beta: KL weight (GRPO: 0.04 in the loss; PPO: 0.04 as a per-token reward penalty)."""
     kl_estimator: Optional[str] = None

@@ -61,7 +61,7 @@ from torch import nn
 
 from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, masked_whiten, outcome_token_rewards
 from algorithms.filters import FILTERS
-from algorithms.objective import clip_stats, kl_reward_token_rewards, policy_objective, reference_kl
+from algorithms.objective import kl_reward_token_rewards, policy_objective, reference_kl
 from harness.engine import fastlm, logprobs
 from harness.engine.batching import MiniBatch, Plan, Rows, Stepper, forward_nograd, micro, plan_update
 from harness.engine.critic import Critic
@@ -327,7 +327,7 @@ class Learner:
             metrics.over(steps, "train/kl_loss")
         if self.critic is not None:
             metrics.over(steps, "train/value_loss")
-        metrics.over(plan.kept_tokens * E, "train/clip_frac")
+        metrics.over(plan.kept_tokens * E, "train/clip_frac", "train/clip_frac_low", "train/clip_frac_high")
         metrics.max("train/ratio_max", 0.0)
         for epoch in range(E):
             if not frozen:
@@ -361,7 +361,9 @@ class Learner:
                     obj = policy_objective(logp, old, ref, plan.adv[sl], mb.mask, mini.ctx,
                                            policy_loss=algo.policy_loss, aggregation=algo.aggregation,
                                            kl_estimator=algo.kl_estimator, kl_coef=algo.kl_coef,
-                                           kl_placement=algo.kl_placement, clip_eps=algo.clip_eps)
+                                           kl_placement=algo.kl_placement, clip_eps=algo.clip_eps,
+                                           eps_low=algo.eps_low, eps_high=algo.eps_high,
+                                           ratio_level=algo.ratio_level)
                     if obj.kl is not None:
                         metrics.add("train/kl_loss", obj.kl.item())
                     if epoch == 0 and old is None and ref is not None:
@@ -371,9 +373,12 @@ class Learner:
                                              f"try a lower train.lr or check the rewards")
                 with self.perf.phase("backward"):
                     run.backward(self.policy, obj.loss)
-            clipped, ratio_max = clip_stats(logp, old, mb.mask, algo.clip_eps)
-            metrics.add("train/clip_frac", clipped)
-            metrics.max("train/ratio_max", ratio_max)
+            st = obj.stats  # the loss's own, at its ratio's level (token or sequence)
+            metrics.add("train/clip_frac", st.clipped_low + st.clipped_high)
+            metrics.add("train/clip_frac_low", st.clipped_low)
+            metrics.add("train/clip_frac_high", st.clipped_high)
+            metrics.max("train/ratio_max", st.ratio_max)
+            metrics.collect("train/ratio", st.ratios)
             metrics.add("train/loss", obj.loss.item())
             metrics.add("train/pg_loss", obj.pg_loss.item())
         with self.perf.phase("optimizer"):
