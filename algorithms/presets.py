@@ -54,6 +54,10 @@ ALGORITHMS: dict[str, dict] = {
     "rft": dict(_RFT),
     # RFT variant: each distinct correct text of a group once (Yuan et al., 2023), same normaliser
     "rft_dedup": dict(_RFT, filter="correct_dedup"),
+    # GSPO (Zheng et al., 2025, arXiv 2507.18071 eq. 5-7): GRPO's group advantage with the sequence ratio
+    # s_i = (pi(y_i) / pi_old(y_i)) ** (1 / |y_i|) clipped per sequence at the paper's eps 3e-4 / 4e-4,
+    # averaged over the group's sequences; no KL term (beta = 0: no reference model is loaded)
+    "gspo": dict(_GRPO, ratio_level="sequence", eps_low=3e-4, eps_high=4e-4, kl_coef=0.0, kl_placement="none"),
 }
 
 LOSS_DEFAULTS = dict(eps_low=None, eps_high=None, ratio_level="token")
@@ -65,7 +69,7 @@ for _preset in ALGORITHMS.values():
 
 DISPLAY_NAMES: dict[str, str] = {
     "grpo": "GRPO (outcome supervision)", "grpo_ps": "GRPO (process supervision)", "grpo_iter": "GRPO + reference resets",
-    "dr_grpo": "Dr. GRPO", "rloo": "RLOO", "ppo": "PPO", "rft": "online RFT",
+    "dr_grpo": "Dr. GRPO", "rloo": "RLOO", "ppo": "PPO", "rft": "online RFT", "gspo": "GSPO",
 }
 """How reports name a preset to people (a preset without an entry is shown by its name)."""
 

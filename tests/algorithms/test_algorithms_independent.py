@@ -189,22 +189,32 @@ def rft_indicator(dedup):
     return keep
 
 
-def policy_loss(name, lp, old, ref, adv, rows, beta):
+def surrogate_tokens(algo, lp_i, old_i, adv_i):
+    """Per-token surrogate of one output: PPO's clipped ratio with the range [1 - eps_low, 1 + eps_high]
+    (DAPO eq. 10), the ratio per token or, at sequence level, GSPO's (pi / pi_old) ** (1 / |o|) (eq. 7)
+    written as the product of the token ratios to the power 1 / |o|."""
+    lo, hi = algo.eps_low, algo.eps_high
+    if algo.ratio_level == "sequence":
+        ratio = torch.prod(torch.exp(lp_i - old_i)) ** (1.0 / len(lp_i)) * torch.ones_like(lp_i)
+    else:
+        ratio = torch.exp(lp_i - old_i)
+    return -torch.minimum(ratio * adv_i, torch.clamp(ratio, 1 - lo, 1 + hi) * adv_i)
+
+
+def policy_loss(algo, lp, old, ref, adv, rows, beta):
     """The loss of slice ``rows``; every term from the equations above."""
-    p = ALGORITHMS[name]
     total = 0.0
     for i in rows:
-        if p["policy_loss"] == "sft_nll":
+        if algo.policy_loss == "sft_nll":
             tok = -adv[i] * lp[i]
         else:
-            ratio = torch.exp(lp[i] - old[i])
-            tok = -torch.minimum(ratio * adv[i], torch.clamp(ratio, 1 - CLIP, 1 + CLIP) * adv[i])
-            if p["kl_placement"] == "loss":
+            tok = surrogate_tokens(algo, lp[i], old[i], adv[i])
+            if algo.kl_placement == "loss" and beta > 0:
                 d = ref[i] - lp[i]
                 tok = tok + beta * (torch.exp(d) - d - 1)  # k3, DeepSeekMath eq. 4
-        if p["aggregation"] == "seq-mean-token-mean":
+        if algo.aggregation == "seq-mean-token-mean":
             total = total + tok.mean() / len(rows)
-        elif p["aggregation"] == "token-mean":
+        elif algo.aggregation == "token-mean":
             total = total + tok.sum() / sum(len(lp[j]) for j in rows)
         else:  # Dr. GRPO
             total = total + tok.sum() / (len(rows) * L_MAX)
@@ -303,7 +313,7 @@ def test_learner_gradient_matches_the_paper(name, case):
 
         def loss_fn(mdl, rows=rows):
             lp = logps(mdl, prompts, comps, tau)
-            return policy_loss(name, lp, old, ref_lp, adv, rows, beta)
+            return policy_loss(algo, lp, old, ref_lp, adv, rows, beta)
         close(got, grad_at(policy0, params, loss_fn))
     if algo.critic:
         assert len(crit_steps) == E * len(slices)
