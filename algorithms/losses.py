@@ -113,6 +113,18 @@ def sft_nll(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask:
     return PolicyLossOut(agg(-logp * adv, mask, ctx), ratio_stats(ratio_of(logp.detach(), old_logp, mask, s), mask, s))
 
 
+@POLICY_LOSSES.register("cispo")
+def cispo(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, ctx: "AggContext",
+          agg: Aggregate, s: LossSettings) -> PolicyLossOut:
+    """CISPO (MiniMax-M1, arXiv 2506.13585 eq. 4-5): -sg(clip(r, 1 - eps_low, 1 + eps_high)) A log pi, a
+    REINFORCE term weighted by the clipped importance weight under a stop-gradient, so a clipped
+    token keeps its gradient A * w (PPO's clip zeroes it). The paper's normaliser is the batch's
+    tokens (token-mean); eps_low >= 1 puts no lower bound on the weight, as the paper does."""
+    ratio = ratio_of(logp, old_logp, mask, s)
+    weight = torch.clamp(ratio, 1.0 - s.eps_low, 1.0 + s.eps_high).detach()
+    return PolicyLossOut(agg(-weight * adv * logp, mask, ctx), ratio_stats(ratio, mask, s))
+
+
 @KL_ESTIMATORS.register("k1")
 def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """log pi - log pi_ref (Schulman's k1; unbiased, high variance, can be negative)."""

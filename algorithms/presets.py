@@ -58,6 +58,12 @@ ALGORITHMS: dict[str, dict] = {
     # s_i = (pi(y_i) / pi_old(y_i)) ** (1 / |y_i|) clipped per sequence at the paper's eps 3e-4 / 4e-4,
     # averaged over the group's sequences; no KL term (beta = 0: no reference model is loaded)
     "gspo": dict(_GRPO, ratio_level="sequence", eps_low=3e-4, eps_high=4e-4, kl_coef=0.0, kl_placement="none"),
+    # CISPO (MiniMax-M1, arXiv 2506.13585 eq. 4-5): the clipped importance weight, under a stop-gradient,
+    # on a REINFORCE term, token-mean; group advantage, no KL term. The paper sets no lower bound
+    # (eps_low 1: the weight is clipped at 0, and a ratio is > 0) and does not publish its eps_high:
+    # 0.28 is Trinity-RFT's CISPO default (and DAPO's clip-higher)
+    "cispo": dict(_GRPO, policy_loss="cispo", aggregation="token-mean", eps_low=1.0, eps_high=0.28, kl_coef=0.0,
+                  kl_placement="none"),
 }
 
 LOSS_DEFAULTS = dict(eps_low=None, eps_high=None, ratio_level="token")
@@ -70,6 +76,7 @@ for _preset in ALGORITHMS.values():
 DISPLAY_NAMES: dict[str, str] = {
     "grpo": "GRPO (outcome supervision)", "grpo_ps": "GRPO (process supervision)", "grpo_iter": "GRPO + reference resets",
     "dr_grpo": "Dr. GRPO", "rloo": "RLOO", "ppo": "PPO", "rft": "online RFT", "gspo": "GSPO",
+    "cispo": "CISPO",
 }
 """How reports name a preset to people (a preset without an entry is shown by its name)."""
 

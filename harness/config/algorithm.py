@@ -19,7 +19,7 @@ class AlgorithmConfig:
     """Named algorithm; sets the defaults of every component below that is left null:
     grpo, grpo_ps (process supervision), grpo_iter (reference resets only; the paper's iterative RL with
     reward-model retraining is reward_model.rounds), dr_grpo, rloo, prime (RLOO + process returns; PRIME
-    with reward_model.type=implicit), grpo_token_mean, ppo, rft, rft_dedup, gspo (sequence ratio)."""
+    with reward_model.type=implicit), grpo_token_mean, ppo, rft, rft_dedup, gspo (sequence ratio), cispo (clipped IS weight)."""
     advantage: Optional[str] = None
     """Advantage estimator (registry in algorithms.advantages), e.g. grpo, grpo_ps, rloo, dr_grpo, gae."""
     policy_loss: Optional[str] = None

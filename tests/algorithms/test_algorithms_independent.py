@@ -207,6 +207,9 @@ def policy_loss(algo, lp, old, ref, adv, rows, beta):
     for i in rows:
         if algo.policy_loss == "sft_nll":
             tok = -adv[i] * lp[i]
+        elif algo.policy_loss == "cispo":  # MiniMax-M1 eq. 4: the clipped weight is a constant (stop-gradient)
+            w = torch.clamp(torch.exp(lp[i] - old[i]), 1 - algo.eps_low, 1 + algo.eps_high).detach()
+            tok = -w * adv[i] * lp[i]
         else:
             tok = surrogate_tokens(algo, lp[i], old[i], adv[i])
             if algo.kl_placement == "loss" and beta > 0:
@@ -321,7 +324,7 @@ def test_learner_gradient_matches_the_paper(name, case):
             rows = slices[k % len(slices)]
             close(got, grad_at(critic0, params, lambda c, rows=rows: value_loss(values(c, prompts, comps), v_old,
                                                                                  ret, rows)))
-    if E * M > 1 and algo.policy_loss == "ppo_clip":
+    if E * M > 1 and algo.policy_loss in ("ppo_clip", "cispo"):
         # after the first step the ratios move away from 1 (old log-probs are from before it)
         with torch.no_grad():
             now = logps(policy, prompts, comps, tau)

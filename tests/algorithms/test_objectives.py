@@ -140,3 +140,54 @@ def test_gspo_matches_an_independent_implementation(seed):
     loss, grad, st = run(logp, old, adv, mask, eps_low=3e-4, eps_high=4e-4, ratio_level="sequence")
     assert loss == pytest.approx(independent_gspo(logp, old, adv, mask, 3e-4, 4e-4), abs=1e-7)
     assert torch.allclose(grad, independent_gspo_grad(logp, old, adv, mask, 3e-4, 4e-4), atol=1e-6)
+
+
+# ---------------------------------------------------------------------------- CISPO: clipped IS weight, stop-gradient
+def test_cispo_by_hand():
+    """Token-mean over 3 tokens; range [0, 1.28] (eps_low 1: no lower bound). Token 0: r = 2, A = +1,
+    log pi = -0.5: weight 1.28 (clipped), loss -1.28 * 1 * -0.5 = 0.64, gradient -1.28 A = -1.28 (a
+    clipped token keeps its gradient; PPO's clip would give 0). Token 1: r = 1.1 inside, A = +1,
+    log pi = -2: loss 2.2, gradient -1.1 (with the weight's gradient, d(-r A log pi) = -A r (log pi + 1)
+    = +1.1: the sign flips). Token 2: r = 0.25, A = -1, log pi = -1: no lower bound, weight 0.25,
+    loss -0.25, gradient +0.25."""
+    logp = torch.tensor([[-0.5, -2.0, -1.0]])
+    old = logp - torch.tensor([[2.0, 1.1, 0.25]]).log()
+    adv = torch.tensor([[1.0, 1.0, -1.0]])
+    loss, grad, st = run(logp, old, adv, torch.ones(1, 3), policy_loss="cispo", aggregation="token-mean",
+                         eps_low=1.0, eps_high=0.28)
+    assert loss == pytest.approx((0.64 + 2.2 - 0.25) / 3, abs=1e-6)
+    assert torch.allclose(grad, torch.tensor([[-1.28, -1.1, 0.25]]) / 3, atol=1e-6)
+    assert (st.clipped_low, st.clipped_high) == (0.0, 1.0)
+
+
+def test_cispo_on_policy_is_reinforce():
+    """mu = 1 (old = current): every weight is 1, the gradient is -A / N per token, whatever log pi is."""
+    logp = torch.tensor([[-0.3, -2.5], [-1.0, -0.1]])
+    adv = torch.tensor([[0.5, 0.5], [-2.0, -2.0]])
+    loss, grad, _ = run(logp, logp, adv, torch.ones(2, 2), policy_loss="cispo", aggregation="token-mean",
+                        eps_low=1.0, eps_high=0.28)
+    assert torch.allclose(grad, -adv / 4, atol=1e-7)
+    assert loss == pytest.approx(float((-adv * logp).sum() / 4), abs=1e-6)
+
+
+def independent_cispo(logp, old, adv, mask, lo, hi):
+    """MiniMax-M1 eq. 4-5 by hand: value and gradient, token-mean over the batch, the weight a constant."""
+    n = mask.sum().item()
+    value, grad = 0.0, torch.zeros_like(logp)
+    for i in range(logp.shape[0]):
+        for j in range(logp.shape[1]):
+            if mask[i, j] > 0:
+                w = min(max(math.exp(logp[i, j].item() - old[i, j].item()), 1 - lo), 1 + hi)
+                value += -w * adv[i, j].item() * logp[i, j].item() / n
+                grad[i, j] = -w * adv[i, j].item() / n
+    return value, grad
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cispo_matches_an_independent_implementation(seed):
+    logp, old, adv, mask = random_batch(seed, spread=0.5)
+    loss, grad, _ = run(logp, old, adv, mask, policy_loss="cispo", aggregation="token-mean", eps_low=1.0,
+                        eps_high=0.28)
+    want, want_grad = independent_cispo(logp, old, adv, mask, 1.0, 0.28)
+    assert loss == pytest.approx(want, abs=1e-6)
+    assert torch.allclose(grad, want_grad, atol=1e-6)
