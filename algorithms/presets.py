@@ -58,6 +58,18 @@ ALGORITHMS: dict[str, dict] = {
     # s_i = (pi(y_i) / pi_old(y_i)) ** (1 / |y_i|) clipped per sequence at the paper's eps 3e-4 / 4e-4,
     # averaged over the group's sequences; no KL term (beta = 0: no reference model is loaded)
     "gspo": dict(_GRPO, ratio_level="sequence", eps_low=3e-4, eps_high=4e-4, kl_coef=0.0, kl_placement="none"),
+    # REINFORCE++ (Hu, arXiv 2501.03262 eq. 8-10): no critic; A_t = outcome - beta * (k1 KL of the sampling
+    # policy to the reference, summed from t), whitened over the global batch; PPO's clipped loss. beta:
+    # the paper leaves it to the run; 0.04 is the ppo preset's, so the two differ only in the critic and
+    # the normalisation
+    "reinforce_pp": dict(_GRPO, advantage="reinforce_pp", kl_estimator="k1", kl_placement="reward",
+                         whiten_advantages=True),
+    # REINFORCE++-baseline (same paper, for groups): the group's mean reward subtracted before the above
+    "reinforce_pp_baseline": dict(_GRPO, advantage="reinforce_pp_baseline", kl_estimator="k1",
+                                  kl_placement="reward", whiten_advantages=True),
+    # Lite PPO (Liu et al., arXiv 2508.08221): group-mean advantages scaled by the batch's reward std, and
+    # token-level aggregation, on the critic-free clipped loss; no KL term (the paper's recipe names none)
+    "lite_ppo": dict(_GRPO, advantage="lite_ppo", aggregation="token-mean", kl_coef=0.0, kl_placement="none"),
     # CISPO (MiniMax-M1, arXiv 2506.13585 eq. 4-5): the clipped importance weight, under a stop-gradient,
     # on a REINFORCE term, token-mean; group advantage, no KL term. The paper sets no lower bound
     # (eps_low 1: the weight is clipped at 0, and a ratio is > 0) and does not publish its eps_high:
@@ -76,13 +88,15 @@ for _preset in ALGORITHMS.values():
 DISPLAY_NAMES: dict[str, str] = {
     "grpo": "GRPO (outcome supervision)", "grpo_ps": "GRPO (process supervision)", "grpo_iter": "GRPO + reference resets",
     "dr_grpo": "Dr. GRPO", "rloo": "RLOO", "ppo": "PPO", "rft": "online RFT", "gspo": "GSPO",
-    "cispo": "CISPO",
+    "cispo": "CISPO", "reinforce_pp": "REINFORCE++", "reinforce_pp_baseline": "REINFORCE++-baseline",
+    "lite_ppo": "Lite PPO",
 }
 """How reports name a preset to people (a preset without an entry is shown by its name)."""
 
 REWARDS = ("outcome", "process")
 # estimators whose baseline comes from the other samples of the same prompt
-GROUP_ESTIMATORS = ("grpo", "grpo_ps", "grpo_ps_zerosum", "dr_grpo", "rloo", "prime")
+GROUP_ESTIMATORS = ("grpo", "grpo_ps", "grpo_ps_zerosum", "dr_grpo", "rloo", "prime", "reinforce_pp_baseline",
+                    "lite_ppo")
 COMPONENTS = ("advantage", "policy_loss", "aggregation", "reward", "filter", "kl_coef", "kl_estimator",
               "kl_placement", "whiten_advantages", "eps_low", "eps_high", "ratio_level")
 RATIO_LEVELS = ("token", "sequence")

@@ -19,11 +19,13 @@ class AlgorithmConfig:
     """Named algorithm; sets the defaults of every component below that is left null:
     grpo, grpo_ps (process supervision), grpo_iter (reference resets only; the paper's iterative RL with
     reward-model retraining is reward_model.rounds), dr_grpo, rloo, prime (RLOO + process returns; PRIME
-    with reward_model.type=implicit), grpo_token_mean, ppo, rft, rft_dedup, gspo (sequence ratio), cispo (clipped IS weight)."""
+    with reward_model.type=implicit), grpo_token_mean, ppo, rft, rft_dedup, gspo (sequence ratio), cispo (clipped IS weight), reinforce_pp and reinforce_pp_baseline
+    (REINFORCE++), lite_ppo."""
     advantage: Optional[str] = None
-    """Advantage estimator (registry in algorithms.advantages), e.g. grpo, grpo_ps, rloo, dr_grpo, gae."""
+    """Advantage estimator (registry in algorithms.advantages), e.g. grpo, grpo_ps, rloo, dr_grpo, gae,
+    reinforce_pp, reinforce_pp_baseline, lite_ppo (group mean, batch std)."""
     policy_loss: Optional[str] = None
-    """Per-token policy loss (algorithms.losses): ppo_clip or sft_nll."""
+    """Policy loss (algorithms.losses): ppo_clip, cispo or sft_nll."""
     aggregation: Optional[str] = None
     """How per-token losses become one number: seq-mean-token-mean (DeepSeekMath),
     token-mean, seq-mean-token-sum-norm (Dr. GRPO's constant normaliser)."""

@@ -122,6 +122,8 @@ def group_advantages(kind):
                 out.append(r[i] - mean(r))
             elif kind == "rloo":
                 out.append(r[i] - (sum(r) - r[i]) / (G - 1))
+            elif kind == "lite_ppo":  # Lite PPO: group mean, the std of every reward of the batch
+                out.append((r[i] - mean(r)) / (pop_std(REWARDS) + STD_EPS))
     return out
 
 
@@ -176,6 +178,20 @@ def ppo_advantages(old, ref, v_old, beta):
     flat = torch.cat(adv)
     mu, var = flat.mean(), ((flat - flat.mean()) ** 2).sum() / (flat.numel() - 1)
     return [(a - mu) / torch.sqrt(var + 1e-8) for a in adv], ret
+
+
+def reinforce_pp_advantages(old, ref, beta, baseline):
+    """REINFORCE++ eq. 8-10: A_t = r - beta sum_{i >= t} (log pi_old - log pi_ref) (with ``baseline``, r less
+    its group's mean), then normalised over every token of the batch (mean, unbiased variance, eps 1e-8)."""
+    adv = []
+    for i, (o, r_) in enumerate(zip(old, ref)):
+        g = i // G * G
+        outcome = REWARDS[i] - (mean(REWARDS[g:g + G]) if baseline else 0.0)
+        kl = o - r_
+        adv.append(torch.stack([outcome - beta * kl[t:].sum() for t in range(len(o))]))
+    flat = torch.cat(adv)
+    mu, var = flat.mean(), ((flat - flat.mean()) ** 2).sum() / (flat.numel() - 1)
+    return [(a - mu) / torch.sqrt(var + 1e-8) for a in adv]
 
 
 def rft_indicator(dedup):
@@ -296,6 +312,8 @@ def test_learner_gradient_matches_the_paper(name, case):
         adv = process_advantages(comps)
     elif algo.advantage == "prime":
         adv = prime_advantages(comps)
+    elif algo.advantage in ("reinforce_pp", "reinforce_pp_baseline"):
+        adv = reinforce_pp_advantages(old, ref_lp, beta, baseline=algo.advantage == "reinforce_pp_baseline")
     elif algo.advantage == "ones":
         adv = rft_indicator(dedup=algo.filter == "correct_dedup")
     else:

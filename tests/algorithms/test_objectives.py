@@ -191,3 +191,30 @@ def test_cispo_matches_an_independent_implementation(seed):
     want, want_grad = independent_cispo(logp, old, adv, mask, 1.0, 0.28)
     assert loss == pytest.approx(want, abs=1e-6)
     assert torch.allclose(grad, want_grad, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------- REINFORCE++ and Lite PPO advantages
+def test_reinforce_pp_returns_by_hand():
+    """REINFORCE++ eq. 8 before the batch normalisation: outcome 1 on the last token, per-token KL rewards
+    -beta KL = -0.1, -0.2, -0.3 (row 0, three tokens): A = 1 - 0.6, 1 - 0.5, 1 - 0.3 = 0.4, 0.5, 0.7.
+    Row 1 (outcome 0, two tokens, KL rewards -0.5, +0.25): A = -0.25, 0.25; its padding stays 0.
+    The baseline variant subtracts the group mean (0.5) from each outcome first: 0.5 and -0.5."""
+    from algorithms.advantages import ADVANTAGES, AdvantageInput
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    kl_rewards = torch.tensor([[-0.1, -0.2, -0.3], [-0.5, 0.25, 9.0]])  # 9.0 on padding
+    inp = AdvantageInput(rewards=torch.tensor([1.0, 0.0]), mask=mask, n=2, token_rewards=kl_rewards)
+    got = ADVANTAGES.get("reinforce_pp")(inp)
+    assert torch.allclose(got, torch.tensor([[0.4, 0.5, 0.7], [-0.25, 0.25, 0.0]]), atol=1e-6)
+    base = ADVANTAGES.get("reinforce_pp_baseline")(inp)
+    assert torch.allclose(base, torch.tensor([[-0.1, 0.0, 0.2], [-0.75, -0.25, 0.0]]), atol=1e-6)
+
+
+def test_lite_ppo_group_mean_batch_std_by_hand():
+    """Groups (1, 0) and (1, 1): group means 0.5 and 1; the batch's rewards 1, 0, 1, 1 have population std
+    sqrt(3) / 4. A = +-0.5 / (sqrt(3) / 4 + 1e-4) in group 0, 0 in group 1 (GRPO's group std would give
+    +-1 / (0.5 + 1e-4) instead)."""
+    from algorithms.advantages import ADVANTAGES, AdvantageInput
+    inp = AdvantageInput(rewards=torch.tensor([1.0, 0.0, 1.0, 1.0]), mask=torch.ones(4, 2), n=2)
+    a = 0.5 / (math.sqrt(3) / 4 + 1e-4)
+    got = ADVANTAGES.get("lite_ppo")(inp)
+    assert torch.allclose(got, torch.tensor([[a, a], [-a, -a], [0.0, 0.0], [0.0, 0.0]]), atol=1e-6)
