@@ -222,6 +222,19 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     return adv, (adv + values) * mask
 
 
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: float = 1.0) -> torch.Tensor:
+    """DAPO's soft overlong punishment (Yu et al., arXiv 2503.14476 eq. 13), added to the outcome reward before
+    the advantages,, per completion [B]: 0 while ``|y| <= L_max - L_cache``; ``((L_max - L_cache) - |y|) / L_cache``
+    (from 0 down to -1, linear in the overshoot) for ``L_max - L_cache < |y| <= L_max``; -1 beyond (a
+    sampler never goes beyond ``max_len``); times ``factor`` (verl's ``penalty_factor``). ``lengths``:
+    completion tokens (EOS included); ``buffer``: L_cache in tokens (0: no penalty)."""
+    lengths = lengths.to(torch.float32)
+    if buffer <= 0:
+        return torch.zeros_like(lengths)
+    expected = max_len - buffer
+    return factor * torch.clamp((expected - lengths) / buffer, min=-1.0, max=0.0)
+
+
 def outcome_token_rewards(inp: AdvantageInput) -> torch.Tensor:
     """Outcome reward placed on the last completion token, plus any per-token rewards."""
     mask = inp.mask.float()

@@ -70,6 +70,13 @@ ALGORITHMS: dict[str, dict] = {
     # Lite PPO (Liu et al., arXiv 2508.08221): group-mean advantages scaled by the batch's reward std, and
     # token-level aggregation, on the critic-free clipped loss; no KL term (the paper's recipe names none)
     "lite_ppo": dict(_GRPO, advantage="lite_ppo", aggregation="token-mean", kl_coef=0.0, kl_placement="none"),
+    # DAPO (Yu et al., arXiv 2503.14476): clip-higher (eps_low 0.2 / eps_high 0.28, eq. 10), dynamic sampling
+    # (groups whose rewards are all equal are dropped and the stage draws again, up to 2 more batches: the
+    # 3:1 of verl's recipe, gen_batch_size 1536 for train_batch_size 512), token-level loss, the soft
+    # overlong punishment (eq. 13) over the last 20% of sampling.max_new_tokens (the paper's 4,096 of
+    # 20,480), factor 1; no KL term
+    "dapo": dict(_GRPO, aggregation="token-mean", eps_low=0.2, eps_high=0.28, kl_coef=0.0, kl_placement="none",
+                 drop_zero_variance=True, max_resample=2, overlong_buffer=0.2, overlong_penalty=1.0),
     # CISPO (MiniMax-M1, arXiv 2506.13585 eq. 4-5): the clipped importance weight, under a stop-gradient,
     # on a REINFORCE term, token-mean; group advantage, no KL term. The paper sets no lower bound
     # (eps_low 1: the weight is clipped at 0, and a ratio is > 0) and does not publish its eps_high:
@@ -78,18 +85,20 @@ ALGORITHMS: dict[str, dict] = {
                   kl_placement="none"),
 }
 
-LOSS_DEFAULTS = dict(eps_low=None, eps_high=None, ratio_level="token")
-"""The loss settings of a preset that does not name them: the clip range is ``clip_eps`` on both
-sides (None: the section's ``clip_eps``), the ratio per token (PPO, GRPO)."""
+PRESET_DEFAULTS = dict(eps_low=None, eps_high=None, ratio_level="token", drop_zero_variance=False, max_resample=0,
+                       overlong_mask=False, overlong_buffer=0.0, overlong_penalty=1.0)
+"""The settings of a preset that does not name them: the clip range is ``clip_eps`` on both sides
+(None: the section's ``clip_eps``), the ratio per token (PPO, GRPO); no group dropped, no
+resampling, no overlong masking or penalty (what every run computed before these settings)."""
 for _preset in ALGORITHMS.values():
-    for _k, _v in LOSS_DEFAULTS.items():
+    for _k, _v in PRESET_DEFAULTS.items():
         _preset.setdefault(_k, _v)
 
 DISPLAY_NAMES: dict[str, str] = {
     "grpo": "GRPO (outcome supervision)", "grpo_ps": "GRPO (process supervision)", "grpo_iter": "GRPO + reference resets",
     "dr_grpo": "Dr. GRPO", "rloo": "RLOO", "ppo": "PPO", "rft": "online RFT", "gspo": "GSPO",
     "cispo": "CISPO", "reinforce_pp": "REINFORCE++", "reinforce_pp_baseline": "REINFORCE++-baseline",
-    "lite_ppo": "Lite PPO",
+    "lite_ppo": "Lite PPO", "dapo": "DAPO",
 }
 """How reports name a preset to people (a preset without an entry is shown by its name)."""
 
@@ -98,7 +107,8 @@ REWARDS = ("outcome", "process")
 GROUP_ESTIMATORS = ("grpo", "grpo_ps", "grpo_ps_zerosum", "dr_grpo", "rloo", "prime", "reinforce_pp_baseline",
                     "lite_ppo")
 COMPONENTS = ("advantage", "policy_loss", "aggregation", "reward", "filter", "kl_coef", "kl_estimator",
-              "kl_placement", "whiten_advantages", "eps_low", "eps_high", "ratio_level")
+              "kl_placement", "whiten_advantages", "eps_low", "eps_high", "ratio_level", "drop_zero_variance",
+              "max_resample", "overlong_mask", "overlong_buffer", "overlong_penalty")
 RATIO_LEVELS = ("token", "sequence")
 """Where the importance ratio lives: per token (PPO, GRPO) or per sequence (GSPO, arXiv 2507.18071)."""
 
@@ -136,7 +146,8 @@ def resolve(acfg):
         raise UnknownComponentError(why)
     preset = ALGORITHMS[acfg.name]
     vals = {k: (getattr(acfg, k, None) if getattr(acfg, k, None) is not None else preset[k]) for k in COMPONENTS}
-    vals["whiten_advantages"] = bool(vals["whiten_advantages"])
+    for flag in ("whiten_advantages", "drop_zero_variance", "overlong_mask"):
+        vals[flag] = bool(vals[flag])
     for side in ("eps_low", "eps_high"):  # neither given nor in the preset: the section's clip_eps
         vals[side] = float(acfg.clip_eps if vals[side] is None else vals[side])
     _check_loss_settings(vals)
@@ -151,12 +162,18 @@ def resolve(acfg):
 
 
 def _check_loss_settings(vals: dict) -> None:
-    """The resolved clip range and ratio level hold their rules (a preset's values included)."""
+    """The resolved clip range, ratio level and shaping settings hold their rules (a preset's values included)."""
     if not 0 < vals["eps_low"] <= 1:
         raise UnknownComponentError(f"eps_low={vals['eps_low']} is invalid: must be in (0, 1] "
                                     f"(1: no lower bound, the ratio is > 0)")
     if not vals["eps_high"] > 0:
         raise UnknownComponentError(f"eps_high={vals['eps_high']} is invalid: must be > 0")
+    if not (isinstance(vals["max_resample"], int) and vals["max_resample"] >= 0):
+        raise UnknownComponentError(f"max_resample={vals['max_resample']} is invalid: must be an integer >= 0")
+    if not 0 <= vals["overlong_buffer"] < 1:
+        raise UnknownComponentError(f"overlong_buffer={vals['overlong_buffer']} is invalid: must be in [0, 1)")
+    if not vals["overlong_penalty"] >= 0:
+        raise UnknownComponentError(f"overlong_penalty={vals['overlong_penalty']} is invalid: must be >= 0")
     if vals["ratio_level"] not in RATIO_LEVELS:
         raise UnknownComponentError(f"unknown ratio level '{vals['ratio_level']}'; valid: {', '.join(RATIO_LEVELS)}")
 

@@ -10,7 +10,7 @@ from typing import Optional
 
 from algorithms.presets import RATIO_LEVELS, has_critic, uses_reference
 from harness.config.rules import (ALGORITHM, FRACTION, POSITIVE_FRACTION, STAGE_SAMPLES, above, at_least,
-                                  check_fields, dir_path, one_of, ruled)
+                                  check_fields, dir_path, one_of, rule, ruled)
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class AlgorithmConfig:
     grpo, grpo_ps (process supervision), grpo_iter (reference resets only; the paper's iterative RL with
     reward-model retraining is reward_model.rounds), dr_grpo, rloo, prime (RLOO + process returns; PRIME
     with reward_model.type=implicit), grpo_token_mean, ppo, rft, rft_dedup, gspo (sequence ratio), cispo (clipped IS weight), reinforce_pp and reinforce_pp_baseline
-    (REINFORCE++), lite_ppo."""
+    (REINFORCE++), lite_ppo, dapo."""
     advantage: Optional[str] = None
     """Advantage estimator (registry in algorithms.advantages), e.g. grpo, grpo_ps, rloo, dr_grpo, gae,
     reinforce_pp, reinforce_pp_baseline, lite_ppo (group mean, batch std)."""
@@ -47,6 +47,25 @@ class AlgorithmConfig:
     ratio_level: Optional[str] = ruled(None, one_of(RATIO_LEVELS))
     """Importance ratio per token (PPO, GRPO) or per sequence (GSPO: exp of the mean log-ratio over
     the completion's tokens); null = the preset's (token but for gspo)."""
+    drop_zero_variance: Optional[bool] = None
+    """Drop the groups whose rewards are all equal (zero advantage) before the update, so the loss is
+    normalised over the informative ones; null = the preset's (dapo: true). Their samples still count
+    against the budget (samples_drawn vs samples_used in metrics.jsonl and summary.json)."""
+    max_resample: Optional[int] = ruled(None, at_least(0))
+    """DAPO's dynamic sampling: with drop_zero_variance, draw up to this many more batches of prompts in a
+    stage until it holds train.prompts_per_step informative groups (fewer if the bound or the budget is
+    reached first); every sample drawn is charged to the budget; null = the preset's (dapo: 2, else 0)."""
+    overlong_mask: Optional[bool] = None
+    """Overlong filtering (DAPO §3.4): truncated completions (no EOS within sampling.max_new_tokens) get
+    gradient coefficient 0 (the loss is still normalised by the sampled batch); null = the preset's (false)."""
+    overlong_buffer: Optional[float] = ruled(None, rule(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                        and 0 <= v < 1, "must be in [0, 1)"))
+    """DAPO's soft overlong punishment (eq. 13): L_cache as a share of sampling.max_new_tokens (rounded to
+    tokens); a completion longer than max_new_tokens - L_cache gets a reward penalty growing linearly
+    to -overlong_penalty at max_new_tokens. 0 = off; null = the preset's (dapo: 0.2, the paper's 4,096
+    of 20,480 tokens)."""
+    overlong_penalty: Optional[float] = ruled(None, at_least(0))
+    """Largest overlong penalty (verl's penalty_factor); null = the preset's (1.0)."""
     kl_coef: Optional[float] = ruled(None, at_least(0))
     """beta: KL weight (GRPO: 0.04 in the loss; PPO: 0.04 as a per-token reward penalty)."""
     kl_estimator: Optional[str] = None

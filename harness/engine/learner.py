@@ -62,6 +62,7 @@ from torch import nn
 from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, masked_whiten, outcome_token_rewards
 from algorithms.filters import FILTERS
 from algorithms.objective import kl_reward_token_rewards, policy_objective, reference_kl
+from algorithms.advantages import overlong_penalty
 from harness.engine import fastlm, logprobs
 from harness.engine.batching import MiniBatch, Plan, Rows, Stepper, forward_nograd, micro, plan_update
 from harness.engine.critic import Critic
@@ -204,6 +205,7 @@ class Learner:
         old_logp = self._old_logprobs(rollouts, b)
         fused_critic = self._fuses_critic(keep)
         values = self.critic_update.values(b) if self.critic is not None and not fused_critic else None
+        rewards = self._shaped_rewards(rewards, rollouts, valid, metrics)
         inp = AdvantageInput(rewards=rewards.float().to(self.device), mask=b.mask, n=rollouts.n,
                              step_rewards=step_rewards, values=values,
                              token_rewards=self._kl_reward(old_logp, ref_logp, b, valid, metrics),
@@ -242,11 +244,27 @@ class Learner:
               metrics: StepMetrics) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """The filter's kept rows (bool [B]), less a shard's padding rows; and ``valid`` as bool."""
         keep = self.filter(rewards, rollouts.completions, rollouts.n)
+        if self.algo.overlong_mask:  # DAPO's overlong filtering: truncated completions take no part
+            keep = keep & torch.as_tensor(list(rollouts.finished), dtype=torch.bool, device=keep.device)
         if valid is not None:
             valid = valid.to(keep.device).bool()
             keep = keep & valid
         metrics.mean("train/kept_fraction", (keep[valid] if valid is not None else keep).float())
         return keep, valid
+
+    def _shaped_rewards(self, rewards: torch.Tensor, rollouts, valid: Optional[torch.Tensor],
+                        metrics: StepMetrics) -> torch.Tensor:
+        """The outcome rewards plus DAPO's soft overlong penalty where ``algorithm.overlong_buffer`` > 0
+        (:func:`algorithms.advantages.overlong_penalty`, L_cache its share of ``sampling.max_new_tokens``);
+        the rewards as given otherwise."""
+        algo = self.algo
+        if not algo.overlong_buffer > 0:
+            return rewards
+        max_len = self.cfg.sampling.max_new_tokens
+        pen = overlong_penalty(rollouts.lengths.cpu(), max_len, int(round(algo.overlong_buffer * max_len)),
+                               algo.overlong_penalty)
+        metrics.mean("train/overlong_penalty", pen[valid.cpu()] if valid is not None else pen)
+        return rewards.float() + pen.to(rewards.device)
 
     def _logprobs(self, model, b: Batch) -> torch.Tensor:
         return token_logprobs(model, b, self.temperature)

@@ -30,6 +30,8 @@ __all__ = ["METRICS", "StepMetrics", "group_advantage_sums"]
 
 METRICS: dict[str, tuple[str, str]] = {
     "train/kept_fraction": ("mean", "fraction of the sampled rows the filter kept"),
+    "train/overlong_penalty": ("mean", "DAPO's soft overlong penalty added to the outcome reward, per row "
+                                       "(algorithm.overlong_buffer > 0)"),
     "train/kl_reward_penalty": ("mean", "KL in the reward: per row, the sum of its tokens' KL estimates"),
     "train/adv_mean": ("mean", "advantage, over the kept tokens"),
     "train/adv_abs_mean": ("mean", "absolute advantage, over the kept tokens"),

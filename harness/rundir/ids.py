@@ -32,7 +32,8 @@ DEFAULT_REWARD_MODEL = {"type": None, "init": None, "rounds": 1, "samples_per_ro
 """The ``reward_model`` section at its defaults (``harness.config.schema.RewardModelConfig``; a test
 keeps the two equal): left out of the hash, so configs that predate the section keep their run ids."""
 
-NEUTRAL_ALGORITHM = {"ratio_level": "token"}
+NEUTRAL_ALGORITHM = {"ratio_level": "token", "drop_zero_variance": False, "max_resample": 0, "overlong_mask": False,
+                     "overlong_buffer": 0.0, "overlong_penalty": 1.0}
 """Algorithm settings that came after run ids were pinned, at the value that computes what runs did
 before them: left out of the hash, so earlier configs keep their run ids. (``eps_low`` and
 ``eps_high`` are left out when they equal ``clip_eps``, which is hashed.)"""
@@ -45,7 +46,7 @@ def _drop_neutral(algo: dict) -> None:
         if side in algo and algo[side] == algo.get("clip_eps"):
             algo.pop(side)
     for key, value in NEUTRAL_ALGORITHM.items():
-        if key in algo and algo[key] == value and type(algo[key]) is type(value):
+        if key in algo and algo[key] == value and isinstance(algo[key], bool) == isinstance(value, bool):
             algo.pop(key)
 
 

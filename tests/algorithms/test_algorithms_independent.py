@@ -109,11 +109,21 @@ def pop_std(xs):
     return (sum((x - m) ** 2 for x in xs) / len(xs)) ** 0.5
 
 
-def group_advantages(kind):
+def shaped_rewards(algo, comps):
+    """The outcome rewards plus DAPO's soft overlong punishment (eq. 13) where the algorithm has one:
+    L_cache = overlong_buffer * L_max tokens; -(|o| - (L_max - L_cache)) / L_cache beyond L_max - L_cache."""
+    if not algo.overlong_buffer:
+        return list(REWARDS)
+    cache = round(algo.overlong_buffer * L_MAX)
+    return [r + algo.overlong_penalty * min(0.0, max(-1.0, (L_MAX - cache - len(c)) / cache))
+            for r, c in zip(REWARDS, comps)]
+
+
+def group_advantages(kind, rewards=REWARDS):
     """Per row, a constant advantage (outcome supervision)."""
     out = []
-    for g in range(0, len(REWARDS), G):
-        r = REWARDS[g:g + G]
+    for g in range(0, len(rewards), G):
+        r = rewards[g:g + G]
         for i in range(G):
             if kind == "grpo":
                 s = pop_std(r)
@@ -123,7 +133,7 @@ def group_advantages(kind):
             elif kind == "rloo":
                 out.append(r[i] - (sum(r) - r[i]) / (G - 1))
             elif kind == "lite_ppo":  # Lite PPO: group mean, the std of every reward of the batch
-                out.append((r[i] - mean(r)) / (pop_std(REWARDS) + STD_EPS))
+                out.append((r[i] - mean(r)) / (pop_std(rewards) + STD_EPS))
     return out
 
 
@@ -317,7 +327,7 @@ def test_learner_gradient_matches_the_paper(name, case):
     elif algo.advantage == "ones":
         adv = rft_indicator(dedup=algo.filter == "correct_dedup")
     else:
-        adv = group_advantages(algo.advantage)
+        adv = group_advantages(algo.advantage, shaped_rewards(algo, comps))
     adv = [a if torch.is_tensor(a) else torch.full((len(c),), float(a)) for a, c in zip(adv, comps)]
 
     learner = Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref, critic=critic)
