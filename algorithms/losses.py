@@ -1,8 +1,12 @@
 """Per-token policy losses, KL estimators, aggregations and the value loss.
 
-All per-token functions return ``[B, T]`` tensors; aggregation (how the tokens become one
-number) is separate, as in verl, and takes the *whole batch's* counts so gradient
-accumulation over micro-batches gives exactly the full-batch loss.
+A policy loss (``POLICY_LOSSES``) takes the micro-batch's log-probs, old log-probs, advantages and
+completion mask, the whole batch's counts (:class:`AggContext`), the aggregation to apply and its
+:class:`LossSettings` (the clip range ``[1 - eps_low, 1 + eps_high]``, the ratio per token or per
+sequence), and returns the aggregated loss with its own clip statistics (:class:`PolicyLossOut`).
+KL estimators return ``[B, T]`` tensors. Aggregation (how the tokens become one number) is
+separate, as in verl, and takes the *whole batch's* counts so gradient accumulation over
+micro-batches gives exactly the full-batch loss.
 """
 from __future__ import annotations
 
