@@ -74,7 +74,7 @@ from harness.rundir.summary import new_summary, read_summary, record_end, record
 from harness.tracking.base import TrackerSet
 from harness.tracking.mirrors import open_trackers
 from harness.train.evalpoints import EVAL_SEED_OFFSET, cached_initial_eval, evaluate_point, ood_task
-from harness.train.flops import forward_flops, stage_flops
+from harness.train.flops import drawn_stage_flops
 from harness.train.checkpoint import checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint
 from harness.train.stage import build_models, run_stage, stage_problems, stage_seed
 from harness.train.warmup import WARMUP_SEED, ensure_warmup, starting_checkpoint
@@ -582,7 +582,7 @@ def _stage(run: _Run, k: int) -> tuple[dict, _StageStats]:
     drawn = st.all_drawn
     rewards, steps, rm_row = (drawn.rewards, drawn.step_rewards, {}) if run.rm is None else run.rm.take_exact()
     kept = float(st.metrics.get("train/kept_fraction", 1.0))
-    flops = _flops(run, st, kept)
+    flops = drawn_stage_flops(cfg, run.learner, st.rollouts, st.drawn.rollouts if st.drawn else None, kept)
     stats = _stage_stats(run, drawn.rollouts, rewards, steps, valid, dt, secs,
                          short_outputs(task, drawn.problems_rep, drawn.rollouts), flops)
     stats.n_used = stats.n_seqs if st.drawn is None else st.rollouts.num_sequences
@@ -598,20 +598,6 @@ def _more_prompts(run: _Run, drawn: int) -> int:
         return P
     left = cfg.budget.amount - run.counters["samples"] - drawn
     return min(P, math.ceil(left / G)) if left > 0 else 0
-
-
-def _flops(run: _Run, st, kept: float) -> Optional[float]:
-    """The stage's model FLOPs: the learner's work on what it trained on, and the generation of every
-    sample drawn (the dropped groups' too)."""
-    used_fuses = run.learner._fuses_critic(torch.tensor(kept == 1.0))  # the learner's rule
-    if st.drawn is None:
-        return stage_flops(run.cfg, run.learner, st.rollouts, kept, fused_critic=used_fuses)
-    used = (stage_flops(run.cfg, run.learner, st.rollouts, kept, fused_critic=used_fuses)
-            if st.rollouts.num_sequences else 0.0)
-    if used is None:
-        return None
-    gen = lambda ro: forward_flops(run.learner.policy, ro.prompt_mask.sum(1).cpu() + ro.completion_mask.sum(1).cpu())  # noqa: E731
-    return used + gen(st.drawn.rollouts) - (gen(st.rollouts) if st.rollouts.num_sequences else 0.0)
 
 
 def _check_finite(run: _Run, tm: dict, k: int) -> None:
