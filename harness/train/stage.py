@@ -82,10 +82,6 @@ class Draw:
     def samples(self) -> int:
         return self.rollouts.num_sequences
 
-    @property
-    def tokens(self) -> int:
-        return self.rollouts.num_tokens
-
 
 @dataclass
 class Stage:
