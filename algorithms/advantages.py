@@ -11,7 +11,7 @@ Conventions (stated, and tested):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import torch
@@ -222,6 +222,19 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     return adv, (adv + values) * mask
 
 
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: float = 1.0) -> torch.Tensor:
+    """DAPO's soft overlong punishment (Yu et al., arXiv 2503.14476 eq. 13), added to the outcome reward before
+    the advantages,, per completion [B]: 0 while ``|y| <= L_max - L_cache``; ``((L_max - L_cache) - |y|) / L_cache``
+    (from 0 down to -1, linear in the overshoot) for ``L_max - L_cache < |y| <= L_max``; -1 beyond (a
+    sampler never goes beyond ``max_len``); times ``factor`` (verl's ``penalty_factor``). ``lengths``:
+    completion tokens (EOS included); ``buffer``: L_cache in tokens (0: no penalty)."""
+    lengths = lengths.to(torch.float32)
+    if buffer <= 0:
+        return torch.zeros_like(lengths)
+    expected = max_len - buffer
+    return factor * torch.clamp((expected - lengths) / buffer, min=-1.0, max=0.0)
+
+
 def outcome_token_rewards(inp: AdvantageInput) -> torch.Tensor:
     """Outcome reward placed on the last completion token, plus any per-token rewards."""
     mask = inp.mask.float()
@@ -240,6 +253,44 @@ def gae_advantage(inp: AdvantageInput) -> torch.Tensor:
         raise ValueError("gae needs critic values (algorithm with a critic)")
     adv, _ = gae(outcome_token_rewards(inp), inp.values.float(), inp.mask, inp.gamma, inp.lam)
     return adv
+
+
+def returns_to_go(token_rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] sum over s >= t of the (masked) per-token rewards: the undiscounted return (gamma = 1)."""
+    mask = mask.to(token_rewards.dtype)
+    return (token_rewards * mask).flip(-1).cumsum(-1).flip(-1) * mask
+
+
+@ADVANTAGES.register("reinforce_pp")
+def reinforce_pp(inp: AdvantageInput) -> torch.Tensor:
+    """REINFORCE++ (Hu, arXiv 2501.03262 eq. 8-9): A_t = r(o) - beta sum_{i >= t} KL(i), the outcome
+    reward on the last token plus the per-token KL reward ``inp.token_rewards`` (-beta * k1 of the
+    sampling policy to the reference, with the KL placed in the reward), summed from t to the end.
+    Its global-batch normalisation (eq. 10) is the learner's whitening over the batch's tokens
+    (``whiten_advantages``, :func:`masked_whiten`)."""
+    return returns_to_go(outcome_token_rewards(inp), inp.mask.float())
+
+
+@ADVANTAGES.register("reinforce_pp_baseline")
+def reinforce_pp_baseline(inp: AdvantageInput) -> torch.Tensor:
+    """REINFORCE++-baseline (arXiv 2501.03262, the variant for groups of samples): the outcome reward
+    less its group's mean, then as :func:`reinforce_pp` (KL returns, then the batch whitening)."""
+    r = group_view(inp.rewards.float(), inp.n)
+    return reinforce_pp(replace(inp, rewards=(r - r.mean(1, keepdim=True)).reshape(-1)))
+
+
+@ADVANTAGES.register("lite_ppo")
+def group_mean_batch_std(inp: AdvantageInput) -> torch.Tensor:
+    """Lite PPO (Liu et al., arXiv 2508.08221, "group-level mean, batch-level std"):
+    A_i = (r_i - mean(group of i)) / (std(r over the batch) + std_eps), std as ``inp.group_std``
+    (population by default) over every reward of the batch (this rank's); a batch whose rewards
+    are all equal gets advantage 0."""
+    flat = inp.rewards.float()
+    r = group_view(flat, inp.n)
+    std = group_std_of(flat, inp.group_std)
+    centred = (r - r.mean(1, keepdim=True)).reshape(-1)
+    adv = centred / (std + inp.std_eps) if std > 0 else torch.zeros_like(centred)
+    return _broadcast(adv, inp.mask.float())
 
 
 @ADVANTAGES.register("none", "ones")

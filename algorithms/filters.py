@@ -1,5 +1,10 @@
 """Sample filters: which rollouts take part in the update. Each returns a bool keep-mask [B].
 
+:func:`informative_groups` is DAPO's group selection (Yu et al., arXiv 2503.14476 eq. 11's constraint
+``0 < |{o_i correct}| < G``): the groups whose rewards are not all equal. A group whose rewards are all
+equal has advantage 0 under every group-normalised estimator; dynamic sampling
+(``harness.train.stage``) drops such groups from the batch and draws others.
+
 A filter only decides which rows are *run*: a dropped row is a row whose gradient coefficient
 is 0, and the losses are still normalised by the counts of the whole sampled batch (every
 output drawn, kept or not; see ``harness.engine.learner``). So a filter saves the forward and
@@ -41,3 +46,15 @@ def correct_dedup(rewards: torch.Tensor, completions: list[str], n: int) -> torc
                 seen.add(completions[i])
                 keep[i] = True
     return keep
+
+
+def informative_groups(rewards: torch.Tensor, n: int) -> torch.Tensor:
+    """bool [B // n]: the groups (``n`` consecutive rows) whose rewards are not all equal."""
+    r = torch.as_tensor(rewards, dtype=torch.float32).reshape(-1, n)
+    return r.max(1).values > r.min(1).values
+
+
+def zero_variance_share(rewards: torch.Tensor, n: int) -> float:
+    """Share of the groups whose rewards are all equal (0 for an empty batch)."""
+    keep = informative_groups(rewards, n)
+    return float((~keep).float().mean().item()) if keep.numel() else 0.0

@@ -10,7 +10,8 @@ of the update lives here:
 - :func:`kl_reward_token_rewards`: the per-token reward ``-kl_coef * KL(old || ref)`` when the KL
   is placed in the reward instead (PPO, DeepSeekMath eq. 1-2), for the advantage estimator;
 - :func:`value_objective`: PPO's clipped critic loss, aggregated like the policy loss;
-- :func:`clip_stats`: the diagnostics of the ratio (tokens outside the clip range, largest ratio);
+- the ratio's clip statistics come from the policy loss itself (``PolicyObjective.stats``,
+  :class:`algorithms.losses.RatioStats`), at the level its ratio lives on (token or sequence);
 - :func:`reference_kl`: the per-token KL to the reference that every algorithm holding one logs
   as ``train/kl`` (one estimator whatever the objective uses, so the curves overlay).
 
@@ -24,7 +25,8 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from algorithms.losses import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, AggContext, clipped_value_loss
+from algorithms.losses import (AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, AggContext, LossSettings, RatioStats,
+                               clipped_value_loss)
 
 
 class PolicyObjective(NamedTuple):
@@ -34,6 +36,8 @@ class PolicyObjective(NamedTuple):
     """The aggregated policy (surrogate or SFT) loss."""
     kl: Optional[torch.Tensor]
     """The aggregated KL to the reference; None when the loss holds no KL term."""
+    stats: Optional[RatioStats] = None
+    """The policy loss's own clip statistics (below / above the range, largest ratio, the ratios)."""
 
 
 class KLReward(NamedTuple):
@@ -46,21 +50,27 @@ class KLReward(NamedTuple):
 def policy_objective(logp: torch.Tensor, old_logp: Optional[torch.Tensor], ref_logp: Optional[torch.Tensor],
                      advantages: torch.Tensor, mask: torch.Tensor, ctx: AggContext, *, policy_loss: str,
                      aggregation: str, kl_estimator: str, kl_coef: float, kl_placement: str,
-                     clip_eps: float) -> PolicyObjective:
-    """The loss of one micro-batch: ``agg(policy_loss(logp, old, A)) [+ kl_coef * agg(kl(logp, ref))]``.
+                     clip_eps: float = 0.2, eps_low: Optional[float] = None, eps_high: Optional[float] = None,
+                     ratio_level: str = "token") -> PolicyObjective:
+    """The loss of one micro-batch: ``policy_loss(logp, old, A, mask, ctx, agg, settings)`` [+ ``kl_coef *
+    agg(kl(logp, ref))``].
 
     ``logp``, ``old_logp``, ``ref_logp``, ``advantages``, ``mask``: [B, T] for the micro-batch's
     rows; ``ctx``: the whole batch's counts. ``old_logp`` None: the policy that sampled is the
     current one (mu = 1, no KL in the reward), so ``old = logp.detach()``: ratio 1, gradient of
     ``logp``. ``ref_logp`` None: no reference model, no KL term. The KL term is in the loss only
-    for ``kl_placement == "loss"`` (``"reward"``: see :func:`kl_reward_token_rewards`)."""
+    for ``kl_placement == "loss"`` (``"reward"``: see :func:`kl_reward_token_rewards`). The clip
+    range is ``[1 - eps_low, 1 + eps_high]``, each ``clip_eps`` where not given; ``ratio_level``:
+    token or sequence (:class:`algorithms.losses.LossSettings`)."""
     agg = AGGREGATIONS.get(aggregation)
     old = old_logp if old_logp is not None else logp.detach()
-    pg = agg(POLICY_LOSSES.get(policy_loss)(logp, old, advantages, clip_eps), mask, ctx)
+    settings = LossSettings(clip_eps if eps_low is None else eps_low, clip_eps if eps_high is None else eps_high,
+                            ratio_level)
+    pg, stats = POLICY_LOSSES.get(policy_loss)(logp, old, advantages, mask, ctx, agg, settings)
     if kl_placement != "loss" or ref_logp is None:
-        return PolicyObjective(pg, pg, None)
+        return PolicyObjective(pg, pg, None, stats)
     kl = agg(KL_ESTIMATORS.get(kl_estimator)(logp, ref_logp), mask, ctx)
-    return PolicyObjective(pg + kl_coef * kl, pg, kl)
+    return PolicyObjective(pg + kl_coef * kl, pg, kl, stats)
 
 
 def kl_reward_token_rewards(old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, *,
@@ -76,17 +86,6 @@ def value_objective(values: torch.Tensor, old_values: torch.Tensor, returns: tor
     """PPO's critic loss of one micro-batch: ``value_coef * agg(clipped_value_loss(V, V_old, R))``."""
     return value_coef * AGGREGATIONS.get(aggregation)(clipped_value_loss(values, old_values, returns, value_clip),
                                                       mask, ctx)
-
-
-def clip_stats(logp: torch.Tensor, old_logp: Optional[torch.Tensor], mask: torch.Tensor,
-               clip_eps: float) -> tuple[float, float]:
-    """(number of masked tokens whose ratio lies outside [1 - eps, 1 + eps], largest masked ratio);
-    ``old_logp`` None as in :func:`policy_objective` (every ratio 1). No gradient."""
-    with torch.no_grad():
-        logp = logp.detach()
-        ratio = torch.exp(logp - (old_logp if old_logp is not None else logp))
-        clipped = ((ratio - 1).abs() > clip_eps).float() * mask
-        return clipped.sum().item(), (ratio * mask).max().item()
 
 
 REFERENCE_KL_ESTIMATOR = "k3"

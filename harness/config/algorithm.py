@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from algorithms.presets import has_critic, uses_reference
-from harness.config.rules import (ALGORITHM, FRACTION, STAGE_SAMPLES, above, at_least, check_fields, dir_path,
-                                  one_of, ruled)
+from algorithms.presets import RATIO_LEVELS, has_critic, uses_reference
+from harness.config.rules import (ALGORITHM, FRACTION, POSITIVE_FRACTION, STAGE_SAMPLES, above, at_least,
+                                  check_fields, dir_path, one_of, rule, ruled)
 
 
 @dataclass(frozen=True)
@@ -19,11 +19,13 @@ class AlgorithmConfig:
     """Named algorithm; sets the defaults of every component below that is left null:
     grpo, grpo_ps (process supervision), grpo_iter (reference resets only; the paper's iterative RL with
     reward-model retraining is reward_model.rounds), dr_grpo, rloo, prime (RLOO + process returns; PRIME
-    with reward_model.type=implicit), grpo_token_mean, ppo, rft, rft_dedup."""
+    with reward_model.type=implicit), grpo_token_mean, ppo, rft, rft_dedup, gspo (sequence ratio), cispo (clipped IS weight), reinforce_pp and reinforce_pp_baseline
+    (REINFORCE++), lite_ppo, dapo."""
     advantage: Optional[str] = None
-    """Advantage estimator (registry in algorithms.advantages), e.g. grpo, grpo_ps, rloo, dr_grpo, gae."""
+    """Advantage estimator (registry in algorithms.advantages), e.g. grpo, grpo_ps, rloo, dr_grpo, gae,
+    reinforce_pp, reinforce_pp_baseline, lite_ppo (group mean, batch std)."""
     policy_loss: Optional[str] = None
-    """Per-token policy loss (algorithms.losses): ppo_clip or sft_nll."""
+    """Policy loss (algorithms.losses): ppo_clip, cispo or sft_nll."""
     aggregation: Optional[str] = None
     """How per-token losses become one number: seq-mean-token-mean (DeepSeekMath),
     token-mean, seq-mean-token-sum-norm (Dr. GRPO's constant normaliser)."""
@@ -34,7 +36,36 @@ class AlgorithmConfig:
     correct_only); correct_dedup (each distinct correct text of a group once). Dropped rows have
     gradient coefficient 0: losses are still normalised by the whole sampled batch."""
     clip_eps: float = ruled(0.2, above(0))
-    """epsilon of the clipped ratio min(r A, clip(r, 1-eps, 1+eps) A)."""
+    """epsilon of the clipped ratio min(r A, clip(r, 1-eps, 1+eps) A): both sides of the range where
+    eps_low / eps_high and the preset leave them null."""
+    eps_low: Optional[float] = ruled(None, POSITIVE_FRACTION)
+    """Lower side of the clip range, clip(r, 1 - eps_low, 1 + eps_high); null = the preset's, else
+    clip_eps (dapo 0.2; gspo 3e-4; cispo 1.0, no lower bound on its importance weight)."""
+    eps_high: Optional[float] = ruled(None, above(0))
+    """Upper side of the clip range; null = the preset's, else clip_eps (DAPO's clip-higher 0.28,
+    arXiv 2503.14476; gspo 4e-4, arXiv 2507.18071)."""
+    ratio_level: Optional[str] = ruled(None, one_of(RATIO_LEVELS))
+    """Importance ratio per token (PPO, GRPO) or per sequence (GSPO: exp of the mean log-ratio over
+    the completion's tokens); null = the preset's (token but for gspo)."""
+    drop_zero_variance: Optional[bool] = None
+    """Drop the groups whose rewards are all equal (zero advantage) before the update, so the loss is
+    normalised over the informative ones; null = the preset's (dapo: true). Their samples still count
+    against the budget (samples_drawn vs samples_used in metrics.jsonl and summary.json)."""
+    max_resample: Optional[int] = ruled(None, at_least(0))
+    """DAPO's dynamic sampling: with drop_zero_variance, draw up to this many more batches of prompts in a
+    stage until it holds train.prompts_per_step informative groups (fewer if the bound or the budget is
+    reached first); every sample drawn is charged to the budget; null = the preset's (dapo: 2, else 0)."""
+    overlong_mask: Optional[bool] = None
+    """Overlong filtering (DAPO §3.4): truncated completions (no EOS within sampling.max_new_tokens) get
+    gradient coefficient 0 (the loss is still normalised by the sampled batch); null = the preset's (false)."""
+    overlong_buffer: Optional[float] = ruled(None, rule(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                        and 0 <= v < 1, "must be in [0, 1)"))
+    """DAPO's soft overlong punishment (eq. 13): L_cache as a share of sampling.max_new_tokens (rounded to
+    tokens); a completion longer than max_new_tokens - L_cache gets a reward penalty growing linearly
+    to -overlong_penalty at max_new_tokens. 0 = off; null = the preset's (dapo: 0.2, the paper's 4,096
+    of 20,480 tokens)."""
+    overlong_penalty: Optional[float] = ruled(None, at_least(0))
+    """Largest overlong penalty (verl's penalty_factor); null = the preset's (1.0)."""
     kl_coef: Optional[float] = ruled(None, at_least(0))
     """beta: KL weight (GRPO: 0.04 in the loss; PPO: 0.04 as a per-token reward penalty)."""
     kl_estimator: Optional[str] = None

@@ -51,6 +51,9 @@ def check_config(cfg) -> None:
               f"implicit (PRIME), or use an outcome-reward algorithm")
     check(algo.name != "grpo_iter" or algo.ref_reset_every > 0, "algorithm.ref_reset_every", algo.ref_reset_every,
           "grpo_iter (GRPO with reference resets) resets its reference every N steps: set N >= 1")
+    check(not (algo.drop_zero_variance and cfg.reward_model.type is not None), "algorithm.drop_zero_variance", True,
+          f"dynamic sampling scores several draws a stage, and a learned reward model (reward_model.type="
+          f"{cfg.reward_model.type}) scores one: set algorithm.drop_zero_variance=false")
     _check_reward_model(cfg, algo)
     ood = None
     if cfg.eval.ood.enabled:

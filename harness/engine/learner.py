@@ -61,7 +61,8 @@ from torch import nn
 
 from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, masked_whiten, outcome_token_rewards
 from algorithms.filters import FILTERS
-from algorithms.objective import clip_stats, kl_reward_token_rewards, policy_objective, reference_kl
+from algorithms.objective import kl_reward_token_rewards, policy_objective, reference_kl
+from algorithms.advantages import overlong_penalty
 from harness.engine import fastlm, logprobs
 from harness.engine.batching import MiniBatch, Plan, Rows, Stepper, forward_nograd, micro, plan_update
 from harness.engine.critic import Critic
@@ -204,6 +205,7 @@ class Learner:
         old_logp = self._old_logprobs(rollouts, b)
         fused_critic = self._fuses_critic(keep)
         values = self.critic_update.values(b) if self.critic is not None and not fused_critic else None
+        rewards = self._shaped_rewards(rewards, rollouts, valid, metrics)
         inp = AdvantageInput(rewards=rewards.float().to(self.device), mask=b.mask, n=rollouts.n,
                              step_rewards=step_rewards, values=values,
                              token_rewards=self._kl_reward(old_logp, ref_logp, b, valid, metrics),
@@ -242,11 +244,27 @@ class Learner:
               metrics: StepMetrics) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """The filter's kept rows (bool [B]), less a shard's padding rows; and ``valid`` as bool."""
         keep = self.filter(rewards, rollouts.completions, rollouts.n)
+        if self.algo.overlong_mask:  # DAPO's overlong filtering: truncated completions take no part
+            keep = keep & torch.as_tensor(list(rollouts.finished), dtype=torch.bool, device=keep.device)
         if valid is not None:
             valid = valid.to(keep.device).bool()
             keep = keep & valid
         metrics.mean("train/kept_fraction", (keep[valid] if valid is not None else keep).float())
         return keep, valid
+
+    def _shaped_rewards(self, rewards: torch.Tensor, rollouts, valid: Optional[torch.Tensor],
+                        metrics: StepMetrics) -> torch.Tensor:
+        """The outcome rewards plus DAPO's soft overlong penalty where ``algorithm.overlong_buffer`` > 0
+        (:func:`algorithms.advantages.overlong_penalty`, L_cache its share of ``sampling.max_new_tokens``);
+        the rewards as given otherwise."""
+        algo = self.algo
+        if not algo.overlong_buffer > 0:
+            return rewards
+        max_len = self.cfg.sampling.max_new_tokens
+        pen = overlong_penalty(rollouts.lengths.cpu(), max_len, int(round(algo.overlong_buffer * max_len)),
+                               algo.overlong_penalty)
+        metrics.mean("train/overlong_penalty", pen[valid.cpu()] if valid is not None else pen)
+        return rewards.float() + pen.to(rewards.device)
 
     def _logprobs(self, model, b: Batch) -> torch.Tensor:
         return token_logprobs(model, b, self.temperature)
@@ -327,7 +345,7 @@ class Learner:
             metrics.over(steps, "train/kl_loss")
         if self.critic is not None:
             metrics.over(steps, "train/value_loss")
-        metrics.over(plan.kept_tokens * E, "train/clip_frac")
+        metrics.over(plan.kept_tokens * E, "train/clip_frac", "train/clip_frac_low", "train/clip_frac_high")
         metrics.max("train/ratio_max", 0.0)
         for epoch in range(E):
             if not frozen:
@@ -361,7 +379,9 @@ class Learner:
                     obj = policy_objective(logp, old, ref, plan.adv[sl], mb.mask, mini.ctx,
                                            policy_loss=algo.policy_loss, aggregation=algo.aggregation,
                                            kl_estimator=algo.kl_estimator, kl_coef=algo.kl_coef,
-                                           kl_placement=algo.kl_placement, clip_eps=algo.clip_eps)
+                                           kl_placement=algo.kl_placement, clip_eps=algo.clip_eps,
+                                           eps_low=algo.eps_low, eps_high=algo.eps_high,
+                                           ratio_level=algo.ratio_level)
                     if obj.kl is not None:
                         metrics.add("train/kl_loss", obj.kl.item())
                     if epoch == 0 and old is None and ref is not None:
@@ -371,9 +391,12 @@ class Learner:
                                              f"try a lower train.lr or check the rewards")
                 with self.perf.phase("backward"):
                     run.backward(self.policy, obj.loss)
-            clipped, ratio_max = clip_stats(logp, old, mb.mask, algo.clip_eps)
-            metrics.add("train/clip_frac", clipped)
-            metrics.max("train/ratio_max", ratio_max)
+            st = obj.stats  # the loss's own, at its ratio's level (token or sequence)
+            metrics.add("train/clip_frac", st.clipped_low + st.clipped_high)
+            metrics.add("train/clip_frac_low", st.clipped_low)
+            metrics.add("train/clip_frac_high", st.clipped_high)
+            metrics.max("train/ratio_max", st.ratio_max)
+            metrics.collect("train/ratio", st.ratios)
             metrics.add("train/loss", obj.loss.item())
             metrics.add("train/pg_loss", obj.pg_loss.item())
         with self.perf.phase("optimizer"):

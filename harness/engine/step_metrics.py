@@ -12,6 +12,9 @@ metric is computed once, by its kind (``METRICS``):
 - ``loss``: a sum over the update's optimizer-step slices (all epochs), over their number.
   Several processes: the mean of the ranks' values (the update follows the rank-averaged loss).
 - ``max``: the largest value recorded (from 0), over ranks too.
+- ``quantile``: a quantile of every value collected (:meth:`StepMetrics.collect`, e.g. the ratios
+  of every micro-batch and epoch): ``train/ratio_p50`` is the median of what was collected as
+  ``train/ratio``. Several processes: of every rank's values together.
 - ``shared``: the same on every rank (the learning rate, the gradient norm after the gradients'
   all-reduce, flags): rank 0's.
 
@@ -27,6 +30,8 @@ __all__ = ["METRICS", "StepMetrics", "group_advantage_sums"]
 
 METRICS: dict[str, tuple[str, str]] = {
     "train/kept_fraction": ("mean", "fraction of the sampled rows the filter kept"),
+    "train/overlong_penalty": ("mean", "DAPO's soft overlong penalty added to the outcome reward, per row "
+                                       "(algorithm.overlong_buffer > 0)"),
     "train/kl_reward_penalty": ("mean", "KL in the reward: per row, the sum of its tokens' KL estimates"),
     "train/adv_mean": ("mean", "advantage, over the kept tokens"),
     "train/adv_abs_mean": ("mean", "absolute advantage, over the kept tokens"),
@@ -39,8 +44,16 @@ METRICS: dict[str, tuple[str, str]] = {
     "train/kl_loss": ("loss", "the KL term of the loss, the algorithm's estimator (KL in the loss)"),
     "train/kl": ("mean", "per-token KL of the sampling policy to the reference, over the kept tokens (k3, "
                          "algorithms.objective.reference_kl)"),
-    "train/clip_frac": ("mean", "fraction of the kept tokens of every epoch whose ratio was clipped"),
+    "train/clip_frac": ("mean", "fraction of the kept tokens of every epoch whose ratio was outside the clip range "
+                                "(below plus above)"),
+    "train/clip_frac_low": ("mean", "fraction of the kept tokens of every epoch whose ratio was below 1 - eps_low "
+                                    "(a sequence's ratio counts for each of its tokens at sequence level)"),
+    "train/clip_frac_high": ("mean", "fraction of the kept tokens of every epoch whose ratio was above 1 + eps_high"),
     "train/ratio_max": ("max", "largest probability ratio to the sampling policy on a kept token"),
+    "train/ratio_p10": ("quantile", "10% quantile of the ratios the loss used (per token, or per sequence for a "
+                                    "sequence-level ratio: GSPO), over every micro-batch and epoch"),
+    "train/ratio_p50": ("quantile", "median of those ratios"),
+    "train/ratio_p90": ("quantile", "90% quantile of those ratios"),
     "train/value_loss": ("loss", "the critic's value loss"),
     "train/value_mean": ("mean", "the critic's value before the update, over the kept tokens"),
     "train/lr": ("shared", "the policy's learning rate"),
@@ -49,7 +62,17 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 """Every train/* metric a learner step can log: name -> (kind, meaning), in the row's order."""
 
-COUNT_AT_LEAST_ONE = ("train/clip_frac",)
+COUNT_AT_LEAST_ONE = ("train/clip_frac", "train/clip_frac_low", "train/clip_frac_high")
+
+
+def _quantile_of(name: str) -> tuple[str, float]:
+    """``train/ratio_p90`` -> (``train/ratio``, 0.9): what was collected, and the quantile."""
+    base, _, q = name.rpartition("_p")
+    return base, int(q) / 100
+
+
+def _quantile(values, q: float) -> float:
+    return torch.quantile(torch.as_tensor(values, dtype=torch.float64), q).item()
 
 
 def group_advantage_sums(adv: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor, n: int) -> torch.Tensor:
@@ -66,6 +89,7 @@ class StepMetrics:
         self._elements: dict[str, torch.Tensor] = {}
         self._sums: dict[str, list] = {}  # name -> [sum, count]
         self._values: dict[str, float] = {}  # max and shared metrics
+        self._collected: dict[str, list] = {}  # name -> tensors whose values quantile metrics read
 
     def mean(self, name: str, elements: torch.Tensor) -> None:
         """``name`` is the mean of ``elements`` (a tensor: one value per row, token or group)."""
@@ -83,6 +107,14 @@ class StepMetrics:
         for name in names:
             self.add(name, 0.0, count)
 
+    def collect(self, name: str, values: torch.Tensor) -> None:
+        """Add ``values`` (1-D) to those collected as ``name`` (quantile metrics ``<name>_pNN`` read them)."""
+        self._collected.setdefault(name, []).append(values.detach().reshape(-1).float().cpu())
+
+    def _collected_values(self, base: str):
+        parts = self._collected.get(base, [])
+        return torch.cat(parts) if parts else torch.zeros(0)
+
     def max(self, name: str, value: float) -> None:
         """``name`` is the largest value recorded (from 0.0)."""
         self._values[name] = max(self._values.get(name, 0.0), value)
@@ -94,7 +126,8 @@ class StepMetrics:
     def share(self) -> dict:
         """This rank's share, as plain numbers: [sum, count] of means and losses, values of the rest."""
         out = {k: [v.sum().item(), v.numel()] for k, v in self._elements.items()}
-        return {**out, **{k: list(v) for k, v in self._sums.items()}, **self._values}
+        quant = {k: self._collected_values(k).tolist() for k in self._collected}
+        return {**out, **{k: list(v) for k, v in self._sums.items()}, **self._values, **quant}
 
     def values(self, dist=None) -> dict:
         """The metrics row: ``{name: value}`` in ``METRICS``'s order. ``dist``: a
@@ -114,6 +147,10 @@ class StepMetrics:
                     row[name] = total / count
             elif name in self._values:
                 row[name] = self._values[name]
+            elif kind == "quantile" and _quantile_of(name)[0] in self._collected:
+                got = self._collected_values(_quantile_of(name)[0])
+                if got.numel():
+                    row[name] = _quantile(got, _quantile_of(name)[1])
         return row
 
 
@@ -121,6 +158,12 @@ def _combine(shares: list) -> dict:
     """The metrics row from every rank's share (rank order), by each metric's kind."""
     row = {}
     for name, (kind, _) in METRICS.items():
+        if kind == "quantile":
+            base, q = _quantile_of(name)
+            got = [x for s in shares for x in s.get(base, [])]
+            if got:
+                row[name] = _quantile(got, q)
+            continue
         have = [s[name] for s in shares if name in s]
         if not have:
             continue

@@ -32,6 +32,24 @@ DEFAULT_REWARD_MODEL = {"type": None, "init": None, "rounds": 1, "samples_per_ro
 """The ``reward_model`` section at its defaults (``harness.config.schema.RewardModelConfig``; a test
 keeps the two equal): left out of the hash, so configs that predate the section keep their run ids."""
 
+NEUTRAL_ALGORITHM = {"ratio_level": "token", "drop_zero_variance": False, "max_resample": 0, "overlong_mask": False,
+                     "overlong_buffer": 0.0, "overlong_penalty": 1.0}
+"""Algorithm settings that came after run ids were pinned, at the value that computes what runs did
+before them: left out of the hash, so earlier configs keep their run ids. (``eps_low`` and
+``eps_high`` are left out when they equal ``clip_eps``, which is hashed.)"""
+
+
+def _drop_neutral(algo: dict) -> None:
+    """Remove from a resolved algorithm section the later settings that change nothing
+    (:data:`NEUTRAL_ALGORITHM`; a clip side equal to ``clip_eps``)."""
+    for side in ("eps_low", "eps_high"):
+        if side in algo and algo[side] == algo.get("clip_eps"):
+            algo.pop(side)
+    for key, value in NEUTRAL_ALGORITHM.items():
+        if key in algo and algo[key] == value and isinstance(algo[key], bool) == isinstance(value, bool):
+            algo.pop(key)
+
+
 _RUN_ID = re.compile(r"^(?P<algorithm>.+?)-s(?P<seed>-?\d+)-(?P<hash>[0-9a-f]+)$")
 
 
@@ -55,6 +73,8 @@ def run_id(cfg) -> str:
         d["warmup"].pop("cache_dir", None)  # where the warm-up is cached, not what it is
     if isinstance(d.get("train"), dict):
         d["train"].pop("checkpoint_minutes", None)  # how often it saves, not what it computes
+    if isinstance(d.get("algorithm"), dict):
+        _drop_neutral(d["algorithm"])
     if d.get("reward_model") == DEFAULT_REWARD_MODEL:
         d.pop("reward_model")  # off (its defaults): the section came later, so runs without it keep their ids
     return format_run_id(cfg.algo.name, cfg.seed, stable_hash(d, HASH_LENGTH, integral_floats_as_ints=True))

@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["matmul_weights", "forward_flops", "stage_flops"]
+__all__ = ["matmul_weights", "forward_flops", "stage_flops", "drawn_stage_flops"]
 
 
 def matmul_weights(model) -> int:
@@ -76,3 +76,19 @@ def stage_flops(cfg, learner, rollouts, kept_fraction: float, fused_critic: bool
         fc = forward_flops(learner.critic, lengths)
         total += fc * (3 * E * kept_fraction + (0 if fused_critic else 1))
     return total
+
+
+def drawn_stage_flops(cfg, learner, used, drawn, kept_fraction: float) -> Optional[float]:
+    """:func:`stage_flops` of a stage whose learner trained on ``used`` while it drew ``drawn`` (dynamic
+    sampling: the dropped groups were generated too; None: ``used`` is all it drew): the update's work
+    on ``used`` and the generation of every row of ``drawn``. ``fused_critic`` is the learner's rule."""
+    fused = learner._fuses_critic(torch.tensor(kept_fraction == 1.0))
+    if drawn is None:
+        return stage_flops(cfg, learner, used, kept_fraction, fused_critic=fused)
+    total = stage_flops(cfg, learner, used, kept_fraction, fused_critic=fused) if used.num_sequences else 0.0
+    if total is None:
+        return None
+
+    def gen(ro) -> float:
+        return forward_flops(learner.policy, ro.prompt_mask.sum(1).cpu() + ro.completion_mask.sum(1).cpu())
+    return total + gen(drawn) - (gen(used) if used.num_sequences else 0.0)

@@ -61,7 +61,8 @@ from harness.engine.learner import Learner
 from harness.engine.models import build_tiny_model, load_prm, load_policy, resolve_device, save_policy
 from harness.engine.perf import PerfTracker
 from harness.engine.sampling import char_to_token_index
-from harness.foundation.base import flatten
+from algorithms.filters import zero_variance_share
+from harness.foundation.base import ConfigError, flatten
 from harness.foundation.budget import (STEP, budget_reached, consumed, eval_thresholds, new_counters, overshoot,
                                        row_counters, stage_samples, threshold_warning, thresholds_passed)
 from harness.foundation.files import writing
@@ -75,7 +76,7 @@ from harness.rundir.summary import new_summary, read_summary, record_end, record
 from harness.tracking.base import TrackerSet
 from harness.tracking.mirrors import open_trackers
 from harness.train.evalpoints import EVAL_SEED_OFFSET, cached_initial_eval, evaluate_point, ood_task
-from harness.train.flops import stage_flops
+from harness.train.flops import drawn_stage_flops
 from harness.train.checkpoint import checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint
 from harness.train.stage import build_models, run_stage, stage_problems, stage_seed
 from harness.train.warmup import WARMUP_SEED, ensure_warmup, starting_checkpoint
@@ -399,6 +400,9 @@ def _setup(run: _Run, progress: bool) -> None:
     run.device = dist.device if dist.is_distributed else resolve_device(cfg.device)
     run.perf = PerfTracker(run.device)
     algo = cfg.algo
+    if dist.is_distributed and algo.drop_zero_variance:
+        raise ConfigError(f"algorithm.drop_zero_variance=true is invalid with {dist.world_size} processes: dynamic "
+                          f"sampling runs in one process only (set it to false, or run one process)")
     run.task = get_task(cfg.task)
     run.ood = ood_task(cfg)
     # the exact step rewards (or algorithm.prm); with a learned reward model they are its labels and statistics
@@ -459,6 +463,7 @@ def _restore(run: _Run, resume: bool) -> None:
             run.writer.truncate_after(-1)
         return
     run.counters = state["counters"]
+    run.counters["samples_used"] = int(state.get("samples_used", run.counters["samples"]))  # older: all used
     run.passed = state["passed"]
     run.summary["initial_eval"] = state.get("initial_eval")
     if run.writer is not None:
@@ -487,7 +492,9 @@ def _train_to_budget(run: _Run, progress: bool) -> tuple[dict, list]:
         row, stats = _stage(run, counters[STEP])
         step_times.append(stats.dt)
         counters[STEP] += 1
-        counters["samples"] += stats.n_seqs
+        counters["samples"] += stats.n_seqs  # every sample drawn, those dynamic sampling dropped too
+        counters["samples_used"] = counters.get("samples_used", counters["samples"] - stats.n_seqs) + (
+            stats.n_seqs if stats.n_used is None else stats.n_used)
         counters["tokens"] += stats.n_tokens
         counters["seconds"] += stats.dt
         if run.rm is not None:  # iterative RL: the end of a round retrains the reward model (charged here)
@@ -536,7 +543,8 @@ def _time_checkpoint_due(cfg: Config, seconds_since: float) -> bool:
 def _save_resume_point(run: _Run) -> None:
     """Every rank: the resume point after the current stage (counters, thresholds passed,
     initial evaluation, learner, RNG); resuming from it replays what an uninterrupted run does."""
-    state = {"counters": dict(run.counters), "passed": run.passed, "initial_eval": run.summary["initial_eval"]}
+    state = {"counters": dict(run.counters), "passed": run.passed, "initial_eval": run.summary["initial_eval"],
+             "samples_used": run.counters.get("samples_used", run.counters["samples"])}
     if run.rm is not None:
         state["reward_model"] = run.rm.state_dict()
     save_checkpoint(run.ckpt, run.dist, run.learner, run.cfg, state)
@@ -556,6 +564,7 @@ class _StageStats:
     short: list = field(default_factory=list)  # per sequence: fewer steps than needed (tasks that know)
     logprob_sum: float = 0.0  # sampled tokens' log-probs under the sampling distribution, summed
     flops: Optional[float] = None  # the stage's model FLOPs (harness.train.flops), None where not counted
+    n_used: Optional[int] = None  # samples the learner trained on (n_seqs but for groups dynamic sampling dropped)
 
 
 def _stage_prompts(run: _Run, k: int):
@@ -577,25 +586,39 @@ def _stage_prompts(run: _Run, k: int):
 
 def _stage(run: _Run, k: int) -> tuple[dict, _StageStats]:
     """One training stage (:func:`harness.train.stage.run_stage`: sample, score, learn), then the
-    non-finite check and the reference reset when due. Returns its metrics row and statistics."""
+    non-finite check and the reference reset when due. Returns its metrics row and statistics, which
+    describe every sample drawn (those dynamic sampling dropped too: the budget is charged for them)."""
     cfg, task = run.cfg, run.task
     t_stage = time.perf_counter()
     problems, valid = _stage_prompts(run, k)
     scorer = score if run.rm is None else run.rm.scorer(score)  # a reward model: what the learner is given
     st = run_stage(run.learner, cfg, task, run.tok, k, problems, scorer, perf=run.perf, dist=run.dist, prm=run.prm,
-                   valid=valid, progress=consumed(run.counters, cfg.budget.unit) / cfg.budget.amount)
+                   valid=valid, progress=consumed(run.counters, cfg.budget.unit) / cfg.budget.amount,
+                   more_prompts=lambda r, drawn: _more_prompts(run, drawn))
     _check_finite(run, st.metrics, k)
     if ref_reset_due(k, cfg.algo.ref_reset_every):
         run.learner.reset_reference()
     dt = time.perf_counter() - t_stage
     secs = run.perf.pop_seconds()
-    rewards, steps, rm_row = (st.rewards, st.step_rewards, {}) if run.rm is None else run.rm.take_exact()
+    drawn = st.all_drawn
+    rewards, steps, rm_row = (drawn.rewards, drawn.step_rewards, {}) if run.rm is None else run.rm.take_exact()
     kept = float(st.metrics.get("train/kept_fraction", 1.0))
-    flops = stage_flops(cfg, run.learner, st.rollouts, kept,
-                        fused_critic=run.learner._fuses_critic(torch.tensor(kept == 1.0)))  # the learner's rule
-    stats = _stage_stats(run, st.rollouts, rewards, steps, valid, dt, secs,
-                         short_outputs(task, st.problems_rep, st.rollouts), flops)
+    flops = drawn_stage_flops(cfg, run.learner, st.rollouts, st.drawn.rollouts if st.drawn else None, kept)
+    stats = _stage_stats(run, drawn.rollouts, rewards, steps, valid, dt, secs,
+                         short_outputs(task, drawn.problems_rep, drawn.rollouts), flops)
+    stats.n_used = stats.n_seqs if st.drawn is None else st.rollouts.num_sequences
     return {**_stage_row(st.metrics, stats, secs, cfg.sampling.samples_per_prompt, run.prm is not None), **rm_row}, stats
+
+
+def _more_prompts(run: _Run, drawn: int) -> int:
+    """Prompts a further draw of dynamic sampling may take once the stage drew ``drawn`` samples: a full
+    stage's, cut (with a samples budget) to what the budget has left, as :func:`_stage_prompts` cuts."""
+    cfg = run.cfg
+    G, P = cfg.sampling.samples_per_prompt, cfg.train.prompts_per_step
+    if cfg.budget.unit != "samples":
+        return P
+    left = cfg.budget.amount - run.counters["samples"] - drawn
+    return min(P, math.ceil(left / G)) if left > 0 else 0
 
 
 def _check_finite(run: _Run, tm: dict, k: int) -> None:
@@ -657,6 +680,9 @@ def _stage_row(tm: dict, stats: _StageStats, secs: dict, G: int, need_steps: boo
            "rollout/solve_rate_any": rewards.view(-1, G).max(1).values.mean().item(),
            "rollout/len_mean": stats.lens.mean().item(),
            "rollout/truncated_frac": 1.0 - float(np.mean(stats.finished)),
+           "rollout/zero_variance_frac": zero_variance_share(rewards, G),
+           "rollout/samples_drawn": stats.n_seqs,
+           "rollout/samples_used": stats.n_seqs if stats.n_used is None else stats.n_used,
            "perf/step_seconds": stats.dt,
            "perf/gen_tokens_per_s": stats.n_tokens / max(stats.gen_seconds, 1e-9)}
     if stats.flops is not None:
@@ -704,7 +730,11 @@ def _finalize(run: _Run, last_eval: dict, step_times: list) -> None:
     cfg = run.cfg  # overshoot bound: one stage (tokens: every sample at max_new_tokens)
     bound = {"tokens": stage_samples(cfg.train.prompts_per_step, cfg.sampling.samples_per_prompt)
              * cfg.sampling.max_new_tokens, "seconds": max(step_times, default=None)}.get(cfg.budget.unit)
+    if cfg.algo.drop_zero_variance:  # a stage may draw 1 + max_resample batches
+        bound = bound * (1 + cfg.algo.max_resample) if cfg.budget.unit == "tokens" else bound
     run.summary["budget"]["overshoot"] = overshoot(cfg.budget, run.counters, bound)
+    run.summary["budget"]["samples_drawn"] = run.counters["samples"]  # what the budget was charged
+    run.summary["budget"]["samples_used"] = run.counters.get("samples_used", run.counters["samples"])
     if run.cfg.train.save_final_model:
         with dist.gathered(run.learner.policy) as m:  # collective under ZeRO-3; the main rank writes
             if dist.is_main:

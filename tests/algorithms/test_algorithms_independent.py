@@ -109,11 +109,21 @@ def pop_std(xs):
     return (sum((x - m) ** 2 for x in xs) / len(xs)) ** 0.5
 
 
-def group_advantages(kind):
+def shaped_rewards(algo, comps):
+    """The outcome rewards plus DAPO's soft overlong punishment (eq. 13) where the algorithm has one:
+    L_cache = overlong_buffer * L_max tokens; -(|o| - (L_max - L_cache)) / L_cache beyond L_max - L_cache."""
+    if not algo.overlong_buffer:
+        return list(REWARDS)
+    cache = round(algo.overlong_buffer * L_MAX)
+    return [r + algo.overlong_penalty * min(0.0, max(-1.0, (L_MAX - cache - len(c)) / cache))
+            for r, c in zip(REWARDS, comps)]
+
+
+def group_advantages(kind, rewards=REWARDS):
     """Per row, a constant advantage (outcome supervision)."""
     out = []
-    for g in range(0, len(REWARDS), G):
-        r = REWARDS[g:g + G]
+    for g in range(0, len(rewards), G):
+        r = rewards[g:g + G]
         for i in range(G):
             if kind == "grpo":
                 s = pop_std(r)
@@ -122,6 +132,8 @@ def group_advantages(kind):
                 out.append(r[i] - mean(r))
             elif kind == "rloo":
                 out.append(r[i] - (sum(r) - r[i]) / (G - 1))
+            elif kind == "lite_ppo":  # Lite PPO: group mean, the std of every reward of the batch
+                out.append((r[i] - mean(r)) / (pop_std(rewards) + STD_EPS))
     return out
 
 
@@ -178,6 +190,20 @@ def ppo_advantages(old, ref, v_old, beta):
     return [(a - mu) / torch.sqrt(var + 1e-8) for a in adv], ret
 
 
+def reinforce_pp_advantages(old, ref, beta, baseline):
+    """REINFORCE++ eq. 8-10: A_t = r - beta sum_{i >= t} (log pi_old - log pi_ref) (with ``baseline``, r less
+    its group's mean), then normalised over every token of the batch (mean, unbiased variance, eps 1e-8)."""
+    adv = []
+    for i, (o, r_) in enumerate(zip(old, ref)):
+        g = i // G * G
+        outcome = REWARDS[i] - (mean(REWARDS[g:g + G]) if baseline else 0.0)
+        kl = o - r_
+        adv.append(torch.stack([outcome - beta * kl[t:].sum() for t in range(len(o))]))
+    flat = torch.cat(adv)
+    mu, var = flat.mean(), ((flat - flat.mean()) ** 2).sum() / (flat.numel() - 1)
+    return [(a - mu) / torch.sqrt(var + 1e-8) for a in adv]
+
+
 def rft_indicator(dedup):
     keep = []
     for g in range(0, len(REWARDS), G):
@@ -189,22 +215,35 @@ def rft_indicator(dedup):
     return keep
 
 
-def policy_loss(name, lp, old, ref, adv, rows, beta):
+def surrogate_tokens(algo, lp_i, old_i, adv_i):
+    """Per-token surrogate of one output: PPO's clipped ratio with the range [1 - eps_low, 1 + eps_high]
+    (DAPO eq. 10), the ratio per token or, at sequence level, GSPO's (pi / pi_old) ** (1 / |o|) (eq. 7)
+    written as the product of the token ratios to the power 1 / |o|."""
+    lo, hi = algo.eps_low, algo.eps_high
+    if algo.ratio_level == "sequence":
+        ratio = torch.prod(torch.exp(lp_i - old_i)) ** (1.0 / len(lp_i)) * torch.ones_like(lp_i)
+    else:
+        ratio = torch.exp(lp_i - old_i)
+    return -torch.minimum(ratio * adv_i, torch.clamp(ratio, 1 - lo, 1 + hi) * adv_i)
+
+
+def policy_loss(algo, lp, old, ref, adv, rows, beta):
     """The loss of slice ``rows``; every term from the equations above."""
-    p = ALGORITHMS[name]
     total = 0.0
     for i in rows:
-        if p["policy_loss"] == "sft_nll":
+        if algo.policy_loss == "sft_nll":
             tok = -adv[i] * lp[i]
+        elif algo.policy_loss == "cispo":  # MiniMax-M1 eq. 4: the clipped weight is a constant (stop-gradient)
+            w = torch.clamp(torch.exp(lp[i] - old[i]), 1 - algo.eps_low, 1 + algo.eps_high).detach()
+            tok = -w * adv[i] * lp[i]
         else:
-            ratio = torch.exp(lp[i] - old[i])
-            tok = -torch.minimum(ratio * adv[i], torch.clamp(ratio, 1 - CLIP, 1 + CLIP) * adv[i])
-            if p["kl_placement"] == "loss":
+            tok = surrogate_tokens(algo, lp[i], old[i], adv[i])
+            if algo.kl_placement == "loss" and beta > 0:
                 d = ref[i] - lp[i]
                 tok = tok + beta * (torch.exp(d) - d - 1)  # k3, DeepSeekMath eq. 4
-        if p["aggregation"] == "seq-mean-token-mean":
+        if algo.aggregation == "seq-mean-token-mean":
             total = total + tok.mean() / len(rows)
-        elif p["aggregation"] == "token-mean":
+        elif algo.aggregation == "token-mean":
             total = total + tok.sum() / sum(len(lp[j]) for j in rows)
         else:  # Dr. GRPO
             total = total + tok.sum() / (len(rows) * L_MAX)
@@ -283,10 +322,12 @@ def test_learner_gradient_matches_the_paper(name, case):
         adv = process_advantages(comps)
     elif algo.advantage == "prime":
         adv = prime_advantages(comps)
+    elif algo.advantage in ("reinforce_pp", "reinforce_pp_baseline"):
+        adv = reinforce_pp_advantages(old, ref_lp, beta, baseline=algo.advantage == "reinforce_pp_baseline")
     elif algo.advantage == "ones":
         adv = rft_indicator(dedup=algo.filter == "correct_dedup")
     else:
-        adv = group_advantages(algo.advantage)
+        adv = group_advantages(algo.advantage, shaped_rewards(algo, comps))
     adv = [a if torch.is_tensor(a) else torch.full((len(c),), float(a)) for a, c in zip(adv, comps)]
 
     learner = Learner(policy, algo, cfg, "cpu", PerfTracker(), reference=ref, critic=critic)
@@ -303,7 +344,7 @@ def test_learner_gradient_matches_the_paper(name, case):
 
         def loss_fn(mdl, rows=rows):
             lp = logps(mdl, prompts, comps, tau)
-            return policy_loss(name, lp, old, ref_lp, adv, rows, beta)
+            return policy_loss(algo, lp, old, ref_lp, adv, rows, beta)
         close(got, grad_at(policy0, params, loss_fn))
     if algo.critic:
         assert len(crit_steps) == E * len(slices)
@@ -311,7 +352,7 @@ def test_learner_gradient_matches_the_paper(name, case):
             rows = slices[k % len(slices)]
             close(got, grad_at(critic0, params, lambda c, rows=rows: value_loss(values(c, prompts, comps), v_old,
                                                                                  ret, rows)))
-    if E * M > 1 and algo.policy_loss == "ppo_clip":
+    if E * M > 1 and algo.policy_loss in ("ppo_clip", "cispo"):
         # after the first step the ratios move away from 1 (old log-probs are from before it)
         with torch.no_grad():
             now = logps(policy, prompts, comps, tau)

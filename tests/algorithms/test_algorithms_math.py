@@ -6,8 +6,14 @@ import torch
 
 from algorithms.advantages import ADVANTAGES, AdvantageInput, gae, group_token_sums, masked_whiten
 from algorithms.filters import FILTERS
-from algorithms.losses import (AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, AggContext, clipped_value_loss,
-                               kl_k1, kl_k2, kl_k3, ppo_clip)
+from algorithms.losses import (AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, AggContext, LossSettings,
+                               clipped_value_loss, kl_k1, kl_k2, kl_k3)
+from algorithms.losses import ppo_clip as _ppo_clip
+
+
+def ppo_clip(lp, old, adv, eps):
+    """The registered loss per token: aggregation the identity, a symmetric clip at ``eps``."""
+    return _ppo_clip(lp, old, adv, torch.ones_like(lp), None, lambda x, mask, ctx: x, LossSettings(eps, eps)).loss
 from algorithms.registry import UnknownComponentError
 
 

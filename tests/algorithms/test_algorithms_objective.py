@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from algorithms.losses import AggContext
-from algorithms.objective import clip_stats, kl_reward_token_rewards, policy_objective, value_objective
+from algorithms.objective import kl_reward_token_rewards, policy_objective, value_objective
 from algorithms.registry import UnknownComponentError
 
 E = math.e
@@ -59,7 +59,8 @@ def test_on_policy_ratio_is_one_with_the_gradient_of_logp():
     assert obj.loss.item() == pytest.approx(-(0.5 - 2.0) / 2, abs=1e-6)
     obj.loss.backward()
     assert torch.allclose(logp.grad, -adv / 4, atol=1e-7)
-    assert clip_stats(logp, None, mask, 0.2) == (0.0, 1.0)
+    st = obj.stats  # the loss's own clip statistics: every ratio 1, nothing clipped
+    assert (st.clipped_low, st.clipped_high, st.ratio_max) == (0.0, 0.0, 1.0)
 
 
 def test_k3_kl_in_the_loss_by_hand():
@@ -128,10 +129,10 @@ def test_clipped_value_objective_by_hand():
 
 
 def test_clip_stats_count_masked_tokens_outside_the_range():
-    logp, old, _, mask, _ = two_rows()
-    clipped, ratio_max = clip_stats(logp, old, mask, 0.2)
-    assert clipped == 3.0  # e, 0.5 and e (row 1's e^5 is padding)
-    assert ratio_max == pytest.approx(E, abs=1e-5)
+    logp, old, adv, mask, ctx = two_rows()
+    st = policy_objective(logp, old, None, adv, mask, ctx, **GRPO).stats
+    assert (st.clipped_low, st.clipped_high) == (1.0, 2.0)  # 0.5 below; e and e above (row 1's e^5 is padding)
+    assert st.ratio_max == pytest.approx(E, abs=1e-5)
 
 
 def test_unknown_component_names_list_the_valid_ones():

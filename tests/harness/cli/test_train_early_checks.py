@@ -76,8 +76,14 @@ def _train(sandbox: Path, *sets: str) -> list[str]:
      "tracking.wandb_mode='bogus' is invalid: must be one of offline, online, disabled"),
     (["tracking.mlflow=true", "tracking.mlflow_uri=garbage"],
      "tracking.mlflow_uri='garbage' is invalid: has no URI scheme"),
+    (["algorithm.name=dapo", "algorithm.eps_high=-1"], "algorithm.eps_high=-1.0 is invalid: must be > 0"),
+    (["algorithm.name=dapo", "algorithm.eps_low=1.5"], "algorithm.eps_low=1.5 is invalid: must be in (0, 1]"),
+    (["algorithm=gspo", "algorithm.ratio_level=seq"],
+     "algorithm.ratio_level='seq' is invalid: must be one of token, sequence; did you mean 'sequence'?"),
+    (["algorithm=dapo", "algorithm.max_resample=-2"], "algorithm.max_resample=-2 is invalid: must be >= 0"),
+    (["algorithm=dapo", "algorithm.overlong_buffer=1"], "algorithm.overlong_buffer=1.0 is invalid: must be in [0, 1)"),
 ], ids=["train-threads", "warmup-threads", "hidden-size", "num-layers", "intermediate-size", "wandb-mode",
-        "mlflow-uri"])
+        "mlflow-uri", "eps-high", "eps-low", "ratio-level", "max-resample", "overlong-buffer"])
 def test_train_refuses_limits_before_any_folder(sets, must, sandbox, capsys):
     err = _refused(capsys, _train(sandbox, *sets), must, sandbox, starts="harness: config error: ")
     assert err.endswith(f"(from --set {sets[-1]})")

@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from harness.config.schema import load_config
 from harness.engine.learner import ValueModel
-from harness.train.flops import forward_flops, matmul_weights, stage_flops
+from harness.train.flops import drawn_stage_flops, forward_flops, matmul_weights, stage_flops
 
 QS = "harness/configs/quickstart.yaml"
 
@@ -66,3 +66,21 @@ def test_stage_flops_per_algorithm(tiny):
     # a learned reward model's costs are not counted, so nothing is
     prm = load_config(QS, ["algorithm=grpo_ps", "reward_model.type=prm"])
     assert stage_flops(prm, _learner(tiny, prm), _rollouts(), 1.0, False) is None
+
+
+def test_dropped_groups_cost_their_generation(tiny):
+    """Dynamic sampling (dapo: no reference, no critic): the update's 3 F on the rows used, and one forward
+    (generation) for every row drawn, the dropped ones too."""
+    dapo = load_config(QS, ["algorithm=dapo"])
+    learner = _learner(tiny, dapo)
+    learner._fuses_critic = lambda keep: False
+    used = SimpleNamespace(num_sequences=2, **vars(_rollouts()))
+    # drawn: the two used rows and a dropped one of 2 prompt and 3 completion tokens
+    drawn = SimpleNamespace(num_sequences=3, prompt_mask=torch.cat([used.prompt_mask, torch.tensor([[0, 1, 1]])]),
+                            completion_mask=torch.cat([used.completion_mask, torch.tensor([[1, 1, 1]])]))
+    f_used, f_dropped = forward_flops(tiny, torch.tensor([5, 4])), forward_flops(tiny, torch.tensor([5]))
+    got = drawn_stage_flops(dapo, learner, used, drawn, 1.0)
+    assert got == pytest.approx(4 * f_used + f_dropped, rel=1e-12)
+    assert drawn_stage_flops(dapo, learner, used, None, 1.0) == pytest.approx(4 * f_used, rel=1e-12)
+    empty = SimpleNamespace(num_sequences=0, prompt_mask=torch.zeros(0, 2), completion_mask=torch.zeros(0, 3))
+    assert drawn_stage_flops(dapo, learner, empty, drawn, 1.0) == pytest.approx(f_used + f_dropped, rel=1e-12)
