@@ -38,7 +38,18 @@ PLOT_TITLES = {
     "peak_memory": "Peak memory",
     "wall_clock": "Wall-clock",
     "reward_curves": f"Reward curves (moving average over {SMOOTH_STAGES} stages)",
+    "run_health": f"Run health: why an arm learned or not (moving average over {SMOOTH_STAGES} stages)",
 }
+RUN_HEALTH = {
+    "rollout/zero_variance_frac": "share of groups with one reward (no signal)",
+    "train/clip_frac_low": "share of tokens clipped below (ratio < 1 - eps_low)",
+    "train/clip_frac_high": "share of tokens clipped above (ratio > 1 + eps_high)",
+    "train/ratio_p90": "90th percentile of the ratio (per sequence for GSPO)",
+    "rollout/entropy_est": "entropy estimate (nats per token)",
+    "train/grad_norm": "gradient norm (before clipping)",
+    "rollout/truncated_frac": "share of completions cut at max_new_tokens",
+}
+"""The per-step metrics of the run-health figure, each one panel where some run logged it."""
 
 
 def _figure(w: float, h: float):
@@ -250,15 +261,47 @@ def moving_average(y, window: int = SMOOTH_STAGES) -> np.ndarray:
     return (c[i] - c[lo]) / (i - lo)
 
 
-def plot_rewards(groups, unit, colors, key="rollout/reward_mean", window: int = SMOOTH_STAGES):
-    """Mean rollout reward vs budget, each run smoothed over ``window`` stages, then mean and band over seeds."""
-    if not any(key in row for rs in groups.values() for r in rs for row in r.rows):
-        return None
-    fig = _figure(6.4, 3.8)
-    ax = fig.subplots()
+def _logged(groups, key: str) -> bool:
+    return any(is_number(row.get(key)) for rs in groups.values() for r in rs for row in r.rows)
+
+
+def _smoothed_bands(ax, groups, key, colors, window: int) -> None:
+    """Per group: ``key`` against the budget counter, each run smoothed over ``window`` stages, then the mean and
+    the band over seeds."""
     for label, rs in groups.items():
         curves = [c for c in (_run_curve(r, key, r.counter) for r in rs) if c is not None]
         _plot_band(ax, mean_curve([(x, moving_average(y, window)) for x, y in curves]), label, colors[label])
+
+
+def plot_run_health(groups, unit, colors, window: int = SMOOTH_STAGES):
+    """One panel per :data:`RUN_HEALTH` metric some run logged, against the budget (samples drawn, for a samples
+    budget: what dynamic sampling throws away is on the axis too), smoothed per run, mean and band over seeds."""
+    keys = [k for k in RUN_HEALTH if _logged(groups, k)]
+    if not keys:
+        return None
+    cols = min(3, len(keys))
+    rows = -(-len(keys) // cols)
+    fig = _figure(4.6 * cols, 3.3 * rows)
+    axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
+    for ax, key in zip(axes, keys):
+        _smoothed_bands(ax, groups, key, colors, window)
+        ax.set_title(RUN_HEALTH[key], fontsize=9)
+        ax.set_xlabel(unit_label(unit), fontsize=8)
+        _thousands(ax)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(keys):]:
+        ax.set_visible(False)
+    axes[0].legend(fontsize=7)
+    return fig
+
+
+def plot_rewards(groups, unit, colors, key="rollout/reward_mean", window: int = SMOOTH_STAGES):
+    """Mean rollout reward vs budget, each run smoothed over ``window`` stages, then mean and band over seeds."""
+    if not _logged(groups, key):
+        return None
+    fig = _figure(6.4, 3.8)
+    ax = fig.subplots()
+    _smoothed_bands(ax, groups, key, colors, window)
     ax.set_title(f"mean rollout reward vs budget (moving average over {window} stages)")
     ax.set_xlabel(unit_label(unit))
     ax.set_ylabel("mean reward (0–1)")
@@ -277,4 +320,5 @@ def figures(groups, start_seeds, tasks, ks, unit) -> "dict[str, object]":
         "peak_memory": plot_memory(groups, colors),
         "wall_clock": plot_wall_clock(groups, colors),
         "reward_curves": plot_rewards(groups, unit, colors),
+        "run_health": plot_run_health(groups, unit, colors),
     }

@@ -150,7 +150,7 @@ def _attr(s) -> str:
 
 def runs_frame(runs: list[RunData], tasks: list[str]):
     """One row per run (finished or not): status, whether aggregated, greedy accuracy per task,
-    peak memory, wall-clock, budget consumed, error."""
+    peak memory, wall-clock, budget consumed (and the samples used, where dynamic sampling dropped some), error."""
     import pandas as pd
 
     recs = []
@@ -163,9 +163,23 @@ def runs_frame(runs: list[RunData], tasks: list[str]):
                     "peak_cuda_mb": r.peak["cuda_mb"], "wall_seconds": r.wall_seconds,
                     "warmup_seconds": warmup_cost(r.summary),
                     "budget_unit": r.budget_unit, "budget_consumed": r.budget_consumed,
-                    "error": r.error or ""})
+                    "samples_used": samples_used(r.summary), "error": r.error or ""})
         recs.append(rec)
     return pd.DataFrame(recs)
+
+
+def samples_used(summary: dict):
+    """The samples a run's updates used, where it differs from those drawn (dynamic sampling drops groups whose
+    rewards are all equal, and the budget is charged for every sample drawn); None otherwise."""
+    b = summary.get("budget") if isinstance(summary, dict) and isinstance(summary.get("budget"), dict) else {}
+    used, drawn = b.get("samples_used"), b.get("samples_drawn")
+    return used if isinstance(used, (int, float)) and isinstance(drawn, (int, float)) and used != drawn else None
+
+
+def _budget_cell(r) -> str:
+    used = r.get("samples_used")
+    extra = f" ({used:,.0f} used)" if isinstance(used, (int, float)) and used == used else ""
+    return _value(r["budget_consumed"], ".0f") + f" {r['budget_unit']}" + extra
 
 
 def _value(v, spec: str) -> str:
@@ -183,7 +197,7 @@ def runs_display(runs_df, tasks) -> tuple[list[str], list[list]]:
         accs = [_value(r[f"{t}/acc"] * 100 if r[f"{t}/acc"] is not None else None, ".1f") for t in tasks]
         rows.append([r["run_id"], r["algorithm"], seed, r["status"]] + accs +
                     [_value(r["peak_rss_mb"], ".0f"), _value(r["wall_seconds"], ".1f"),
-                     _value(r["budget_consumed"], ".0f") + f" {r['budget_unit']}", note])
+                     _budget_cell(r), note])
     return header, rows
 
 

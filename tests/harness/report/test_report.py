@@ -144,13 +144,13 @@ def test_output_files(sweep, report):
     assert f"| rft | {rft * 100:.1f} |" in md  # single seed: value alone
     assert "budget: 1024 samples per run;" in md  # an integer budget prints as one (not 1024.0)
     assert "<div class='scroll'><table id='settings-table'" in report["html"].read_text()  # wide tables scroll
-    for name in ("accuracy_vs_budget", "maj_pass_at_k", "peak_memory", "wall_clock", "reward_curves"):
+    for name in ("accuracy_vs_budget", "maj_pass_at_k", "peak_memory", "wall_clock", "reward_curves", "run_health"):
         assert f"](plots/{name}.png)" in md
     text = format_table(df)
     line = next(line for line in text.splitlines() if line.startswith("grpo"))
     assert cell in line and "±" in text and "95%" in text
     assert set(report["plots"]) == {"accuracy_vs_budget", "maj_pass_at_k", "peak_memory", "wall_clock",
-                                    "reward_curves"}
+                                    "reward_curves", "run_health"}
     import matplotlib.image as mpimg
     for p in report["plots"].values():
         img = mpimg.imread(p)
