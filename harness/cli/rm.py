@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from harness.config.fields import option_problem
 from harness.config.schema import MAX_PER_STEP, load_config
 from harness.config.validation import whole_groups_problem
 from harness.foundation.base import ConfigError, invalid
+from harness.rundir.outputs import check_output, check_root
 from harness.rewards.data import heldout, training_problems
 
 # loaded when the command runs (torch, transformers): `--help` and argument errors answer at once
@@ -71,13 +73,33 @@ def check_args(cfg, args, kind: str) -> None:
             raise ConfigError(f"--policy {args.policy!r} is invalid: not a model folder")
         models.check_model_folder(args.policy)
     init = args.init or cfg.reward_model.init
-    if init and not (Path(init) / prm.RM_SPEC_FILE).is_file():
-        raise ConfigError(f"--init {init!r} is invalid: no {prm.RM_SPEC_FILE} there (a folder written by "
-                          f"`harness rm train`)")
+    if init:
+        check_init(init, kind, "--init" if args.init else "reward_model.init")
     check_device(cfg.device)
     check_split(cfg, args, n)
+    check_root(cfg.output_dir, "--output-dir" if args.output_dir else "output_dir")
     if args.out:
+        check_output(args.out, "rm train", "--out")  # never a run's final_model, a user's folder, ...
         check_output_dir(args.out, "--out")
+
+
+def check_init(init: str, kind: str, field: str) -> None:
+    """``init`` is a reward-model folder `harness rm train` wrote, of ``kind``, whose model loads:
+    a missing, empty or garbage ``reward_model.json``, or one of the other kind, is one line before
+    the warm-up (the training would fail after it)."""
+    head = f"{field} {init!r} is invalid"
+    if not (Path(init) / prm.RM_SPEC_FILE).is_file():
+        raise ConfigError(f"{head}: no {prm.RM_SPEC_FILE} there (a folder written by `harness rm train`)")
+    try:
+        spec = prm.read_spec(init)
+    except (ValueError, OSError, RecursionError) as e:  # not JSON (empty, garbage), not UTF-8, not a spec
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"{head}: its {prm.RM_SPEC_FILE} cannot be read ({why}); give a folder written by "
+                          f"`harness rm train`") from None
+    if spec["kind"] != kind:
+        raise ConfigError(f"{head}: it is a {spec['kind']} reward model and this trains a {kind}: give "
+                          f"--type {spec['kind']}, or a {kind} folder")
+    models.check_model_folder(init)
 
 
 def _samples_name(args) -> str:
@@ -119,8 +141,8 @@ def check_split(cfg, args, n: int) -> None:
 
 
 def cmd_rm_train(args) -> int:
-    sets = list(args.set) + ([f"output_dir={args.output_dir}"] if args.output_dir else [])
-    cfg = load_config(args.config, sets)
+    out_dir = {"output_dir": os.path.expanduser(args.output_dir)} if args.output_dir else {}
+    cfg = load_config(args.config, args.set, values=out_dir)  # a path, never read as YAML
     kind = _kind(cfg, args)
     check_args(cfg, args, kind)
     res = fit.train_reward_model(cfg, kind, policy_dir=args.policy, load_start=warmup.starting_checkpoint,

@@ -18,6 +18,7 @@ from harness.config.schema import config_warnings, describe, load_config
 from harness.foundation import numerics, yamlsafe
 from harness.foundation.base import ConfigError, did_you_mean
 from harness.report.format import count, percent, percent_or_text
+from harness.rundir.outputs import check_root
 from harness.rundir.layout import SUMMARY, read_json
 from harness.sweep.plan import format_plan, load_sweep
 
@@ -58,10 +59,16 @@ def _sigterm_as_interrupt(signum, frame):
 
 
 def _overrides(args) -> list[str]:
-    """``--set`` overrides, then ``--output-dir`` as ``output_dir=`` (the flag wins; an empty one
-    is refused by `harness.cli.main` before this)."""
+    """``--set`` overrides (``--output-dir`` is :func:`path_options`)."""
+    return list(args.set)
+
+
+def path_options(args) -> dict:
+    """``--output-dir`` as the field ``output_dir``, a path as given (``~`` expanded as every path
+    option is), never read as YAML: ``"x #c"``, ``2024-11-28``, ``123`` are folder names. The flag wins
+    over ``--set output_dir=``; an empty one is refused by `harness.cli.main` before this."""
     out_dir = getattr(args, "output_dir", None)
-    return list(args.set) + ([f"output_dir={out_dir}"] if out_dir is not None else [])
+    return {} if out_dir is None else {"output_dir": os.path.expanduser(out_dir)}
 
 
 def warn_config(cfg, command: str) -> None:
@@ -80,6 +87,7 @@ def check_warmup_cache(cfg) -> None:
     become, a writable directory, when the run uses it: a ConfigError naming warmup.cache_dir
     (created if missing, as the warm-up would)."""
     if uses_warmup_cache(cfg):
+        check_root(warmup.warmup_cache_root(cfg), "warmup.cache_dir")
         check_output_dir(warmup.warmup_cache_root(cfg), "warmup.cache_dir")
 
 
@@ -96,12 +104,13 @@ def check_start(cfg, field: str = "output_dir") -> None:
     missing. One line naming the field or option, exit 2."""
     check_device(cfg.device)
     check_input_paths(cfg)
+    check_root(cfg.output_dir, field)  # not a run's folder, final_model, a reward model, a report, ...
     check_output_dir(cfg.output_dir, field)
     check_warmup_cache(cfg)
 
 
 def cmd_train(args) -> int:
-    cfg = load_config(args.config, _overrides(args))
+    cfg = load_config(args.config, _overrides(args), values=path_options(args))
     warn_config(cfg, "train")
     check_start(cfg, output_field(args))
     print(f"results: {loop.run_dir(cfg)}")
@@ -138,6 +147,7 @@ def cmd_quickstart(args) -> int:
     for r in runs:
         check_device(r.config.device)
         check_input_paths(r.config)
+    check_root(sw.output_dir, output_field(args))
     check_output_dir(sw.output_dir, output_field(args))
     for r in {str(warmup.warmup_cache_root(r.config)): r for r in runs}.values():  # each cache once
         check_warmup_cache(r.config)
@@ -186,11 +196,12 @@ def only_algorithms(given, sw) -> list[str] | None:
 
 
 def cmd_warmup(args) -> int:
-    cfg = load_config(args.config, _overrides(args))
+    cfg = load_config(args.config, _overrides(args), values=path_options(args))
     warn_config(cfg, "warmup")
     check_device(cfg.device)
     check_input_paths(cfg)
     if (uses_warmup_cache(cfg) and not cfg.warmup.cache_dir) or args.output_dir is not None:
+        check_root(cfg.output_dir, output_field(args))
         check_output_dir(cfg.output_dir, output_field(args))  # the cache's root, or a folder asked for
     check_warmup_cache(cfg)
     numerics.enter(cfg.numerics, 0)  # the warm-up sets its own thread count (warmup.threads)

@@ -139,6 +139,7 @@ def config_warnings(cfg) -> list[str]:
                 out.append(f"{label}.eval_size={spec.eval_size}: these arith knobs ({describe_knobs(spec)}) allow "
                            f"only {have} held-out problem{'s' if have != 1 else ''}, so the evaluation set "
                            f"holds {have}")
+    out += ignored_reward_model(cfg)
     if cfg.eval.validation and cfg.task.name == "arith" and cfg.task.disjoint_validation:
         space = problem_space(cfg.task)
         if space.exact and space.validation < cfg.task.eval_size:
@@ -151,6 +152,21 @@ def config_warnings(cfg) -> list[str]:
             out.append(f"eval.validation: the validation split gets the {have - cfg.task.eval_size} held-out "
                        f"problems the test set leaves, fewer than task.eval_size={cfg.task.eval_size}")
     return out
+
+
+def ignored_reward_model(cfg) -> list[str]:
+    """A ``reward_model`` field set without ``reward_model.type``: read by `harness rm train` only,
+    never by a run (it does not enter the run id either: :func:`harness.rundir.ids.run_id`)."""
+    rm = cfg.reward_model
+    if rm.type is not None:
+        return []
+    default = type(rm)()
+    changed = [f.name for f in dataclasses.fields(rm) if getattr(rm, f.name) != getattr(default, f.name)]
+    if not changed:
+        return []
+    return [f"reward_model.{', reward_model.'.join(changed)} set without reward_model.type: a run reads no "
+            f"reward-model field without a type (orm, prm or implicit), so this run ignores "
+            f"{'them' if len(changed) > 1 else 'it'} (the run id too); `harness rm train` reads them"]
 
 
 def warmup_long_spec(cfg):

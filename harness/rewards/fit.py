@@ -16,7 +16,8 @@ Steps (one process; portable numerics as a run):
 4. problems are split by a hash of their id (``--heldout-frac``, default 0.2: every sample of a
    problem on one side); the reward model (a copy of the policy, or ``--init``)
    trains ``reward_model.epochs`` passes on the training side;
-5. written to the output folder: the model (``save_pretrained``), ``reward_model.json`` (kind,
+5. written, whole, to the output folder (staged beside it and moved into place complete:
+   :func:`harness.rundir.outputs.staged`): the model (``save_pretrained``), ``reward_model.json`` (kind,
    tags, where it came from, its ``cost``: samples, tokens, seconds, which a run charges to its
    budget when it starts from this folder), ``metrics.json`` (held-out and training accuracy and
    AUC against the exact labels, outcome and per step) and ``data.jsonl`` (every labelled example
@@ -38,6 +39,7 @@ from harness.foundation import numerics
 from harness.foundation.base import stable_hash
 from harness.rewards.data import DATA_FILE, Example, heldout, label_exact, training_problems
 from harness.rewards.learned import TaggedRM
+from harness.rundir.outputs import staged
 
 METRICS_FILE = "metrics.json"
 
@@ -155,12 +157,12 @@ def train_reward_model(cfg, kind: str, *, policy_dir: Optional[str] = None,
     metrics = {"kind": kind, "heldout": model.quality(held), "train": model.quality(train), "fit": fit,
                "examples": {"train": len(train), "heldout": len(held)}, "cost": cost, "settings": settings,
                "task": cfg.task.name}
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save(folder, {"cost": cost, "source": source, "settings": settings, "task": cfg.task.name,
-                        "init": init, "epochs": rm.epochs, "lr": rm.lr})
-    (folder / METRICS_FILE).write_text(json.dumps(metrics, indent=1, sort_keys=True))
-    with open(folder / DATA_FILE, "w") as f:
-        for e, s in zip(examples, split):
-            f.write(json.dumps({**e.to_dict(), "split": s}) + "\n")
+    with staged(folder) as stage:  # moved into place whole: an earlier result stays until this one is complete
+        model.save(stage, {"cost": cost, "source": source, "settings": settings, "task": cfg.task.name,
+                           "init": init, "epochs": rm.epochs, "lr": rm.lr})
+        (stage / METRICS_FILE).write_text(json.dumps(metrics, indent=1, sort_keys=True))
+        with open(stage / DATA_FILE, "w") as f:
+            for e, s in zip(examples, split):
+                f.write(json.dumps({**e.to_dict(), "split": s}) + "\n")
     return {**metrics, "out": str(folder)}
 
