@@ -144,7 +144,7 @@ def _aligned(headers: Optional[Sequence], rows: Sequence[Sequence], align: Optio
 
 
 _RAW_HTML = re.compile(r"<(?=[A-Za-z/!?])")
-_CODE_SPAN = re.compile(r"(`+)[^`\n](?:.*?[^`])?\1(?!`)")
+_CODE_SPAN = re.compile(r"(`+)[^`\n](?:.*?[^`])??\1(?!`)")
 
 
 def md_safe(text: str) -> str:
