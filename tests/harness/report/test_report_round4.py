@@ -61,6 +61,8 @@ def test_md_safe_keeps_comparisons_and_code_spans():
 def test_a_report_that_fails_part_way_leaves_the_old_one_whole(tmp_path, monkeypatch):
     sweep = make_sweep(tmp_path)
     report_build.build_report(sweep)
+    for f in (sweep / "report").rglob("*.*"):  # an older report: other bytes than this one would write
+        f.write_bytes(b"OLD " + f.name.encode())
     before = _tree(sweep / "report")
 
     def full_disk(*a, **k):
@@ -149,3 +151,21 @@ def test_report_refuses_an_output_folder_with_other_files(study, tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "did not write (notes.txt)" in err[0], err
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_records_cut_short_with_the_same_mean_are_still_excluded(tmp_path, capsys):
+    """Problems taken out of a run's final records so that their mean still equals the summary's:
+    fewer problems than the other runs' is itself the reason."""
+    sweep = _study(tmp_path)
+    cut = next(d for d in sorted(sweep.iterdir()) if d.name.startswith("grpo-s1"))
+    final_step = max(int(p.stem.split("_")[-1]) for p in (cut / "eval").glob("arith_[0-9]*.jsonl"))
+    f = cut / "eval" / f"arith_{final_step}.jsonl"
+    recs = [json.loads(line) for line in f.read_text().splitlines()]
+    right = [r for r in recs if r["greedy"]["correct"]]
+    wrong = [r for r in recs if not r["greedy"]["correct"]]
+    assert (len(right), len(wrong)) == (310, 190)  # acc 0.62 of 500
+    keep = right[31:] + wrong[19:]  # 279 of 450: still 0.62
+    f.write_text("".join(json.dumps(r) + "\n" for r in keep))
+    report_study.build_study_report(sweep, n_boot=20, design=DESIGN)
+    err = capsys.readouterr().err
+    assert f"run {cut.name}: final evaluation: 450 problems' records, the other runs have 500" in err, err
