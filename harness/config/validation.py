@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 from algorithms.presets import GROUP_ESTIMATORS
@@ -110,6 +111,10 @@ def _check_reward_model(cfg, algo) -> None:
           "end of each round: leave algorithm.ref_reset_every at 0")
     why = whole_groups_problem(rm.samples_per_round, cfg.sampling.samples_per_prompt)
     check(why is None, "reward_model.samples_per_round", rm.samples_per_round, str(why))
+    stages = budget_stages(cfg)
+    check(stages is None or rm.rounds <= stages, "reward_model.rounds", rm.rounds,
+          f"each round needs at least one training stage, and a budget of {cfg.budget.amount:g} {cfg.budget.unit} "
+          f"holds {stages}: at most {stages} rounds (more would merge into fewer retrainings than asked)")
     trainings = (rm.rounds - 1 + (rm.init is None)) if rm.type != "implicit" else 0
     check(cfg.budget.unit != "samples" or rm.samples_per_round * trainings < cfg.budget.amount,
           "reward_model.samples_per_round", rm.samples_per_round,
@@ -120,6 +125,15 @@ def _check_reward_model(cfg, algo) -> None:
               f"task '{cfg.task.name}' has no exact step checker to label the policy's samples during the run: "
               f"train a PRM with `harness rm train --step-labels mc` and give it as reward_model.init with "
               f"reward_model.rounds=1, or use reward_model.type=implicit")
+
+
+def budget_stages(cfg) -> Optional[int]:
+    """How many training stages the budget holds (None where the unit does not say: tokens, seconds)."""
+    if cfg.budget.unit == "steps":
+        return int(cfg.budget.amount)
+    if cfg.budget.unit == "samples":
+        return math.ceil(cfg.budget.amount / stage_samples(cfg.train.prompts_per_step, cfg.sampling.samples_per_prompt))
+    return None
 
 
 def config_warnings(cfg) -> list[str]:

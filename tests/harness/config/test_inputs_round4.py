@@ -121,3 +121,14 @@ def _spec(folder: Path, text: str) -> Path:
 def test_rm_train_init_with_a_bad_spec_is_one_line_before_the_warm_up(text, must, sandbox, capsys):
     init = _spec(sandbox / "rm", text)
     refused(capsys, ["rm", "train", QS, "--type", "orm", "--init", str(init)], must, sandbox)
+
+
+@pytest.mark.parametrize("rounds,must", [
+    ("1000000000", "reward_model.rounds=1000000000 is invalid: must be <= 100000"),
+    ("129", "reward_model.rounds=129 is invalid: each round needs at least one training stage, and a budget of "
+            "32768 samples holds 128: at most 128 rounds")])
+def test_reward_model_rounds_are_bounded_before_any_list_is_built(rounds, must, sandbox, capsys):
+    """Item 4: rounds=1e9 built a billion-entry list of round ends (11 GB, no message); more rounds than
+    stages merged silently."""
+    refused(capsys, ["train", QS, "--set", "reward_model.type=orm", "--set", f"reward_model.rounds={rounds}"], must,
+            sandbox, max_seconds=10)
