@@ -1,6 +1,7 @@
 """`harness sync` streams metrics.jsonl (issue 48, item 4): a 1 GB sparse metrics.jsonl (one line of NUL bytes)
 took 2.34 GB to sync, because the MLflow attempt key read the first line whole. Every reader sync uses reads at
-most `MAX_ROW_BYTES` of a line; measured here with tracemalloc on a 128 MiB line."""
+most `MAX_ROW_BYTES` of a line at a time; measured here with tracemalloc on a 256 MiB line: the
+peak stays a few times `MAX_ROW_BYTES` (64 MiB), whatever the line's size."""
 from __future__ import annotations
 
 import tracemalloc
@@ -13,7 +14,7 @@ from harness.rundir.read import load_run
 from harness.tracking.base import metrics_time_span
 from harness.tracking.mlflow_tracker import first_row_time
 
-HOLE = 128 * 2**20
+HOLE = 256 * 2**20
 
 
 def _peak(fn) -> int:
@@ -40,8 +41,8 @@ def test_the_sync_readers_never_load_a_line_of_unbounded_size(where, tmp_path):
         else:
             fh.write(rows)
             fh.truncate(len(rows) + HOLE)
-    budget = 2 * MAX_ROW_BYTES + 8 * 2**20
+    budget = 4 * MAX_ROW_BYTES + 8 * 2**20  # the strict reader skips a long line in MAX_ROW_BYTES pieces
     assert _peak(lambda: first_row_time(d)) < budget
     assert first_row_time(d) == (None if where == "first" else first_time)
     assert _peak(lambda: metrics_time_span(d)) < budget
-    assert _peak(lambda: load_run(d)) < budget + len(rows) * 20  # the over-long line skipped, logged
+    assert _peak(lambda: load_run(d)) < budget  # the over-long line skipped (logged)
