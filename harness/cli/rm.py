@@ -11,6 +11,7 @@ from harness.cli.checks import check_device, check_output_dir, check_threads
 from harness.cli.polish import lazy
 from harness.config.algorithm import TRAINED_REWARD_MODELS
 from harness.config.fields import option_problem
+from harness.config.paths import reward_model_spec
 from harness.config.schema import MAX_PER_STEP, load_config
 from harness.config.validation import whole_groups_problem
 from harness.foundation.base import ConfigError, invalid
@@ -85,20 +86,17 @@ def check_args(cfg, args, kind: str) -> None:
 
 def check_init(init: str, kind: str, field: str) -> None:
     """``init`` is a reward-model folder `harness rm train` wrote, of ``kind``, whose model loads:
-    a missing, empty or garbage ``reward_model.json``, or one of the other kind, is one line before
-    the warm-up (the training would fail after it)."""
-    head = f"{field} {init!r} is invalid"
-    if not (Path(init) / prm.RM_SPEC_FILE).is_file():
-        raise ConfigError(f"{head}: no {prm.RM_SPEC_FILE} there (a folder written by `harness rm train`)")
-    try:
-        spec = prm.read_spec(init)
-    except (ValueError, OSError, RecursionError) as e:  # not JSON (empty, garbage), not UTF-8, not a spec
-        why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"{head}: its {prm.RM_SPEC_FILE} cannot be read ({why}); give a folder written by "
-                          f"`harness rm train`") from None
+    a missing, empty or garbage ``reward_model.json`` (:func:`harness.config.paths.reward_model_spec`,
+    the rule a run's ``reward_model.init`` follows), or one of the other kind, is one line before the
+    warm-up (the training failed after it)."""
+    spec = reward_model_spec(field, init)
+    if spec is None:
+        raise ConfigError(f"{field} {init!r} is invalid: no {prm.RM_SPEC_FILE} there (a folder written by "
+                          f"`harness rm train`)")
     if spec["kind"] != kind:
-        raise ConfigError(f"{head}: it is a {spec['kind']} reward model and this trains a {kind}: give "
-                          f"--type {spec['kind']}, or a {kind} folder")
+        raise ConfigError(f"{field} {init!r} is invalid: it is a{'n' if spec['kind'] == 'orm' else ''} "
+                          f"{spec['kind']} reward model and this trains a{'n' if kind == 'orm' else ''} {kind}: "
+                          f"give --type {spec['kind']}, or a{'n' if kind == 'orm' else ''} {kind} folder")
     models.check_model_folder(init)
 
 

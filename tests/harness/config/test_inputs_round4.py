@@ -117,7 +117,7 @@ def _spec(folder: Path, text: str) -> Path:
     ("", "its reward_model.json cannot be read"),
     ("\x00garbage{", "its reward_model.json cannot be read"),
     ("[1, 2]", "not a reward-model spec"),
-    (json.dumps({"kind": "prm"}), "it is a prm reward model and this trains a orm: give --type prm")])
+    (json.dumps({"kind": "prm"}), "it is a prm reward model and this trains an orm: give --type prm")])
 def test_rm_train_init_with_a_bad_spec_is_one_line_before_the_warm_up(text, must, sandbox, capsys):
     init = _spec(sandbox / "rm", text)
     refused(capsys, ["rm", "train", QS, "--type", "orm", "--init", str(init)], must, sandbox)
@@ -132,3 +132,16 @@ def test_reward_model_rounds_are_bounded_before_any_list_is_built(rounds, must, 
     stages merged silently."""
     refused(capsys, ["train", QS, "--set", "reward_model.type=orm", "--set", f"reward_model.rounds={rounds}"], must,
             sandbox, max_seconds=10)
+
+
+@pytest.mark.parametrize("how", ["prm", "init"])
+def test_a_reward_model_of_another_task_is_refused(how, model, sandbox, capsys):
+    """A GSM8K PRM scored an arith run's steps without a word."""
+    rm = sandbox / "gsm8k-prm"
+    save_small_model(rm)
+    (rm / "reward_model.json").write_text(json.dumps({"kind": "prm", "task": "gsm8k", "good_token": "+",
+                                                      "bad_token": "-", "step_tag": "\n"}))
+    sets = (["algorithm=grpo_ps", f"algorithm.prm={rm}"] if how == "prm" else
+            ["algorithm=grpo_ps", "reward_model.type=prm", f"reward_model.init={rm}"])
+    argv = ["train", QS] + [x for s in sets for x in ("--set", s)]
+    refused(capsys, argv, "it was trained on task 'gsm8k' samples", sandbox)
