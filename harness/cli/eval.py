@@ -25,6 +25,7 @@ from harness.cli.checks import (MAX_THREADS, check_device, check_output_dir, che
 from harness.foundation import numerics
 from harness.foundation.base import ConfigError, to_dict
 from harness.foundation.errors import ModelLoadError
+from harness.foundation.files import write_text_atomic
 from harness.report.format import number, percent, table
 from evals.arith import held_out_shortfall
 from evals.protocols import DEFAULT_PROTOCOL, PROTOCOLS, check_protocol
@@ -439,7 +440,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance.collect(mode, results_root=out.parent,
                               numerics_state=numerics.state(mode, str(models.resolve_device(args.device))))
-    (out / f"{spec.name}_metrics.json").write_text(json.dumps({"metrics": metrics, "settings": meta,
-                                                               "provenance": prov}, indent=1))
+    write_text_atomic(out / f"{spec.name}_metrics.json", json.dumps({"metrics": metrics, "settings": meta,
+                                                                      "provenance": prov}, indent=1))
     print(f"wrote {out / (spec.name + '_metrics.json')} and {out / (spec.name + '.jsonl')}")
     return 0
