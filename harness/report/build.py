@@ -43,7 +43,7 @@ from harness.report.plots import PLOT_TITLES, figures
 from harness.report.tables import (STAT_NOTE, formatted_table, paired_table, results_html, results_markdown,
                                    runs_display, runs_frame, runs_html, settings_table, write_csvs)
 from harness.rundir.layout import read_json
-from harness.rundir.outputs import staged
+from harness.rundir.outputs import check_output, staged
 from harness.rundir.provenance import describe as describe_provenance, portable_path
 from harness.rundir.read import UNREADABLE, UNVERIFIED, RunData
 
@@ -234,6 +234,7 @@ def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     runs table, the notes and ``unusable``; the other runs are reported as usual."""
     sweep_dir = Path(sweep_dir)
     out = Path(out_dir) if out_dir is not None else sweep_dir / "report"
+    check_output(out, "report", "report folder")  # replaced whole: never a folder of someone else's files
     with staged(out) as stage:  # written beside the old report, moved into place whole (a kill or a full
         res = _write_report(sweep_dir, stage, columns)  # disk leaves the old one as it was)
     for key in ("markdown", "html", "csv", "runs_csv"):

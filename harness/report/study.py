@@ -34,7 +34,7 @@ from harness.report.study_claims import amendments, claims, claims_csv_rows, cla
 from harness.report.study_data import (Study, acc_curves, arm_name, arm_of, axes_of, final, find_selection_dir,
                                        initial, load_selection, load_study, per_seed, selection_check, uncontended)
 from harness.report.study_plots import colors_for, plot_accuracy, plot_fits, plot_k
-from harness.rundir.outputs import staged
+from harness.rundir.outputs import check_output, staged
 from harness.rundir.read import RunData, is_number
 
 __all__ = ["build_study_report", "load_study", "table5", "large_k_check", "compute_curves", "run_seconds",
@@ -698,6 +698,7 @@ def build_study_report(sweep_dir, out_dir=None, n_boot: int = N_BOOT, seed: int 
     if sel_dir is not None:
         study.selection = load_selection(sel_dir)
     out = Path(out_dir) if out_dir is not None else Path(sweep_dir) / "study"
+    check_output(out, "report --study", "study folder")  # replaced whole: never a folder of someone else's files
     for line in study.bad_records:  # said on stderr as in the report's header: the verdicts are without them
         print(f"harness report: warning: run {line}: excluded from the study", file=sys.stderr)
     t5, curve_rows, claim_rows = table5(study), compute_curves(study, n_boot, seed), claims(study, design)

@@ -169,3 +169,13 @@ def test_records_cut_short_with_the_same_mean_are_still_excluded(tmp_path, capsy
     report_study.build_study_report(sweep, n_boot=20, design=DESIGN)
     err = capsys.readouterr().err
     assert f"run {cut.name}: final evaluation: 450 problems' records, the other runs have 500" in err, err
+
+
+def test_the_sweeps_own_report_folder_is_never_replaced_with_a_users_files_in_it(tmp_path):
+    """`harness sweep` and `quickstart` write <sweep>/report through build_report: the check is there too."""
+    sweep = make_sweep(tmp_path)
+    (sweep / "report").mkdir()
+    (sweep / "report" / "draft.docx").write_bytes(b"mine")
+    with pytest.raises(Exception, match="report folder=.* did not write \\(draft.docx\\)"):
+        report_build.build_report(sweep)
+    assert sorted(p.name for p in (sweep / "report").iterdir()) == ["draft.docx"]
