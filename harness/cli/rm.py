@@ -143,11 +143,19 @@ def cmd_rm_train(args) -> int:
     cfg = load_config(args.config, args.set, values=out_dir)  # a path, never read as YAML
     kind = _kind(cfg, args)
     check_args(cfg, args, kind)
-    res = fit.train_reward_model(cfg, kind, policy_dir=args.policy, load_start=warmup.starting_checkpoint,
-                                 init=args.init or cfg.reward_model.init,
-                                 out=args.out, samples=args.samples,
-                                 heldout_frac=args.heldout_frac, step_labels=args.step_labels,
-                                 mc_rollouts=args.mc_rollouts, progress=not args.no_progress)
+    try:
+        res = fit.train_reward_model(cfg, kind, policy_dir=args.policy, load_start=warmup.starting_checkpoint,
+                                     init=args.init or cfg.reward_model.init,
+                                     out=args.out, samples=args.samples,
+                                     heldout_frac=args.heldout_frac, step_labels=args.step_labels,
+                                     mc_rollouts=args.mc_rollouts, progress=not args.no_progress)
+    except (MemoryError, RuntimeError) as e:  # the allocator: one line naming the setting, not a traceback
+        if not models.is_out_of_memory(e):
+            raise
+        n = args.samples or cfg.reward_model.samples_per_round
+        why = (str(e).strip().splitlines() or [""])[0][:160]
+        raise ConfigError(f"{_samples_name(args)} {n} needs more memory than this machine has ({type(e).__name__}: "
+                          f"{why}): lower it (a held-out report needs a few hundred samples)") from None
     pct = report_format.percent
     print(f"reward model ({kind}) written to {res['out']}")
     print(f"  examples: {res['examples']['train']} train, {res['examples']['heldout']} held out; "

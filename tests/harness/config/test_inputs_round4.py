@@ -145,3 +145,15 @@ def test_a_reward_model_of_another_task_is_refused(how, model, sandbox, capsys):
             ["algorithm=grpo_ps", "reward_model.type=prm", f"reward_model.init={rm}"])
     argv = ["train", QS] + [x for s in sets for x in ("--set", s)]
     refused(capsys, argv, "it was trained on task 'gsm8k' samples", sandbox)
+
+
+@pytest.mark.parametrize("error", [MemoryError(), RuntimeError(
+    "[enforce fail at alloc_cpu.cpp:121] DefaultCPUAllocator: can't allocate memory: you tried to allocate 7 GB")])
+def test_rm_train_out_of_memory_is_one_line_naming_the_setting(error, sandbox, capsys, monkeypatch):
+    """Item 4: `rm train --samples 1000000` ended in a 68-83-line allocator traceback."""
+    def out_of_memory(*a, **k):
+        raise error
+    monkeypatch.setattr(cli_rm, "fit", type("F", (), {"train_reward_model": staticmethod(out_of_memory)}))
+    line = refused(capsys, ["rm", "train", QS, "--type", "orm", "--samples", "4096"],
+                   "--samples 4096 needs more memory than this machine has", sandbox)
+    assert type(error).__name__ in line and "lower it" in line
