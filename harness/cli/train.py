@@ -119,11 +119,26 @@ def cmd_train(args) -> int:
         os.environ["TQDM_DISABLE"] = "1"  # every bar, the start evaluation's included
     try:
         summary = loop.train(cfg, resume=not args.restart, progress=not args.no_progress)
+    except (MemoryError, RuntimeError) as e:  # the allocator: one line naming what to lower, not a traceback
+        if not models.is_out_of_memory(e):
+            raise
+        raise ConfigError(out_of_memory_line(cfg, e)) from None
     finally:
         signal.signal(signal.SIGTERM, prev)
     print_run(summary)
     print(f"  report (tables and plots of every run in the folder): harness report {Path(loop.run_dir(cfg)).parent}")
     return 0
+
+
+def out_of_memory_line(cfg, e: BaseException) -> str:
+    """The one line for a run that ran out of memory (recorded failed by the trainer): the stage size
+    and the settings whose memory grows with a number, to lower."""
+    stage = cfg.train.prompts_per_step * cfg.sampling.samples_per_prompt
+    why = (str(e).strip().splitlines() or [""])[0][:160]
+    return (f"the run needs more memory than this machine has ({type(e).__name__}: {why}); a stage is "
+            f"train.prompts_per_step x sampling.samples_per_prompt = {stage:,} samples of up to "
+            f"sampling.max_new_tokens={cfg.sampling.max_new_tokens} tokens: lower train.prompts_per_step (or "
+            f"sampling.samples_per_prompt, train.micro_batch_size={cfg.train.micro_batch_size}) and re-run")
 
 
 def _quickstart_sweep() -> Path:

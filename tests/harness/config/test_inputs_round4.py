@@ -157,3 +157,13 @@ def test_rm_train_out_of_memory_is_one_line_naming_the_setting(error, sandbox, c
     line = refused(capsys, ["rm", "train", QS, "--type", "orm", "--samples", "4096"],
                    "--samples 4096 needs more memory than this machine has", sandbox)
     assert type(error).__name__ in line and "lower it" in line
+
+
+def test_train_out_of_memory_is_one_line_naming_what_to_lower(sandbox, capsys, monkeypatch):
+    """Item 4: a stage at the 1,000,000-sample cap ended in an allocator traceback of 68-83 lines."""
+    def out_of_memory(*a, **k):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 7000000000 bytes")
+    monkeypatch.setattr(cli_train.loop, "train", out_of_memory)
+    line = refused(capsys, ["train", QS], "the run needs more memory than this machine has", sandbox,
+                   allowed={"results"})
+    assert "= 256 samples" in line and "lower train.prompts_per_step" in line
