@@ -23,6 +23,10 @@ The sweep folder's ``sweep.json`` is copied too (unless it is unusable: :func:`s
 ``summary.json`` (those whose setup finished) (``setup/<job>/``: each seed's warm-up and start evaluation, built before the runs by
 `harness.sweep.run`; the study report counts their time). Unfinished runs are skipped (one line each).
 Exporting again writes the same bytes (files whose bytes are already right are left alone).
+Only regular files inside a run are read (the rule of `harness sync`:
+:func:`harness.foundation.files.regular_inside_problem`; a run with a file linked out is skipped, with
+the reason), and nothing is written through a symbolic link in DEST; DEST holds only what an export
+writes (run folders, ``sweep.json``, ``setup/``): a folder with other files is refused (:func:`dest_problem`).
 Bad inputs (RUNS_DIR missing, DEST inside it, no finished run) raise :class:`ExportError`
 before anything is copied.
 """
