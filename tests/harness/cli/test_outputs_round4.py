@@ -64,6 +64,9 @@ def test_rm_train_refuses_a_folder_with_a_users_files(sandbox, capsys):
     mine.mkdir()
     (mine / "notes.md").write_text("mine")
     _refused(capsys, ["rm", "train", QS, "--type", "orm", "--out", str(mine)], "did not write (notes.md)", cwd)
+    (mine / "notes.md").unlink()
+    (mine / "config.json").write_text('{"mine": true}')  # replaced by the reward model's before
+    _refused(capsys, ["rm", "train", QS, "--type", "orm", "--out", str(mine)], "did not write (config.json)", cwd)
 
 
 def test_rm_train_takes_its_own_earlier_result(sandbox, monkeypatch):
@@ -104,17 +107,17 @@ def test_eval_refuses_a_run_folder_as_its_output(sandbox, tmp_path, capsys):
 
 
 def test_holder_names_each_commands_results(tmp_path):
-    cases = {"run": ["summary.json"], "rm": ["reward_model.json", "config.json"], "model": ["config.json"],
+    cases = {"run": ["summary.json"], "rm": ["reward_model.json", "config.json"], "model": ["config.json", "model.safetensors"], "mine": ["config.json"],
              "report": ["report.md"], "study": ["report.md", "claims.csv"], "eval": ["arith_metrics.json"]}
     kinds = {}
     for name, files in cases.items():
         (tmp_path / name).mkdir()
         for f in files:
             (tmp_path / name / f).write_text("{}")
-        kinds[name] = holder(tmp_path / name)[0]
+        kinds[name] = (holder(tmp_path / name) or ("nothing of a command's",))[0]
     assert kinds == {"run": "run folder", "rm": "reward model (harness rm train)", "model": "model folder",
                      "report": "report (harness report)", "study": "study report (harness report --study)",
-                     "eval": "evaluation (harness eval)"}
+                     "eval": "evaluation (harness eval)", "mine": "nothing of a command's"}  # a user's config.json
     assert output_problem(tmp_path / "rm", "rm train", "--out") is None
     assert output_problem(tmp_path / "study", "report --study", "--output-dir") is None
     assert "study report" in output_problem(tmp_path / "study", "report", "--output-dir")
