@@ -16,6 +16,7 @@ from harness.config.schema import MAX_PER_STEP, load_config
 from harness.config.validation import whole_groups_problem
 from harness.foundation.base import ConfigError, invalid
 from harness.rundir.outputs import check_output, check_root
+from harness.train.memory import samples_memory_problem
 from harness.rewards.data import heldout, training_problems
 
 # loaded when the command runs (torch, transformers): `--help` and argument errors answer at once
@@ -77,6 +78,9 @@ def check_args(cfg, args, kind: str) -> None:
     if init:
         check_init(init, kind, "--init" if args.init else "reward_model.init")
     check_device(cfg.device)
+    too_big = samples_memory_problem(n, cfg, _samples_name(args))  # against this machine's memory, before any work
+    if too_big:
+        raise ConfigError(too_big)
     check_split(cfg, args, n)
     check_root(cfg.output_dir, "--output-dir" if args.output_dir else "output_dir")
     if args.out:

@@ -19,6 +19,7 @@ from harness.foundation import numerics, yamlsafe
 from harness.foundation.base import ConfigError, did_you_mean
 from harness.report.format import count, percent, percent_or_text
 from harness.rundir.outputs import check_root
+from harness.train.memory import check_stage_memory
 from harness.rundir.layout import SUMMARY, read_json
 from harness.sweep.plan import format_plan, load_sweep
 
@@ -104,6 +105,9 @@ def check_start(cfg, field: str = "output_dir") -> None:
     missing. One line naming the field or option, exit 2."""
     check_device(cfg.device)
     check_input_paths(cfg)
+    too_big = check_stage_memory(cfg)  # a stage's samples against this machine's memory
+    if too_big:
+        raise ConfigError(too_big)
     check_root(cfg.output_dir, field)  # not a run's folder, final_model, a reward model, a report, ...
     check_output_dir(cfg.output_dir, field)
     check_warmup_cache(cfg)
@@ -162,6 +166,9 @@ def cmd_quickstart(args) -> int:
     for r in runs:
         check_device(r.config.device)
         check_input_paths(r.config)
+        too_big = check_stage_memory(r.config)
+        if too_big:
+            raise ConfigError(too_big)
     check_root(sw.output_dir, output_field(args))
     check_output_dir(sw.output_dir, output_field(args))
     for r in {str(warmup.warmup_cache_root(r.config)): r for r in runs}.values():  # each cache once

@@ -16,6 +16,7 @@ from harness.cli import train as cli_train
 from harness.cli.main import main
 from harness.config.schema import load_config
 from harness.rundir.ids import run_id
+from harness.train import memory
 from refusals import refused  # tests/support
 from small_model import save_small_model  # tests/support
 from support_paths import REPO
@@ -167,3 +168,26 @@ def test_train_out_of_memory_is_one_line_naming_what_to_lower(sandbox, capsys, m
     line = refused(capsys, ["train", QS], "the run needs more memory than this machine has", sandbox,
                    allowed={"results"})
     assert "= 256 samples" in line and "lower train.prompts_per_step" in line
+
+
+GiB = 2**30
+
+
+@pytest.mark.parametrize("command,sets,must", [
+    (["train", QS], ["train.prompts_per_step=125000", "budget.amount=4000000"],
+     "train.prompts_per_step x sampling.samples_per_prompt = 1,000,000 samples held at once need about 6.3 GiB"),
+    (["quickstart"], ["train.prompts_per_step=125000", "budget.amount=4000000"], "1,000,000 samples held at once"),
+    (["train", QS], ["reward_model.type=orm", "reward_model.samples_per_round=1000000", "budget.amount=10240000"],
+     "reward_model.samples_per_round = 1,000,000 samples held at once"),
+    (["rm", "train", QS, "--type", "orm", "--samples", "1000000"], [], "--samples = 1,000,000 samples held at once")])
+def test_samples_beyond_the_machines_memory_are_refused_before_work(command, sets, must, sandbox, capsys,
+                                                                      monkeypatch):
+    """Item 4: a stage at the documented 1,000,000-sample cap (and `rm train --samples 1000000`) reached 5.6-7 GB
+    and ended in an allocator traceback; on a 4 GiB machine it is now one line naming the setting."""
+    monkeypatch.setattr(memory, "machine_memory", lambda: 4 * GiB)
+    argv = [*command] + [x for s in sets for x in ("--set", s)]
+    line = refused(capsys, argv, must, sandbox)
+    assert "more than this machine's 4.0 GiB allow: lower it to at most about" in line
+    monkeypatch.setattr(memory, "machine_memory", lambda: 64 * GiB)  # where it fits, it runs
+    with pytest.raises(Started):
+        main([*command] + [x for s in sets for x in ("--set", s)])
