@@ -125,6 +125,12 @@ def publish(stage: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def staged(dest: str | os.PathLike) -> Iterator[Path]:
     """A new empty folder beside ``dest`` (``.<name>.tmp-*``) to write the whole result into;
@@ -134,6 +140,7 @@ def staged(dest: str | os.PathLike) -> Iterator[Path]:
     dest.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.tmp-"))
     try:
+        os.chmod(stage, 0o777 & ~_umask())  # a folder as mkdir makes it (mkdtemp's is private, 0700)
         yield stage
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)

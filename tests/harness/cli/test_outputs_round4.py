@@ -136,3 +136,9 @@ def test_staged_replaces_whole_and_keeps_the_old_result_until_then(tmp_path):
         (stage / "a.txt").write_text("new")
         assert (dest / "a.txt").read_text() == "old"  # the old result stays until the new one is complete
     assert [p.name for p in tmp_path.iterdir()] == ["out"] and (dest / "a.txt").read_text() == "new"
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    mode = fresh.stat().st_mode & 0o777
+    with staged(tmp_path / "new") as stage:
+        (stage / "a.txt").write_text("x")
+    assert (tmp_path / "new").stat().st_mode & 0o777 == mode  # not a private temporary folder's 0700
