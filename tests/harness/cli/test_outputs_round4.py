@@ -89,7 +89,8 @@ def cli_rm_args(extra: list[str]):
 
 @pytest.mark.parametrize("command,where", [
     (["train", QS], "final_model"), (["train", QS], "."), (["warmup", QS], "final_model"),
-    (["rm", "train", QS, "--type", "orm"], "final_model"), (["quickstart"], "final_model")])
+    (["rm", "train", QS, "--type", "orm"], "final_model"), (["quickstart"], "final_model"),
+    (["sweep", str(REPO / "sweeps" / "quickstart.yaml"), "--dry-run"], "final_model")])
 def test_a_results_root_that_is_a_result_is_refused(command, where, sandbox, capsys):
     cwd, run = sandbox
     folder = run / where if where != "." else run
