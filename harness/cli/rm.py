@@ -15,9 +15,9 @@ from harness.config.paths import reward_model_spec
 from harness.config.schema import MAX_PER_STEP, load_config
 from harness.config.validation import whole_groups_problem
 from harness.foundation.base import ConfigError, invalid
+from harness.rewards.data import heldout, training_problems
 from harness.rundir.outputs import check_output, check_root
 from harness.train.memory import samples_memory_problem
-from harness.rewards.data import heldout, training_problems
 
 # loaded when the command runs (torch, transformers): `--help` and argument errors answer at once
 fit = lazy("harness.rewards.fit")

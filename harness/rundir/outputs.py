@@ -38,9 +38,9 @@ OWN = {
     "report": "report (harness report)",
     "report --study": "study report (harness report --study)",
     "eval": "evaluation (harness eval)",
-    "export": "sweep folder or export",
 }
-"""The kind of result each command writes into its output folder."""
+"""The kind of result each command writes into its output folder (`harness export`'s DEST, which holds
+run folders, has its own rule: :func:`harness.rundir.export.dest_problem`)."""
 _HIDDEN_OK = (".write-probe-*", ".*.tmp", ".*.tmp-*", ".*.old-*")
 """Names a folder may hold whatever it is: the harness's own probes and staging leftovers."""
 
