@@ -18,10 +18,10 @@ from harness.config.schema import config_warnings, describe, load_config
 from harness.foundation import numerics, yamlsafe
 from harness.foundation.base import ConfigError, did_you_mean
 from harness.report.format import count, percent, percent_or_text
-from harness.rundir.outputs import check_root
-from harness.train.memory import check_stage_memory
 from harness.rundir.layout import SUMMARY, read_json
+from harness.rundir.outputs import check_root
 from harness.sweep.plan import format_plan, load_sweep
+from harness.train.memory import check_stage_memory
 
 # loaded when a command runs (torch, transformers): `--help` and argument errors answer at once
 models = lazy("harness.engine.models")
