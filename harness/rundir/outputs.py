@@ -41,6 +41,9 @@ OWN = {
 }
 """The kind of result each command writes into its output folder (`harness export`'s DEST, which holds
 run folders, has its own rule: :func:`harness.rundir.export.dest_problem`)."""
+LEFTOVERS = {"report": {"plots"}, "report --study": {"plots"}}
+"""What an earlier, interrupted run of a command may have left alone in its folder (before reports were
+staged, a kill left ``plots/`` without ``report.md``): replaced like its own result."""
 _HIDDEN_OK = (".write-probe-*", ".*.tmp", ".*.tmp-*", ".*.old-*")
 """Names a folder may hold whatever it is: the harness's own probes and staging leftovers."""
 
@@ -78,7 +81,8 @@ def output_problem(folder: str | os.PathLike, command: str, field: str) -> Optio
     if not names:
         return None
     found = holder(p)
-    if found is not None and found[0] == OWN[command]:
+    ours = found[0] == OWN[command] if found is not None else set(names) <= LEFTOVERS.get(command, set())
+    if ours:
         return None
     head = f"{field}={str(folder)!r} is invalid: "
     fix = f"harness {command} writes only into a new or empty folder (or its own earlier result): choose another"

@@ -122,6 +122,9 @@ def test_holder_names_each_commands_results(tmp_path):
     assert output_problem(tmp_path / "rm", "rm train", "--out") is None
     assert output_problem(tmp_path / "study", "report --study", "--output-dir") is None
     assert "study report" in output_problem(tmp_path / "study", "report", "--output-dir")
+    (tmp_path / "killed" / "plots").mkdir(parents=True)  # what a report killed before staging left
+    assert output_problem(tmp_path / "killed", "report", "--output-dir") is None
+    assert "did not write (plots)" in output_problem(tmp_path / "killed", "rm train", "--out")
 
 
 def test_staged_replaces_whole_and_keeps_the_old_result_until_then(tmp_path):
