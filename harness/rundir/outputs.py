@@ -29,7 +29,7 @@ KINDS = (  # (what, the names that tell it), most specific first: a reward model
     ("model folder", ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "*.gguf")),
     ("study report (harness report --study)", ("claims.csv", "table5.csv")),
     ("report (harness report)", ("report.md", "report.html", "table.csv")),
-    ("evaluation (harness eval)", ("*_metrics.json", "*.jsonl", "*.jsonl.tmp")),
+    ("evaluation (harness eval)", ("*_metrics.json",)),
     ("sweep folder or export", (SWEEP_JSON,)),
 )
 """Whose results a folder holds, by the files each command leaves (:func:`holder`)."""
@@ -41,9 +41,10 @@ OWN = {
 }
 """The kind of result each command writes into its output folder (`harness export`'s DEST, which holds
 run folders, has its own rule: :func:`harness.rundir.export.dest_problem`)."""
-LEFTOVERS = {"report": {"plots"}, "report --study": {"plots"}}
+LEFTOVERS = {"report": ("plots",), "report --study": ("plots",), "eval": ("*.jsonl", "*.jsonl.tmp")}
 """What an earlier, interrupted run of a command may have left alone in its folder (before reports were
-staged, a kill left ``plots/`` without ``report.md``): replaced like its own result."""
+staged, a kill left ``plots/`` without ``report.md``; an evaluation stopped before its metrics leaves its
+records): replaced like its own result."""
 _HIDDEN_OK = (".write-probe-*", ".*.tmp", ".*.tmp-*", ".*.old-*")
 """Names a folder may hold whatever it is: the harness's own probes and staging leftovers."""
 
@@ -81,7 +82,9 @@ def output_problem(folder: str | os.PathLike, command: str, field: str) -> Optio
     if not names:
         return None
     found = holder(p)
-    ours = found[0] == OWN[command] if found is not None else set(names) <= LEFTOVERS.get(command, set())
+    left = LEFTOVERS.get(command, ())
+    ours = found[0] == OWN[command] if found is not None else \
+        all(any(fnmatch.fnmatch(n, pat) for pat in left) for n in names)
     if ours:
         return None
     head = f"{field}={str(folder)!r} is invalid: "

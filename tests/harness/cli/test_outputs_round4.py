@@ -13,7 +13,7 @@ import pytest
 from harness.cli import rm as cli_rm
 from harness.cli import train as cli_train
 from harness.cli.main import build_parser
-from harness.rundir.outputs import holder, output_problem, staged
+from harness.rundir.outputs import holder, output_problem, root_problem, staged
 from refusals import refused  # tests/support
 from small_model import save_small_model  # tests/support
 from support_paths import REPO
@@ -125,6 +125,10 @@ def test_holder_names_each_commands_results(tmp_path):
     (tmp_path / "killed" / "plots").mkdir(parents=True)  # what a report killed before staging left
     assert output_problem(tmp_path / "killed", "report", "--output-dir") is None
     assert "did not write (plots)" in output_problem(tmp_path / "killed", "rm train", "--out")
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "arith.jsonl").write_text("{}\n")  # an evaluation stopped before its metrics
+    assert output_problem(tmp_path / "records", "eval", "--output-dir") is None
+    assert root_problem(tmp_path / "records", "--output-dir") is None  # a folder of data files is a fine root
 
 
 def test_staged_replaces_whole_and_keeps_the_old_result_until_then(tmp_path):
