@@ -103,6 +103,7 @@ def test_eval_refuses_a_run_folder_as_its_output(sandbox, tmp_path, capsys):
     cwd, run = sandbox
     model = tmp_path / "model"
     save_small_model(model)
+    capsys.readouterr()  # the save's progress bar is not the command's output
     _refused(capsys, ["eval", "--model", str(model), "--task", "arith", "--limit", "2", "--output-dir", str(run)],
              "it holds a run folder's files", cwd)
 

@@ -140,6 +140,7 @@ def test_a_reward_model_of_another_task_is_refused(how, model, sandbox, capsys):
     """A GSM8K PRM scored an arith run's steps without a word."""
     rm = sandbox / "gsm8k-prm"
     save_small_model(rm)
+    capsys.readouterr()  # the save's progress bar is not the command's output
     (rm / "reward_model.json").write_text(json.dumps({"kind": "prm", "task": "gsm8k", "good_token": "+",
                                                       "bad_token": "-", "step_tag": "\n"}))
     sets = (["algorithm=grpo_ps", f"algorithm.prm={rm}"] if how == "prm" else
