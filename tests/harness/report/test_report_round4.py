@@ -179,3 +179,13 @@ def test_the_sweeps_own_report_folder_is_never_replaced_with_a_users_files_in_it
     with pytest.raises(Exception, match="report folder=.* did not write \\(draft.docx\\)"):
         report_build.build_report(sweep)
     assert sorted(p.name for p in (sweep / "report").iterdir()) == ["draft.docx"]
+
+
+def test_the_study_report_md_escapes_raw_html_from_run_fields(tmp_path):
+    sweep = _study(tmp_path)
+    odd = next(d for d in sorted(sweep.iterdir()) if d.name.startswith("rft-s1"))
+    s = json.loads((odd / "summary.json").read_text())
+    s["status"] = PAYLOAD  # not finished: listed among the excluded runs with its status
+    (odd / "summary.json").write_text(json.dumps(s))
+    md = report_study.build_study_report(sweep, n_boot=20, design=DESIGN).read_text()
+    assert "onerror" in md and "<img" not in md
