@@ -1,4 +1,4 @@
-"""Checks of the command line's own that the admission gate (:mod:`harness.config.gate`) does not make: a folder to
+"""Checks of the command line's own that the admission gate (:mod:`harness.admission.gate`) does not make: a folder to
 read holds runs. Each raises a one-line ConfigError, exit 2 in :mod:`harness.cli.main`."""
 from __future__ import annotations
 

@@ -20,11 +20,12 @@ from typing import Optional
 
 
 from evals.catalog import get_task
-from harness.config.gate import admit
+from harness.admission.gate import admit
 from harness.config.rules import MAX_THREADS
 from harness.foundation.files import check_output_dir, check_output_files, new_folders, remove_new_folders
 from harness.foundation.base import ConfigError, to_dict
 from harness.foundation.errors import ModelLoadError
+from harness.foundation.files import write_text_atomic
 from harness.foundation.modelfiles import looks_like_hub_id
 from harness.report.format import number, percent, table
 from evals.arith import held_out_shortfall
@@ -33,6 +34,7 @@ from harness.config.fields import option_problem
 from harness.config.rules import DTYPES
 from harness.config.schema import Config, TaskConfig, config_from_dict, load_config
 from harness.rundir.layout import CONFIG, SUMMARY, read_json
+from harness.rundir.outputs import check_output
 from harness.rundir import provenance
 from harness.cli.polish import DefaultsOnceFormatter, lazy
 
@@ -181,6 +183,9 @@ def task_spec(args, cfg: Optional[Config]) -> TaskConfig:
         size = args.limit if args.limit > 0 else (TaskConfig().eval_size if name == "arith" else 10**9)
         spec = TaskConfig(name=name, data_path=args.data, few_shot=args.few_shot or 0, eval_size=size,
                           seed=TaskConfig().seed if args.task_seed is None else args.task_seed)
+    if args.task_seed is not None and spec.name != "arith":
+        raise ConfigError(f"--task-seed {args.task_seed} is invalid: it seeds arith's problem generator; task "
+                          f"'{spec.name}' scores its fixed test set, which no seed changes: remove --task-seed")
     try:
         spec.validate()
     except ConfigError as e:
@@ -211,7 +216,8 @@ def _check_args(args) -> Optional[str]:
         bad = option_problem(dotted, value, option) if value is not None else None
         if bad:
             return bad
-    for option, value, low in (("--limit", args.limit, 0), ("--batch-size", args.batch_size, 1)):
+    for option, value, low in (("--limit", args.limit, 0), ("--batch-size", args.batch_size, 1),
+                               ("--task-seed", args.task_seed, 0)):
         if value is not None and value < low:
             return f"{option} must be >= {low}, got {value}"
     if args.no_greedy and args.n == 0:
@@ -338,6 +344,7 @@ def _check_out(out: Path, given: bool, names: list[str]) -> None:
     """The output folder and the result files in it can be written: checked before the model
     loads, so an evaluation is never lost to a path at its end."""
     try:
+        check_output(out, "eval", "--output-dir")  # not a run's folder, a model, a report, a user's folder
         check_output_dir(out, "--output-dir")
         check_output_files(out, names, "--output-dir")
     except ConfigError as e:
@@ -435,7 +442,7 @@ def run(args) -> int:
     print(format_table(metrics, spec.name))
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance.collect(admitted.numerics, results_root=out.parent, numerics_state=nstate)
-    (out / f"{spec.name}_metrics.json").write_text(json.dumps({"metrics": metrics, "settings": meta,
-                                                               "provenance": prov}, indent=1))
+    write_text_atomic(out / f"{spec.name}_metrics.json", json.dumps({"metrics": metrics, "settings": meta,
+                                                                      "provenance": prov}, indent=1))
     print(f"wrote {out / (spec.name + '_metrics.json')} and {out / (spec.name + '.jsonl')}")
     return 0

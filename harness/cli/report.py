@@ -12,6 +12,7 @@ from harness.foundation.base import ConfigError
 from harness.foundation.files import dir_problem
 from harness.rundir import read
 from harness.rundir.layout import SUMMARY, read_json
+from harness.rundir.outputs import check_output, output_problem
 
 # loaded when the command runs (numpy, pandas, matplotlib; the trackers), so `--help` answers at once
 build = lazy("harness.report.build")
@@ -44,9 +45,9 @@ def cmd_report(args) -> int:
         print("harness report: --selection is read by the study report only (add --study)", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "report"
-    why = dir_problem(out)  # every check before anything is written
-    if why:
-        raise ConfigError(f"--output-dir={str(out)!r} is invalid: {why}")
+    why = dir_problem(out) or output_problem(out, "report", "--output-dir")  # every check before anything is
+    if why:  # written; the folder is replaced whole: never one that holds what harness report did not write
+        raise ConfigError(why if why.startswith("--output-dir=") else f"--output-dir={str(out)!r} is invalid: {why}")
     _check_some_finished(Path(args.sweep_dir).expanduser())
     check_output_dir(out, "--output-dir")
     res = build.build_report(args.sweep_dir, args.out)
@@ -90,6 +91,7 @@ def _warn_columns(sweep_dir: Path) -> None:
 def _cmd_study(args) -> int:
     """`harness report SWEEP_DIR --study`: the DeepSeekMath small-study report (harness.report.study)."""
     out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "study"
+    check_output(out, "report --study", "--output-dir")  # replaced whole: only an earlier study report
     check_output_dir(out, "--output-dir")
     selection = getattr(args, "selection", None)
     if selection is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -9,7 +10,8 @@ from evals.catalog import get_task, has_step_checker
 from harness.cli.polish import lazy
 from harness.config.algorithm import TRAINED_REWARD_MODELS
 from harness.config.fields import option_problem
-from harness.config.gate import Admitted, admit
+from harness.admission.gate import Admitted, admit
+from harness.config.paths import reward_model_spec
 from harness.config.schema import MAX_PER_STEP, load_config
 from harness.config.validation import whole_groups_problem
 from harness.foundation.base import ConfigError, invalid
@@ -71,12 +73,30 @@ def check_args(cfg, args, kind: str) -> Admitted:
             raise ConfigError(f"--policy {args.policy!r} is invalid: not a model folder")
         models.check_model_folder(args.policy)
     init = args.init or cfg.reward_model.init
-    if init and not (Path(init) / prm.RM_SPEC_FILE).is_file():
-        raise ConfigError(f"--init {init!r} is invalid: no {prm.RM_SPEC_FILE} there (a folder written by "
-                          f"`harness rm train`)")
+    if init:
+        check_init(init, kind, "--init" if args.init else "reward_model.init")
     check_split(cfg, args, n)
-    out = {"--out": args.out} if args.out else {"output_dir": cfg.output_dir}
-    return admit(cfg, outputs=out, warmup_cache=not args.policy)
+    # the gate: threads, numerics, device, the paths the config reads, the samples held at once against this
+    # machine's memory, the results root, and --out (never a run's final_model, a user's folder, ...)
+    root = {} if args.out else {"--output-dir" if args.output_dir else "output_dir": cfg.output_dir}
+    return admit(cfg, outputs=root, result=("rm train", "--out", args.out) if args.out else None,
+                 samples=(n, _samples_name(args)), warmup_cache=not args.policy)
+
+
+def check_init(init: str, kind: str, field: str) -> None:
+    """``init`` is a reward-model folder `harness rm train` wrote, of ``kind``, whose model loads:
+    a missing, empty or garbage ``reward_model.json`` (:func:`harness.config.paths.reward_model_spec`,
+    the rule a run's ``reward_model.init`` follows), or one of the other kind, is one line before the
+    warm-up (the training failed after it)."""
+    spec = reward_model_spec(field, init)
+    if spec is None:
+        raise ConfigError(f"{field} {init!r} is invalid: no {prm.RM_SPEC_FILE} there (a folder written by "
+                          f"`harness rm train`)")
+    if spec["kind"] != kind:
+        raise ConfigError(f"{field} {init!r} is invalid: it is a{'n' if spec['kind'] == 'orm' else ''} "
+                          f"{spec['kind']} reward model and this trains a{'n' if kind == 'orm' else ''} {kind}: "
+                          f"give --type {spec['kind']}, or a{'n' if kind == 'orm' else ''} {kind} folder")
+    models.check_model_folder(init)
 
 
 def _samples_name(args) -> str:
@@ -118,15 +138,23 @@ def check_split(cfg, args, n: int) -> None:
 
 
 def cmd_rm_train(args) -> int:
-    sets = list(args.set) + ([f"output_dir={args.output_dir}"] if args.output_dir else [])
-    cfg = load_config(args.config, sets)
+    out_dir = {"output_dir": os.path.expanduser(args.output_dir)} if args.output_dir else {}
+    cfg = load_config(args.config, args.set, values=out_dir)  # a path, never read as YAML
     kind = _kind(cfg, args)
     run = check_args(cfg, args, kind)
-    res = fit.train_reward_model(run, kind, policy_dir=args.policy, load_start=warmup.starting_checkpoint,
-                                 init=args.init or cfg.reward_model.init,
-                                 out=args.out, samples=args.samples,
-                                 heldout_frac=args.heldout_frac, step_labels=args.step_labels,
-                                 mc_rollouts=args.mc_rollouts, progress=not args.no_progress)
+    try:
+        res = fit.train_reward_model(run, kind, policy_dir=args.policy, load_start=warmup.starting_checkpoint,
+                                     init=args.init or cfg.reward_model.init,
+                                     out=args.out, samples=args.samples,
+                                     heldout_frac=args.heldout_frac, step_labels=args.step_labels,
+                                     mc_rollouts=args.mc_rollouts, progress=not args.no_progress)
+    except (MemoryError, RuntimeError) as e:  # the allocator: one line naming the setting, not a traceback
+        if not models.is_out_of_memory(e):
+            raise
+        n = args.samples or cfg.reward_model.samples_per_round
+        why = (str(e).strip().splitlines() or [""])[0][:160]
+        raise ConfigError(f"{_samples_name(args)} {n} needs more memory than this machine has ({type(e).__name__}: "
+                          f"{why}): lower it (a held-out report needs a few hundred samples)") from None
     pct = report_format.percent
     print(f"reward model ({kind}) written to {res['out']}")
     print(f"  examples: {res['examples']['train']} train, {res['examples']['heldout']} held out; "

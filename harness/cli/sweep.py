@@ -5,10 +5,11 @@ import os
 import sys
 from pathlib import Path
 
-from harness.config.gate import admit
+from harness.admission.gate import admit
 from harness.foundation.files import check_output_dir
 from harness.cli.polish import lazy, not_installed, split_list
 from harness.foundation.files import dir_problem
+from harness.rundir.outputs import root_problem
 from harness.sweep.plan import format_plan, load_sweep, matches_only, only_problem
 from harness.sweep.spec import LAUNCHER_TYPES, SweepError, count_problem, refresh_problem
 
@@ -107,6 +108,10 @@ def _check_dirs_unwritten(sw, field: str) -> None:
     either: so ``--dry-run`` checks them too, and a real run refuses before it writes anything."""
     for path, name in ((sw.output_dir, field), (sw.sweep_dir, "sweep folder")):
         why = dir_problem(path)
+        if not why and path == sw.output_dir:
+            why = root_problem(path, name)  # not a run's folder, a final_model, a reward model, a report, ...
+            if why:
+                raise SweepError(why)
         if why:
             raise SweepError(f"{name}={str(path)!r} is invalid: {why}")
 

@@ -12,7 +12,7 @@ import yaml
 
 from evals.catalog import get_task
 from harness.cli.polish import lazy, split_list
-from harness.config.gate import admit
+from harness.admission.gate import admit
 from harness.config.paths import uses_warmup_cache
 from harness.config.schema import config_warnings, describe, load_config
 from harness.foundation import yamlsafe
@@ -22,6 +22,7 @@ from harness.rundir.layout import SUMMARY, read_json
 from harness.sweep.plan import format_plan, load_sweep
 
 # loaded when a command runs (torch, transformers): `--help` and argument errors answer at once
+models = lazy("harness.engine.models")
 sweep_run = lazy("harness.sweep.run")
 loop = lazy("harness.train.loop")
 warmup = lazy("harness.train.warmup")
@@ -57,10 +58,16 @@ def _sigterm_as_interrupt(signum, frame):
 
 
 def _overrides(args) -> list[str]:
-    """``--set`` overrides, then ``--output-dir`` as ``output_dir=`` (the flag wins; an empty one
-    is refused by `harness.cli.main` before this)."""
+    """``--set`` overrides (``--output-dir`` is :func:`path_options`)."""
+    return list(args.set)
+
+
+def path_options(args) -> dict:
+    """``--output-dir`` as the field ``output_dir``, a path as given (``~`` expanded as every path
+    option is), never read as YAML: ``"x #c"``, ``2024-11-28``, ``123`` are folder names. The flag wins
+    over ``--set output_dir=``; an empty one is refused by `harness.cli.main` before this."""
     out_dir = getattr(args, "output_dir", None)
-    return list(args.set) + ([f"output_dir={out_dir}"] if out_dir is not None else [])
+    return {} if out_dir is None else {"output_dir": os.path.expanduser(out_dir)}
 
 
 def warn_config(cfg, command: str) -> None:
@@ -75,7 +82,7 @@ def output_field(args) -> str:
 
 
 def cmd_train(args) -> int:
-    cfg = load_config(args.config, _overrides(args))
+    cfg = load_config(args.config, _overrides(args), values=path_options(args))
     warn_config(cfg, "train")
     run = admit(cfg, outputs={output_field(args): cfg.output_dir})  # every check, before the run folder is made
     print(f"results: {loop.run_dir(cfg)}")
@@ -84,11 +91,26 @@ def cmd_train(args) -> int:
         os.environ["TQDM_DISABLE"] = "1"  # every bar, the start evaluation's included
     try:
         summary = loop.train(run, resume=not args.restart, progress=not args.no_progress)
+    except (MemoryError, RuntimeError) as e:  # the allocator: one line naming what to lower, not a traceback
+        if not models.is_out_of_memory(e):
+            raise
+        raise ConfigError(out_of_memory_line(cfg, e)) from None
     finally:
         signal.signal(signal.SIGTERM, prev)
     print_run(summary)
     print(f"  report (tables and plots of every run in the folder): harness report {Path(loop.run_dir(cfg)).parent}")
     return 0
+
+
+def out_of_memory_line(cfg, e: BaseException) -> str:
+    """The one line for a run that ran out of memory (recorded failed by the trainer): the stage size
+    and the settings whose memory grows with a number, to lower."""
+    stage = cfg.train.prompts_per_step * cfg.sampling.samples_per_prompt
+    why = (str(e).strip().splitlines() or [""])[0][:160]
+    return (f"the run needs more memory than this machine has ({type(e).__name__}: {why}); a stage is "
+            f"train.prompts_per_step x sampling.samples_per_prompt = {stage:,} samples of up to "
+            f"sampling.max_new_tokens={cfg.sampling.max_new_tokens} tokens: lower train.prompts_per_step (or "
+            f"sampling.samples_per_prompt, train.micro_batch_size={cfg.train.micro_batch_size}) and re-run")
 
 
 def _quickstart_sweep() -> Path:
@@ -155,11 +177,11 @@ def only_algorithms(given, sw) -> list[str] | None:
 
 
 def cmd_warmup(args) -> int:
-    cfg = load_config(args.config, _overrides(args))
+    cfg = load_config(args.config, _overrides(args), values=path_options(args))
     warn_config(cfg, "warmup")
     root = (uses_warmup_cache(cfg) and not cfg.warmup.cache_dir) or args.output_dir is not None
     run = admit(cfg, outputs={output_field(args): cfg.output_dir} if root else {},  # the cache's root, or a folder
-                warmup_threads=True)  # asked for; the warm-up sets its own thread count (warmup.threads)
+                warmup_threads=True, memory=False)  # asked for; the warm-up sets its own thread count
     run.enter()
     task = get_task(cfg.task)
     _, _, info = warmup.starting_checkpoint(cfg, task, run.torch_device(), progress=True)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from algorithms.presets import RATIO_LEVELS, has_critic, uses_reference
-from harness.config.rules import (ALGORITHM, FRACTION, POSITIVE_FRACTION, STAGE_SAMPLES, above, at_least,
-                                  check_fields, dir_path, one_of, rule, ruled)
+from harness.config.rules import (ALGORITHM, FRACTION, MAX_EVAL_POINTS, POSITIVE_FRACTION, STAGE_SAMPLES, above,
+                                  at_least, at_most, check_fields, dir_path, one_of, rule, ruled)
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,9 @@ class RewardModelConfig:
     """orm/prm: a folder written by `harness rm train` to start from (its recorded cost in samples,
     tokens and seconds is charged to this run's budget); null: one is trained before RL on
     samples_per_round samples of the starting policy."""
-    rounds: int = ruled(1, at_least(1, " (1 = one round, no retraining)"))
+    rounds: int = ruled(1, at_least(1, " (1 = one round, no retraining)"),
+                        at_most(MAX_EVAL_POINTS, " (the round ends are a list of that many budget points, as "
+                                                 "budget.eval_points; the budget's stages bound it further)"))
     """orm/prm: rounds of iterative RL (DeepSeekMath §4.2). 1: the reward model stays fixed during RL.
     R > 1: the budget is cut into R equal parts; at the end of each but the last the current policy
     draws samples_per_round samples, the exact checker labels them, the reward model trains further

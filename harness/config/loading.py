@@ -66,12 +66,14 @@ def load_yaml(path: str | os.PathLike) -> dict:
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None,
-                base: dict | None = None) -> Config:
-    """YAML file (optional) + ``key.sub=value`` overrides -> validated Config."""
+                base: dict | None = None, values: dict | None = None) -> Config:
+    """YAML file (optional) + ``key.sub=value`` overrides -> validated Config. ``values``
+    (``{"output_dir": "2024-11-28"}``): fields set last, as given, never read as YAML (a
+    command's path options: ``--output-dir "x #c"`` is the folder ``x #c``)."""
     data: dict = dict(base or {})
     if path is not None:
         data = deep_merge(data, load_yaml(path))
-    for key, value in parse_overrides(overrides):
+    for key, value in [*parse_overrides(overrides), *(values or {}).items()]:
         set_dotted(data, key, value)
     where = f" (in {path})" if path else ""
     try:

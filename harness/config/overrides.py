@@ -65,7 +65,8 @@ def rename_section(section: str, current: dict, name: Any) -> dict:
 def set_dotted(data: dict, dotted: str, value: Any) -> None:
     """Apply ``a.b.c=value`` into nested dict ``data``. A named section set to a name
     (``algorithm=ppo`` over an ``algorithm`` mapping) keeps the mapping's fields, as
-    :func:`rename_section` says, rather than dropping them."""
+    :func:`rename_section` says, rather than dropping them; a mapping set on a section
+    (``train={lr: 0.5}``) merges into it (:func:`deep_merge`), its other fields kept."""
     keys = dotted.split(".")
     cur = data
     for k in keys[:-1]:
@@ -82,6 +83,10 @@ def set_dotted(data: dict, dotted: str, value: Any) -> None:
         cur[last] = rename_section(last, cur[last], value)  # `--set algorithm=ppo` over a mapping
     elif len(keys) == 2 and keys[0] in NAMED_SECTIONS and last == "name" and cur.get("name") != value:
         data[keys[0]] = rename_section(keys[0], cur, value)  # `--set algorithm.name=ppo`
+    elif isinstance(value, dict) and isinstance(cur.get(last), (dict, str)):
+        # `--set train={lr: 0.5}` merges into the section as the file's layers do (its other
+        # fields stay; `--set budget={amount: 64}` keeps the budget's unit), never resets them
+        cur[last] = deep_merge(cur, {last: value}, top=cur is data)[last]
     else:
         cur[last] = value
 

@@ -35,7 +35,8 @@ def _rm_spec_file() -> str:
     """evals.prm's spec file name (evals.prm imports torch: loaded only when a check needs it)."""
     return importlib.import_module("evals.prm").RM_SPEC_FILE
 
-__all__ = ["check_input_paths", "check_model_path", "check_reward_model_init", "check_task_data"]
+__all__ = ["check_input_paths", "check_model_path", "check_reward_model_init", "check_task_data",
+           "reward_model_spec", "task_mismatch"]
 
 NOT_DOWNLOADED = "nothing is downloaded at run time"
 
@@ -94,22 +95,33 @@ def _where(value: str, path: str) -> str:
     return f" ({path})" if path != value else ""
 
 
-def _reward_model_kind(field: str, folder: str) -> Optional[str]:
-    """The ``kind`` of ``folder``'s reward_model.json (None without one), or a ConfigError."""
+def reward_model_spec(field: str, folder: str) -> Optional[dict]:
+    """``folder``'s reward_model.json (None without one), or a ConfigError naming ``field``: it cannot be
+    read (empty, garbage, not UTF-8, nested too deeply) or is not a spec of a trained reward model."""
     RM_SPEC_FILE = _rm_spec_file()
     f = Path(folder) / RM_SPEC_FILE
     if not f.is_file():
         return None
     try:
         spec = json.loads(f.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise _refuse(field, folder, f"its {RM_SPEC_FILE} cannot be read ({type(e).__name__}: "
                                      f"{str(e)[:200]})") from None
     kind = spec.get("kind") if isinstance(spec, dict) else None
     if kind not in TRAINED_REWARD_MODELS:
         raise _refuse(field, folder, f"its {RM_SPEC_FILE} is not a reward-model spec (expected a mapping with "
                                      f"kind {' or '.join(TRAINED_REWARD_MODELS)})")
-    return kind
+    return spec
+
+
+def task_mismatch(spec: Optional[dict], task: str) -> Optional[str]:
+    """Why a reward model trained on another task's samples may not score ``task`` (None when it may,
+    or when its spec names no task)."""
+    trained = spec.get("task") if isinstance(spec, dict) else None
+    if isinstance(trained, str) and trained != task:
+        return (f"it was trained on task '{trained}' samples (its reward_model.json says so) and this run's task "
+                f"is '{task}': train one on this task with `harness rm train`")
+    return None
 
 
 def check_reward_model_init(cfg) -> None:
@@ -122,7 +134,8 @@ def check_reward_model_init(cfg) -> None:
         raise _refuse("reward_model.init", rm.init, "no such folder (a folder written by `harness rm train`)")
     if not p.is_dir():
         raise _refuse("reward_model.init", rm.init, "not a folder (a folder written by `harness rm train`)")
-    kind = _reward_model_kind("reward_model.init", rm.init)
+    spec = reward_model_spec("reward_model.init", rm.init)
+    kind = None if spec is None else spec["kind"]
     if kind is None:
         spec_file = _rm_spec_file()
         raise _refuse("reward_model.init", rm.init, f"no {spec_file} there: not a reward model written by "
@@ -130,6 +143,9 @@ def check_reward_model_init(cfg) -> None:
     if rm.type in TRAINED_REWARD_MODELS and kind != rm.type:
         raise _refuse("reward_model.init", rm.init, f"it is a{'n' if kind == 'orm' else ''} {kind} and "
                                                     f"reward_model.type is {rm.type}")
+    why = task_mismatch(spec, cfg.task.name)
+    if why:
+        raise _refuse("reward_model.init", rm.init, why)
     check_model_path("reward_model.init", rm.init)
 
 
@@ -149,9 +165,13 @@ def check_input_paths(cfg) -> None:
     prm = cfg.algo.prm
     if prm not in (None, "", "rule"):
         check_model_path("algorithm.prm", prm)
-        if Path(prm).is_dir() and _reward_model_kind("algorithm.prm", prm) == "orm":
+        spec = reward_model_spec("algorithm.prm", prm) if Path(prm).is_dir() else None
+        if spec is not None and spec["kind"] == "orm":
             raise _refuse("algorithm.prm", prm, "an outcome reward model (its reward_model.json says kind orm): "
                                                 "give it as reward_model.type=orm reward_model.init=<folder>")
+        why = task_mismatch(spec, cfg.task.name)
+        if why:
+            raise _refuse("algorithm.prm", prm, why)
     check_reward_model_init(cfg)
     check_task_data(cfg.task)
 

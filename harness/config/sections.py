@@ -104,6 +104,7 @@ class TaskConfig(TaskSpec):
         "min_ops": (at_least(1),),
         "operators": (rule(lambda ops: bool(ops) and set(ops) <= set("+-*"), "must be a non-empty subset of '+-*'"),),
         "eval_size": (at_least(1),),
+        "seed": (at_least(0),),
         "few_shot": (at_least(0),),
         "demo_error_rate": (FRACTION,),
     }

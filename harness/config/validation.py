@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 from algorithms.presets import GROUP_ESTIMATORS
@@ -113,6 +114,10 @@ def _check_reward_model(cfg, algo) -> None:
           "end of each round: leave algorithm.ref_reset_every at 0")
     why = whole_groups_problem(rm.samples_per_round, cfg.sampling.samples_per_prompt)
     check(why is None, "reward_model.samples_per_round", rm.samples_per_round, str(why))
+    stages = budget_stages(cfg)
+    check(stages is None or rm.rounds <= stages, "reward_model.rounds", rm.rounds,
+          f"each round needs at least one training stage, and a budget of {cfg.budget.amount:g} {cfg.budget.unit} "
+          f"holds {stages}: at most {stages} rounds (more would merge into fewer retrainings than asked)")
     trainings = (rm.rounds - 1 + (rm.init is None)) if rm.type != "implicit" else 0
     check(cfg.budget.unit != "samples" or rm.samples_per_round * trainings < cfg.budget.amount,
           "reward_model.samples_per_round", rm.samples_per_round,
@@ -123,6 +128,15 @@ def _check_reward_model(cfg, algo) -> None:
               f"task '{cfg.task.name}' has no exact step checker to label the policy's samples during the run: "
               f"train a PRM with `harness rm train --step-labels mc` and give it as reward_model.init with "
               f"reward_model.rounds=1, or use reward_model.type=implicit")
+
+
+def budget_stages(cfg) -> Optional[int]:
+    """How many training stages the budget holds (None where the unit does not say: tokens, seconds)."""
+    if cfg.budget.unit == "steps":
+        return int(cfg.budget.amount)
+    if cfg.budget.unit == "samples":
+        return math.ceil(cfg.budget.amount / stage_samples(cfg.train.prompts_per_step, cfg.sampling.samples_per_prompt))
+    return None
 
 
 def config_warnings(cfg) -> list[str]:
@@ -142,6 +156,7 @@ def config_warnings(cfg) -> list[str]:
                 out.append(f"{label}.eval_size={spec.eval_size}: these arith knobs ({describe_knobs(spec)}) allow "
                            f"only {have} held-out problem{'s' if have != 1 else ''}, so the evaluation set "
                            f"holds {have}")
+    out += ignored_reward_model(cfg)
     if cfg.eval.validation and cfg.task.name == "arith" and cfg.task.disjoint_validation:
         space = problem_space(cfg.task)
         if space.exact and space.validation < cfg.task.eval_size:
@@ -154,6 +169,21 @@ def config_warnings(cfg) -> list[str]:
             out.append(f"eval.validation: the validation split gets the {have - cfg.task.eval_size} held-out "
                        f"problems the test set leaves, fewer than task.eval_size={cfg.task.eval_size}")
     return out
+
+
+def ignored_reward_model(cfg) -> list[str]:
+    """A ``reward_model`` field set without ``reward_model.type``: read by `harness rm train` only,
+    never by a run (it does not enter the run id either: :func:`harness.rundir.ids.run_id`)."""
+    rm = cfg.reward_model
+    if rm.type is not None:
+        return []
+    default = type(rm)()
+    changed = [f.name for f in dataclasses.fields(rm) if getattr(rm, f.name) != getattr(default, f.name)]
+    if not changed:
+        return []
+    return [f"reward_model.{', reward_model.'.join(changed)} set without reward_model.type: a run reads no "
+            f"reward-model field without a type (orm, prm or implicit), so this run ignores "
+            f"{'them' if len(changed) > 1 else 'it'} (the run id too); `harness rm train` reads them"]
 
 
 def warmup_long_spec(cfg):

@@ -54,6 +54,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -68,6 +69,7 @@ from harness.engine.batching import MiniBatch, Plan, Rows, Stepper, forward_nogr
 from harness.engine.critic import Critic
 from harness.engine.distributed import load_full_state
 from harness.engine.step_metrics import StepMetrics, group_advantage_sums
+from harness.rundir.layout import RunFileError
 
 
 class ValueModel(nn.Module):
@@ -438,13 +440,31 @@ class Learner:
 def adopt_adam_state(opt, params: list, path: str) -> None:
     """Give ``opt`` (Adam) the second moments and step counts of the optimizer state saved at
     ``path`` (a warm-up's), with zero first moments; the state must match ``params`` one for one."""
-    state = torch.load(path, weights_only=True, map_location="cpu")  # tensors and plain values only
-    saved = state.get("state", {})
-    if len(saved) != len(params):
-        raise ValueError(f"optimizer state in {path} has {len(saved)} entries for {len(params)} parameters")
+    try:
+        saved = _adam_state(path, params)
+    except Exception as e:  # a pickle torch refuses (weights_only), garbage, another model's state
+        if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
+            raise  # the machine (a full disk, permissions): the CLI's own line
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise RunFileError(path, f"the warm-up's optimizer state cannot be used ({type(e).__name__}: {first})",
+                           f"delete the warm-up cache entry {Path(path).parent} (the next run rebuilds it), or set "
+                           f"train.reuse_warmup_optimizer: false") from None
     for i, p in enumerate(params):
         st = saved[i]
-        if st["exp_avg_sq"].shape != p.shape:
-            raise ValueError(f"optimizer state in {path} does not match parameter {i} ({tuple(p.shape)})")
         opt.state[p] = {"step": st["step"].clone() if torch.is_tensor(st["step"]) else torch.tensor(float(st["step"])),
                         "exp_avg": torch.zeros_like(p), "exp_avg_sq": st["exp_avg_sq"].to(p.device).clone()}
+
+
+def _adam_state(path: str, params: list) -> dict:
+    """The per-parameter Adam state saved at ``path``, checked against ``params`` one for one."""
+    state = torch.load(path, weights_only=True, map_location="cpu")  # tensors and plain values only
+    saved = state.get("state", {}) if isinstance(state, dict) else None
+    if not isinstance(saved, dict) or len(saved) != len(params):
+        n = len(saved) if isinstance(saved, dict) else 0
+        raise ValueError(f"optimizer state in {path} has {n} entries for {len(params)} parameters")
+    for i, p in enumerate(params):
+        st = saved.get(i)
+        if not isinstance(st, dict) or not torch.is_tensor(st.get("exp_avg_sq")) or st["exp_avg_sq"].shape != p.shape \
+                or "step" not in st:
+            raise ValueError(f"optimizer state in {path} does not match parameter {i} ({tuple(p.shape)})")
+    return saved

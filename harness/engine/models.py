@@ -31,7 +31,7 @@ from typing import Optional
 import torch
 
 from evals.prm import RM_SPEC_FILE, CausalLMPRM, RuleBasedPRM, read_spec, spec_kwargs
-from harness.config.gate import resolve_device  # noqa: F401 (models.resolve_device: the gate's rule)
+from harness.admission.gate import resolve_device  # noqa: F401 (models.resolve_device: the gate's rule)
 from harness.config.schema import tiny_param_count
 from harness.foundation.errors import ModelLoadError  # raised here; the CLI imports it without torch
 from harness.foundation.modelfiles import (PICKLE_SUFFIXES, WHAT_TO_DO, check_model_folder, looks_like_hub_id,

@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Optional
@@ -53,6 +54,53 @@ def dir_problem(path: str | os.PathLike) -> str:
     except OSError as e:
         return f"not a writable directory ({e.strerror or e})"
     return ""
+
+
+def _inside(real: Path, root_real: Path) -> bool:
+    return real == root_real or root_real in real.parents
+
+
+def outside_problem(p: Path, root_real: Path) -> Optional[str]:
+    """Why ``p`` is not inside ``root_real`` once every symlink on its way is resolved (None when it is)."""
+    try:
+        real = p.resolve()  # every symlink on the way, the file's own included
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        return f"it cannot be resolved ({e})"
+    if not _inside(real, root_real):
+        return f"it resolves to {real}, outside {root_real}; links out of the folder are never followed"
+    return None
+
+
+def regular_inside_problem(path: str | os.PathLike, root: str | os.PathLike) -> Optional[str]:
+    """Why the file ``path`` may not be read as part of the folder ``root`` to be copied or uploaded
+    elsewhere (None when it may): it resolves outside ``root`` (a symlink, or a symlinked folder on
+    its way), or it is not a regular file. The one rule of `harness sync`, live tracking, the report
+    upload and `harness export`: a link to a secret is never copied out."""
+    p, root_real = Path(path), Path(root).resolve()
+    why = outside_problem(p, root_real)
+    if why:
+        return why
+    try:
+        mode = os.stat(p).st_mode
+    except OSError as e:
+        return f"it cannot be read ({e.strerror or e})"
+    if not stat.S_ISREG(mode):
+        return "it is not a regular file"
+    return None
+
+
+def link_on_the_way(path: str | os.PathLike, root: str | os.PathLike) -> Optional[Path]:
+    """The first symbolic link among the existing components of ``path`` below ``root`` (``path``
+    itself included), or None: a write there would go through it, somewhere else."""
+    p, r = Path(path), Path(root)
+    cur = r
+    for part in p.relative_to(r).parts:
+        cur = cur / part
+        if cur.is_symlink():
+            return cur
+        if not os.path.lexists(cur):
+            return None
+    return None
 
 
 _NO_SPACE_TEXT = re.compile(r"no space left on device|disk quota exceeded|os error (28|122)\b|errno (28|122)\b",

@@ -48,7 +48,7 @@ DEFAULT_MODE = "portable"
 ENV_MODE = "GRPO_HARNESS_NUMERICS"  # the mode a process starts in (set by the harness for its children)
 ENV_INHERITED = "GRPO_HARNESS_INHERITED_PINS"  # the pinned variables as they were before the harness set them
 DEFAULT_THREADS = 2  # portable mode, train.threads = 0 and no launcher's count: a fixed count, not the cores
-# (harness.config.gate.decide_threads decides a run's count)
+# (harness.admission.gate.decide_threads decides a run's count)
 
 # what portable mode sets, before torch runs a kernel (children inherit it)
 PINS = {
@@ -199,7 +199,7 @@ def pin_process(mode: Optional[str] = None) -> str:
 
 def enter(mode: str, threads: int, device: str = "cpu") -> dict:
     """Apply ``mode`` and ``threads`` to this process and return what took effect (see
-    `state`). A run comes here through the admission gate (`harness.config.gate.Admitted.enter`), which decided
+    `state`). A run comes here through the admission gate (`harness.admission.gate.Admitted.enter`), which decided
     both. Raises `NumericsError` when portable numerics were asked for and torch already
     runs other kernels here (it ran one before the pins were set): the run would not be
     portable, and saying so after the fact is worse than refusing before any work."""

@@ -38,11 +38,12 @@ from harness.foundation.base import flatten
 from harness.report.aggregate import (build_table, differing_settings, group_runs, load_sweep_runs,
                                       paired_differences, per_seed_initial, seeds_note, select_by_validation,
                                       selection_notes)
-from harness.report.format import number, table
+from harness.report.format import md_safe, number, table
 from harness.report.plots import PLOT_TITLES, figures
 from harness.report.tables import (STAT_NOTE, formatted_table, paired_table, results_html, results_markdown,
                                    runs_display, runs_frame, runs_html, settings_table, write_csvs)
 from harness.rundir.layout import read_json
+from harness.rundir.outputs import check_output, staged
 from harness.rundir.provenance import describe as describe_provenance, portable_path
 from harness.rundir.read import UNREADABLE, UNVERIFIED, RunData
 
@@ -232,8 +233,20 @@ def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     cannot be read (or whose ``finished`` is not borne out) is listed with its reason in the
     runs table, the notes and ``unusable``; the other runs are reported as usual."""
     sweep_dir = Path(sweep_dir)
-    runs = load_sweep_runs(sweep_dir)
     out = Path(out_dir) if out_dir is not None else sweep_dir / "report"
+    check_output(out, "report", "report folder")  # replaced whole: never a folder of someone else's files
+    with staged(out) as stage:  # written beside the old report, moved into place whole (a kill or a full
+        res = _write_report(sweep_dir, stage, columns)  # disk leaves the old one as it was)
+    for key in ("markdown", "html", "csv", "runs_csv"):
+        res[key] = out / res[key].name
+    res["plots"] = {name: out / "plots" / p.name for name, p in res["plots"].items()}
+    res["out_dir"] = out
+    return res
+
+
+def _write_report(sweep_dir: Path, out: Path, columns: list[str] | None) -> dict:
+    """:func:`build_report` into the folder ``out`` (its stage)."""
+    runs = load_sweep_runs(sweep_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
 
     df = build_table(runs)
@@ -257,7 +270,7 @@ def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     runs_table = runs_display(runs_df, tasks)
     md_path, html_path = out / "report.md", out / "report.html"
     cols_table = columns_table(runs, sweep_columns(sweep_dir) if columns is None else columns)
-    md_path.write_text(_markdown(sweep, sweep_dir, fdf, notes, plots, runs_table, cols_table, sections, done))
+    md_path.write_text(md_safe(_markdown(sweep, sweep_dir, fdf, notes, plots, runs_table, cols_table, sections, done)))
     html_path.write_text(_html(sweep, sweep_dir, df, fdf, notes, pngs, runs_df, runs_table, cols_table, sections,
                                done))
     return {"table": df, "runs": runs_df, "markdown": md_path, "html": html_path, "csv": csv_path,

@@ -30,6 +30,7 @@ import html
 import json
 import math
 import numbers
+import re
 from typing import Any, Optional, Sequence
 
 STYLES = ("plain", "ruled", "markdown", "html")
@@ -140,6 +141,24 @@ def _aligned(headers: Optional[Sequence], rows: Sequence[Sequence], align: Optio
     if ruled:
         lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines + [line(r) for r in body])
+
+
+_RAW_HTML = re.compile(r"<(?=[A-Za-z/!?])")
+_CODE_SPAN = re.compile(r"(`+)[^`\n](?:.*?[^`])??\1(?!`)")
+
+
+def md_safe(text: str) -> str:
+    """Markdown text in which no raw HTML survives: every ``<`` that could open a tag, a comment
+    or a declaration (``<img src=x onerror=...>``, ``</b>``, ``<!--``) becomes ``&lt;`` (a viewer shows
+    it as ``<``); ``< 0.05`` and ``<=`` stay as they are, and so does a code span (`` `<folder>` ``: shown as
+    written, never as HTML). Reports apply it to the whole of report.md,
+    so run fields (names, statuses, errors, config values) reach it as text, as report.html
+    escapes them."""
+    text, out, at = str(text), [], 0
+    for m in _CODE_SPAN.finditer(text):  # a code span shows its text as it is, HTML included: kept
+        out += [_RAW_HTML.sub("&lt;", text[at:m.start()]), m.group(0)]
+        at = m.end()
+    return "".join(out + [_RAW_HTML.sub("&lt;", text[at:])])
 
 
 def _markdown(headers: Sequence, rows: Sequence[Sequence]) -> str:

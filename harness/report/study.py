@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -26,13 +27,14 @@ import numpy as np
 from harness.report.aggregate import per_seed_initial
 from harness.report.curvefit import N_BOOT, TOLERANCE, study_curves
 from harness.report.decisions import Design
-from harness.report.format import plus_minus, table, value_text, with_interval
+from harness.report.format import md_safe, plus_minus, table, value_text, with_interval
 from harness.report.problems import gold_keys, guessing_floor
 from harness.report.stats import mean_ci, mean_curve, paired_diff_ci
 from harness.report.study_claims import amendments, claims, claims_csv_rows, claims_markdown
 from harness.report.study_data import (Study, acc_curves, arm_name, arm_of, axes_of, final, find_selection_dir,
                                        initial, load_selection, load_study, per_seed, selection_check, uncontended)
 from harness.report.study_plots import colors_for, plot_accuracy, plot_fits, plot_k
+from harness.rundir.outputs import check_output, staged
 from harness.rundir.read import RunData, is_number
 
 __all__ = ["build_study_report", "load_study", "table5", "large_k_check", "compute_curves", "run_seconds",
@@ -272,6 +274,10 @@ def header(study: Study, design: Design) -> list[str]:
            "learning-rate selection: no selection runs in this report")
         + "; " + _walls_text("study", walls["study"]),
     ]
+    if study.bad_records:
+        lines.append(f"- **Runs excluded for incomplete or inconsistent per-problem records** (every claim, table "
+                     f"and figure leaves them out; a verdict may differ from a report with them): "
+                     f"{'; '.join(study.bad_records)}")
     if study.excluded:
         lines.append(f"- **Excluded runs:** {', '.join(study.excluded)}")
     return lines + [""]
@@ -692,19 +698,24 @@ def build_study_report(sweep_dir, out_dir=None, n_boot: int = N_BOOT, seed: int 
     if sel_dir is not None:
         study.selection = load_selection(sel_dir)
     out = Path(out_dir) if out_dir is not None else Path(sweep_dir) / "study"
-    (out / "plots").mkdir(parents=True, exist_ok=True)
+    check_output(out, "report --study", "study folder")  # replaced whole: never a folder of someone else's files
+    for line in study.bad_records:  # said on stderr as in the report's header: the verdicts are without them
+        print(f"harness report: warning: run {line}: excluded from the study", file=sys.stderr)
     t5, curve_rows, claim_rows = table5(study), compute_curves(study, n_boot, seed), claims(study, design)
-    plots = {}
-    for name, fig in figures(study, curve_rows).items():
-        if fig is not None:
-            fig.savefig(out / "plots" / f"{name}.png", format="png", metadata={"Software": None})
-            plots[name] = out / "plots" / f"{name}.png"
-    _write_csv(out / "table5.csv", t5)
-    _write_csv(out / "claims.csv", claims_csv_rows(claim_rows))
-    _write_csv(out / "compute_curves.csv", curve_rows)
-    lines = (header(study, design) + selection_markdown(study, where) + table5_markdown(study, t5)
-             + guessing_floor_markdown(study, guessing_floors(study)) + figures_markdown(plots)
-             + large_k_markdown(study) + compute_curves_markdown(study, curve_rows)
-             + claims_markdown(claim_rows, design, amendments(study)))
-    (out / "report.md").write_text("\n".join(lines))
+    figs = figures(study, curve_rows)
+    with staged(out) as stage:  # written beside the old report, moved into place whole
+        (stage / "plots").mkdir()
+        plots = {}
+        for name, fig in figs.items():
+            if fig is not None:
+                fig.savefig(stage / "plots" / f"{name}.png", format="png", metadata={"Software": None})
+                plots[name] = out / "plots" / f"{name}.png"
+        _write_csv(stage / "table5.csv", t5)
+        _write_csv(stage / "claims.csv", claims_csv_rows(claim_rows))
+        _write_csv(stage / "compute_curves.csv", curve_rows)
+        lines = (header(study, design) + selection_markdown(study, where) + table5_markdown(study, t5)
+                 + guessing_floor_markdown(study, guessing_floors(study)) + figures_markdown(plots)
+                 + large_k_markdown(study) + compute_curves_markdown(study, curve_rows)
+                 + claims_markdown(claim_rows, design, amendments(study)))
+        (stage / "report.md").write_text(md_safe("\n".join(lines)))
     return out / "report.md"

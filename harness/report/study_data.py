@@ -30,6 +30,7 @@ import numpy as np
 
 from algorithms.presets import DISPLAY_NAMES
 from harness.report.aggregate import SELECTION_KNOBS, knob_value, load_sweep_runs, validation_selection
+from harness.report.problems import problem_values
 from harness.rundir.layout import SUMMARY, read_json
 from harness.rundir.read import RunData, is_number, k_of, setup_records, split_metric
 
@@ -55,6 +56,7 @@ class Study:
     ood: Optional[str]
     ks: dict = field(default_factory=dict)          # task -> largest K evaluated
     excluded: list = field(default_factory=list)     # "run_id (reason)"
+    bad_records: list = field(default_factory=list)  # "run_id: reason": excluded for their per-problem records
     sweep_json: dict = field(default_factory=dict)
     records_cache: dict = field(default_factory=dict)  # problems.problem_values' cache
     selection: Optional[dict] = None                  # `load_selection`'s, when a selection folder was found
@@ -121,9 +123,13 @@ def load_study(sweep_dir) -> Study:
             excluded.append(f"{r.run_id} (no seed, or a second run of {arm} seed {r.seed})")
         else:
             arms.setdefault(arm, {})[r.seed] = r
+    first = [a for a in ARM_ORDER if a in arms] + sorted(a for a in arms if a not in ARM_ORDER)
+    task = next(iter(arms[first[0]].values())).task if first else "arith"
+    cache: dict = {}
+    bad = drop_bad_records(arms, task, cache)
+    excluded += [f"{line.split(': ', 1)[0]} (per-problem records: {line.split(': ', 1)[1]})" for line in bad]
     order = [a for a in ARM_ORDER if a in arms] + sorted(a for a in arms if a not in ARM_ORDER)
     done = [r for a in order for r in arms[a].values()]
-    task = done[0].task if done else "arith"
     ks: dict[str, int] = {}
     tasks = set()
     for r in done:
@@ -138,8 +144,38 @@ def load_study(sweep_dir) -> Study:
     except OSError:
         sweep_json = {}
     return Study(sweep_dir=sweep_dir, arms=OrderedDict((a, dict(sorted(arms[a].items()))) for a in order),
-                 task=task, ood=ood, ks=ks, excluded=excluded, sweep_json=sweep_json, setup=setup_times(sweep_dir),
+                 task=task, ood=ood, ks=ks, excluded=excluded, bad_records=bad, records_cache=cache,
+                 sweep_json=sweep_json, setup=setup_times(sweep_dir),
                  setup_spans=setup_spans(sweep_dir))
+
+
+def drop_bad_records(arms: dict, task: str, cache: dict) -> list[str]:
+    """Take out of ``arms`` every run whose per-problem records (``eval/<task>_<step>.jsonl`` of its
+    start and final evaluations) are there but cannot be trusted: a problem without a value, a mean
+    that differs from the summary's accuracy (`harness.report.problems.problem_values`), or fewer
+    problems than the other runs' (records cut short). Returns ``"<run id>: <why>"`` per run taken
+    out; a run with no records at all stays (its claims resample seeds only, and the report says so)."""
+    counts: dict = {}
+    bad: dict = {}
+    for seeds in arms.values():
+        for r in seeds.values():
+            for side in ("initial", "final"):
+                vals, why = problem_values(r, task, "acc", side, cache)
+                if vals is not None:
+                    counts[(r.run_id, side)] = len(vals)
+                elif ": no records eval/" not in why and ": no final evaluation row" not in why:
+                    bad.setdefault(r.run_id, f"{side} evaluation: {why.removeprefix(r.run_id + ': ')}")
+    for side in ("initial", "final"):
+        most = max((n for (_, s), n in counts.items() if s == side), default=0)
+        for (rid, s), n in counts.items():
+            if s == side and n < most:
+                bad.setdefault(rid, f"{side} evaluation: {n} problems' records, the other runs have {most} "
+                                    f"(cut short)")
+    for arm in list(arms):
+        arms[arm] = {s: r for s, r in arms[arm].items() if r.run_id not in bad}
+        if not arms[arm]:
+            del arms[arm]
+    return [f"{rid}: {why}" for rid, why in sorted(bad.items())]
 
 
 def setup_times(sweep_dir: Path) -> list:

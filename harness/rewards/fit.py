@@ -16,7 +16,8 @@ Steps (one process; portable numerics as a run):
 4. problems are split by a hash of their id (``--heldout-frac``, default 0.2: every sample of a
    problem on one side); the reward model (a copy of the policy, or ``--init``)
    trains ``reward_model.epochs`` passes on the training side;
-5. written to the output folder: the model (``save_pretrained``), ``reward_model.json`` (kind,
+5. written, whole, to the output folder (staged beside it and moved into place complete:
+   :func:`harness.rundir.outputs.staged`): the model (``save_pretrained``), ``reward_model.json`` (kind,
    tags, where it came from, its ``cost``: samples, tokens, seconds, which a run charges to its
    budget when it starts from this folder), ``metrics.json`` (held-out and training accuracy and
    AUC against the exact labels, outcome and per step) and ``data.jsonl`` (every labelled example
@@ -32,12 +33,13 @@ from typing import Callable, Optional
 
 from evals.catalog import get_task
 from evals.prm import split_steps
-from harness.config import gate
+from harness.admission import gate
 from harness.engine.models import load_policy
 from harness.engine.sampling import sample
 from harness.foundation.base import stable_hash
 from harness.rewards.data import DATA_FILE, Example, heldout, label_exact, training_problems
 from harness.rewards.learned import TaggedRM
+from harness.rundir.outputs import staged
 
 METRICS_FILE = "metrics.json"
 
@@ -113,7 +115,7 @@ def train_reward_model(run, kind: str, *, policy_dir: Optional[str] = None,
                        mc_rollouts: int = 4, progress: bool = True) -> dict:
     """Sample, label, split, train and write a reward model (the module docstring); returns the
     metrics written to ``metrics.json`` (with ``out``: the folder). ``run``: a run the admission gate let in
-    (`harness.config.gate.admit`: ``harness rm train``'s), or a config, taken through the gate here. The policy is
+    (`harness.admission.gate.admit`: ``harness rm train``'s), or a config, taken through the gate here. The policy is
     ``policy_dir``, else
     what ``load_start`` (:data:`StartLoader`) loads; one of them must be given (a TypeError otherwise,
     before any work)."""
@@ -157,12 +159,12 @@ def train_reward_model(run, kind: str, *, policy_dir: Optional[str] = None,
     metrics = {"kind": kind, "heldout": model.quality(held), "train": model.quality(train), "fit": fit,
                "examples": {"train": len(train), "heldout": len(held)}, "cost": cost, "settings": settings,
                "task": cfg.task.name}
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save(folder, {"cost": cost, "source": source, "settings": settings, "task": cfg.task.name,
-                        "init": init, "epochs": rm.epochs, "lr": rm.lr})
-    (folder / METRICS_FILE).write_text(json.dumps(metrics, indent=1, sort_keys=True))
-    with open(folder / DATA_FILE, "w") as f:
-        for e, s in zip(examples, split):
-            f.write(json.dumps({**e.to_dict(), "split": s}) + "\n")
+    with staged(folder) as stage:  # moved into place whole: an earlier result stays until this one is complete
+        model.save(stage, {"cost": cost, "source": source, "settings": settings, "task": cfg.task.name,
+                           "init": init, "epochs": rm.epochs, "lr": rm.lr})
+        (stage / METRICS_FILE).write_text(json.dumps(metrics, indent=1, sort_keys=True))
+        with open(stage / DATA_FILE, "w") as f:
+            for e, s in zip(examples, split):
+                f.write(json.dumps({**e.to_dict(), "split": s}) + "\n")
     return {**metrics, "out": str(folder)}
 

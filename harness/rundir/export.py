@@ -23,6 +23,10 @@ The sweep folder's ``sweep.json`` is copied too (unless it is unusable: :func:`s
 ``summary.json`` (those whose setup finished) (``setup/<job>/``: each seed's warm-up and start evaluation, built before the runs by
 `harness.sweep.run`; the study report counts their time). Unfinished runs are skipped (one line each).
 Exporting again writes the same bytes (files whose bytes are already right are left alone).
+Only regular files inside a run are read (the rule of `harness sync`:
+:func:`harness.foundation.files.regular_inside_problem`; a run with a file linked out is skipped, with
+the reason), and nothing is written through a symbolic link in DEST; DEST holds only what an export
+writes (run folders, ``sweep.json``, ``setup/``): a folder with other files is refused (:func:`dest_problem`).
 Bad inputs (RUNS_DIR missing, DEST inside it, no finished run) raise :class:`ExportError`
 before anything is copied.
 """
@@ -38,7 +42,7 @@ from typing import Any, Optional
 
 from evals.records import compact_record
 from harness.foundation.base import ConfigError
-from harness.foundation.files import rewrite_atomic
+from harness.foundation.files import link_on_the_way, outside_problem, regular_inside_problem, rewrite_atomic
 from harness.rundir.layout import (CONFIG, METRICS, SETUP_DIR, SUMMARY, SWEEP_JSON, RunFileError, is_non_run_dir,
                                    json_type, load_json)
 from harness.rundir.read import finished_problem, is_run_dir, setup_records
@@ -203,8 +207,63 @@ def choose_runs(runs_dir: str | os.PathLike, pattern: Optional[str] = None) -> R
         if why:
             choice.skipped.append((d.name, f"summary.json says finished, but {why}"))
             continue
+        why = link_problem(d)
+        if why:
+            choice.skipped.append((d.name, why))
+            continue
         choice.finished.append(d)
     return choice
+
+
+def link_problem(run_dir: Path) -> Optional[str]:
+    """Why a run folder is not exported for what it links to (None when nothing): a file the export
+    copies (``config.yaml``, ``summary.json``, ``metrics.jsonl``, a kept evaluation record) or its
+    ``eval/`` folder that is not a regular file (folder) inside the run once every link is resolved;
+    the rule of `harness sync` (:func:`harness.foundation.files.regular_inside_problem`): a link to a
+    secret is never copied into an export."""
+    root = run_dir.resolve()
+    for name in COPIED:
+        if os.path.lexists(run_dir / name):
+            why = regular_inside_problem(run_dir / name, root)
+            if why:
+                return f"{name}: {why}"
+    if os.path.lexists(run_dir / EVAL_DIR):
+        why = outside_problem(run_dir / EVAL_DIR, root)
+        if why:
+            return f"{EVAL_DIR}/: {why}"
+    for p in kept_eval_files(run_dir / EVAL_DIR):
+        why = regular_inside_problem(p, root)
+        if why:
+            return f"{EVAL_DIR}/{p.name}: {why}"
+    return None
+
+
+def dest_problem(dest: Path) -> Optional[str]:
+    """Why ``dest`` may not take an export (None when it may): it holds something an export does
+    not write (an export holds run folders, ``sweep.json`` and ``setup/``), or a link where the
+    export writes (a symlinked run folder would send the export into another folder)."""
+    if not dest.is_dir():
+        return None
+    foreign, links = [], []
+    for e in sorted(dest.iterdir()):
+        if e.name.startswith("."):
+            continue
+        if e.is_symlink():
+            links.append(e.name)
+        elif e.name == SWEEP_JSON and e.is_file():
+            continue
+        elif e.is_dir() and (e.name == SETUP_DIR or any(os.path.lexists(e / n) for n in COPIED)):
+            continue
+        else:
+            foreign.append(e.name)
+    if links:
+        return (f"DEST={str(dest)!r} is invalid: {links[0]} in it is a symbolic link (to {os.readlink(dest / links[0])})"
+                f"; an export never writes through a link: remove it or choose another folder")
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        return (f"DEST={str(dest)!r} is invalid: it holds files harness export did not write ({shown}); an export "
+                f"holds run folders, sweep.json and setup/ only: choose a new or empty folder")
+    return None
 
 
 def plan_export(runs_dir: str | os.PathLike, dest: str | os.PathLike, pattern: Optional[str] = None) -> RunChoice:
@@ -223,6 +282,9 @@ def plan_export(runs_dir: str | os.PathLike, dest: str | os.PathLike, pattern: O
                           f"would be exported again next time); choose a folder outside it")
     if out.exists() and not out.is_dir():
         raise ExportError(f"DEST={str(dest)!r} is invalid: it is a file, not a directory")
+    why = dest_problem(out)
+    if why:
+        raise ExportError(why)
     choice = choose_runs(src, pattern)
     if not choice.finished:
         raise ExportError(none_finished(choice, f"RUNS_DIR={str(runs_dir)!r}", src, "export", pattern))
@@ -269,9 +331,18 @@ def sweep_json_problem(runs_dir: str | os.PathLike) -> Optional[str]:
 # --------------------------------------------------------------------------- writing
 
 
-def _put(path: Path, data: bytes) -> bool:
-    """Write ``data`` to ``path`` atomically (:func:`harness.foundation.files.rewrite_atomic`), readable
-    by all (0644, as a committed file is), unless it already holds exactly these bytes; True if written."""
+def _link_refusal(dest: Path, link: Path) -> ExportError:
+    return ExportError(f"DEST={str(dest)!r} is invalid: {link} is a symbolic link (to {os.readlink(link)}); an export "
+                       f"never writes through a link: remove it")
+
+
+def _put(path: Path, data: bytes, dest: Path) -> bool:
+    """Write ``data`` to ``path`` (under ``dest``) atomically (:func:`harness.foundation.files.rewrite_atomic`),
+    readable by all (0644, as a committed file is), unless it already holds exactly these bytes; True if
+    written. A symbolic link on the way (``path`` itself included) is refused: nothing is written through one."""
+    link = link_on_the_way(path, dest)
+    if link is not None:
+        raise _link_refusal(dest, link)
     try:
         if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
             return False
@@ -298,21 +369,28 @@ def export_runs(runs_dir: str | os.PathLike, dest: str | os.PathLike, pattern: O
     choice = choice if choice is not None else plan_export(runs_dir, dest, pattern)
     out = Path(dest).expanduser()
     res = ExportResult(skipped=list(choice.skipped))
-    for run_dir in choice.finished:
-        for rel, data in _run_files(run_dir):
-            res.written += _put(out / run_dir.name / rel, data)
+    files = [(run_dir.name, _run_files(run_dir)) for run_dir in choice.finished]
+    for name, run in files:  # every write checked before the first: none goes through a link
+        for rel, _ in run:
+            link = link_on_the_way(out / name / rel, out)
+            if link is not None:
+                raise _link_refusal(out, link)
+    for name, run in files:
+        for rel, data in run:
+            res.written += _put(out / name / rel, data, out)
             res.bytes += len(data)
-        res.exported.append(run_dir.name)
-    sj = Path(runs_dir).expanduser() / SWEEP_JSON
-    if sj.is_file() and sweep_json_problem(runs_dir) is None:  # an unusable one is not copied (the CLI warns)
-        data = sj.read_bytes()
-        res.written += _put(out / SWEEP_JSON, data)
+        res.exported.append(name)
+    src = Path(runs_dir).expanduser()
+    sj = src / SWEEP_JSON
+    if regular_inside_problem(sj, src) is None and sweep_json_problem(runs_dir) is None:  # an unusable one is
+        data = sj.read_bytes()  # not copied (the CLI warns), a link out of the folder never
+        res.written += _put(out / SWEEP_JSON, data, out)
         res.bytes += len(data)
-    for job, _ in setup_records(Path(runs_dir).expanduser()):
+    for job, _ in setup_records(src):
         for name in (CONFIG, SUMMARY):
-            if (job / name).is_file():
+            if regular_inside_problem(job / name, src) is None:
                 data = (job / name).read_bytes()
-                res.written += _put(out / SETUP_DIR / job.name / name, data)
+                res.written += _put(out / SETUP_DIR / job.name / name, data, out)
                 res.bytes += len(data)
     return res
 

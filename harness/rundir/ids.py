@@ -2,7 +2,7 @@
 
 The hash covers every field that changes what a run computes; ``name``, ``output_dir`` and
 ``tracking`` (and ``warmup.cache_dir``, ``train.checkpoint_minutes``, and a ``reward_model``
-section left at its defaults) do not, so the same cell in two sweeps (or a re-launch with a
+section left at its defaults or without a ``type``, whose fields a run then never reads) do not, so the same cell in two sweeps (or a re-launch with a
 tracker switched on) is the same run. The algorithm is hashed resolved, its components with their
 preset values filled in (``cfg.effective_dict()``: the config with ``cfg.algo``, which config.yaml
 writes out), so a run's own ``config.yaml`` names the same run as the config it was made from. It
@@ -75,8 +75,10 @@ def run_id(cfg) -> str:
         d["train"].pop("checkpoint_minutes", None)  # how often it saves, not what it computes
     if isinstance(d.get("algorithm"), dict):
         _drop_neutral(d["algorithm"])
-    if d.get("reward_model") == DEFAULT_REWARD_MODEL:
-        d.pop("reward_model")  # off (its defaults): the section came later, so runs without it keep their ids
+    rm = d.get("reward_model")
+    if rm == DEFAULT_REWARD_MODEL or (isinstance(rm, dict) and rm.get("type") is None):
+        d.pop("reward_model")  # off (its defaults): the section came later, so runs without it keep their ids;
+        # without a type its other fields are read by nothing in a run (`harness rm train` alone reads them)
     return format_run_id(cfg.algo.name, cfg.seed, stable_hash(d, HASH_LENGTH, integral_floats_as_ints=True))
 
 

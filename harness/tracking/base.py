@@ -26,12 +26,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 import warnings
 from pathlib import Path
 from typing import Any, Optional
 
 from harness.config.schema import effective_dict
+from harness.foundation.files import outside_problem, regular_inside_problem
 from harness.rundir.layout import METRICS, SUMMARY, RunFileError, open_regular, read_json
 
 PERCENT_PREFIX = "accuracy_pct"
@@ -107,10 +107,6 @@ def config_dict(cfg: Any) -> dict:
 _SKIP_WARNED: set[str] = set()
 
 
-def _inside(real: Path, root_real: Path) -> bool:
-    return real == root_real or root_real in real.parents
-
-
 def _skip(path: Path, why: str) -> None:
     """One warning per skipped path and reason, per process."""
     key = f"{path}\0{why}"
@@ -119,32 +115,9 @@ def _skip(path: Path, why: str) -> None:
         warnings.warn(f"not uploading {path}: {why}", RuntimeWarning, stacklevel=3)
 
 
-def _outside_problem(p: Path, root_real: Path) -> Optional[str]:
-    """Why ``p`` is not inside ``root_real`` once every symlink on its way is resolved (None when it is)."""
-    try:
-        real = p.resolve()  # every symlink on the way, the file's own included
-    except (OSError, RuntimeError) as e:  # a symlink loop
-        return f"it cannot be resolved ({e})"
-    if not _inside(real, root_real):
-        return f"it resolves to {real}, outside {root_real}; links out of the folder are never followed"
-    return None
-
-
-def upload_problem(path: str | os.PathLike, root: str | os.PathLike) -> Optional[str]:
-    """Why the file ``path`` may not be uploaded as an artifact of the folder ``root`` (None when
-    it may): it resolves outside ``root`` (a symlink, or a symlinked folder on its way), or it
-    is not a regular file."""
-    p, root_real = Path(path), Path(root).resolve()
-    why = _outside_problem(p, root_real)
-    if why:
-        return why
-    try:
-        mode = os.stat(p).st_mode
-    except OSError as e:
-        return f"it cannot be read ({e.strerror or e})"
-    if not stat.S_ISREG(mode):
-        return "it is not a regular file"
-    return None
+_outside_problem = outside_problem  # the one rule (harness.foundation.files): sync, export, live tracking
+upload_problem = regular_inside_problem
+"""Why a file may not be uploaded as an artifact of a folder (:func:`harness.foundation.files.regular_inside_problem`)."""
 
 
 def artifact_dir(f: str | os.PathLike, root: str | os.PathLike) -> Path:

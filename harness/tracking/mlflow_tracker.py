@@ -61,6 +61,7 @@ for _k, _v in {
 from harness.foundation.base import flatten  # noqa: E402
 from harness.foundation.budget import row_consumed, unit_of  # noqa: E402
 from harness.rundir.ids import parse_run_id  # noqa: E402
+from harness.rundir.layout import MAX_ROW_BYTES, METRICS, RunFileError, open_regular  # noqa: E402
 from harness.rundir.lock import file_lock  # noqa: E402
 from harness.rundir.read import is_number  # noqa: E402
 from harness.rundir.read import summary_metrics as results_summary_metrics  # noqa: E402
@@ -162,19 +163,24 @@ def forget_parents() -> None:
 
 
 def first_row_time(run_dir: str | os.PathLike) -> Optional[float]:
-    """``time`` of the first row of a run's metrics.jsonl (None without one)."""
+    """``time`` of the first row of a run's metrics.jsonl (None without one). Streamed: at most
+    :data:`~harness.rundir.layout.MAX_ROW_BYTES` of a line is ever read (a first line longer than that,
+    e.g. a sparse file of NUL bytes, has no time), and only a regular file is opened (never a FIFO)."""
     try:
-        with open(Path(run_dir) / "metrics.jsonl") as f:
-            for line in f:
+        with open_regular(Path(run_dir) / METRICS, "rb") as f:
+            while True:
+                line = f.readline(MAX_ROW_BYTES + 1)
+                if not line or len(line) > MAX_ROW_BYTES:
+                    return None
                 if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except ValueError:
-                        return None
-                    return float(row["time"]) if isinstance(row, dict) and is_number(row.get("time")) else None
-    except OSError:
+                    break
+    except (OSError, RunFileError):
         return None
-    return None
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return float(row["time"]) if isinstance(row, dict) and is_number(row.get("time")) else None
 
 
 def attempt_key(first_time: Optional[float]) -> str:

@@ -52,8 +52,8 @@ import torch
 from tqdm.auto import tqdm
 
 from evals.catalog import get_task
-from harness.config import gate
-from harness.config.gate import Admitted
+from harness.admission import gate
+from harness.admission.gate import Admitted
 from harness.config.schema import Config, save_config
 from harness.engine.distributed import Distributed
 from harness.engine.evaluate import evaluate as run_evaluation
@@ -212,7 +212,7 @@ class _Run:
 
 def train(cfg: Config | Admitted, *, resume: bool = True, progress: bool = True, setup_only: bool = False) -> dict:
     """Run (or resume, or skip if finished) one training run; returns its summary. ``cfg``: a run the admission
-    gate let in (`harness.config.gate.admit`: the CLI's), or a config, which is taken through the gate here (the
+    gate let in (`harness.admission.gate.admit`: the CLI's), or a config, which is taken through the gate here (the
     library entry point, a sweep worker).
     Under torchrun every rank calls this; only the main rank writes the run directory, and
     holds its lock (`harness.rundir.lock.lock_run_dir`) for the whole run: a second trainer

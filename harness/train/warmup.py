@@ -69,6 +69,15 @@ def checkpoint_digest(entry: Path) -> str:
     return h.hexdigest()
 
 
+def file_digest(path: Path) -> str:
+    """sha256 of one file's bytes (``optimizer.pt``'s, recorded in ``warmup.json`` as ``optimizer_digest``)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _safetensors_problem(path: Path) -> Optional[str]:
     """Why a ``.safetensors`` file is not whole (None when its header and size agree)."""
     try:
@@ -116,6 +125,20 @@ def entry_problem(entry: Path) -> Optional[str]:
     digest = meta.get("digest")
     if isinstance(digest, str) and digest != checkpoint_digest(entry):
         return "its model files changed since it was built (digest mismatch)"
+    return _optimizer_problem(entry, meta.get("optimizer_digest"))
+
+
+def _optimizer_problem(entry: Path, digest) -> Optional[str]:
+    """Why the entry's ``optimizer.pt`` is not the one it was built with (None when it is, or when
+    the entry predates ``optimizer_digest``: its load is then checked where it is read,
+    `harness.engine.learner.adopt_adam_state`)."""
+    if not isinstance(digest, str):
+        return None
+    f = entry / OPTIMIZER_FILE
+    if os.path.islink(f) or not f.is_file():
+        return f"{OPTIMIZER_FILE} is missing or not a regular file"
+    if file_digest(f) != digest:
+        return f"its optimizer state ({OPTIMIZER_FILE}) changed since it was built (digest mismatch)"
     return None
 
 
@@ -262,6 +285,7 @@ def _train_warmup(cfg: Config, task, out: Path, device, progress: bool) -> dict:
             save_policy(model, tok, tmp)
         save_torch(opt.state_dict(), tmp / OPTIMIZER_FILE)
         meta["digest"] = checkpoint_digest(tmp)
+        meta["optimizer_digest"] = file_digest(tmp / OPTIMIZER_FILE)  # a planted optimizer.pt is never read
         with writing(tmp / META_FILE):
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
         _remove_entry(out)

@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("algorithms", "evals", "harness")
 LAYER = {p: i for i, p in enumerate(PACKAGES)}
-FLOORS = (("foundation",), ("config",), ("rundir",), ("engine",), ("tracking", "report", "rewards"), ("train",),
-          ("sweep",), ("cli",))
+FLOORS = (("foundation",), ("config",), ("rundir",), ("admission",), ("engine",), ("tracking", "report", "rewards"),
+          ("train",), ("sweep",), ("cli",))
 """The floors of harness's packages, lowest first; the packages of one floor do not import each other."""
 FLOOR = {pkg: i for i, floor in enumerate(FLOORS) for pkg in floor}
 GROUND = "foundation"

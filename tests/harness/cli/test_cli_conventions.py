@@ -60,11 +60,13 @@ def test_output_dir_everywhere_out_is_a_hidden_alias():
 
 
 def test_train_and_warmup_output_dir_sets_the_results_root(tmp_path):
-    from harness.cli.train import _overrides
+    from harness.cli.train import _overrides, path_options
     subs, _ = _subparsers(build_parser())
     args = subs["train"].parse_args(["c.yaml", "--set", "output_dir=a", "--output-dir", str(tmp_path)])
-    assert _overrides(args) == ["output_dir=a", f"output_dir={tmp_path}"]   # the flag wins (applied last)
+    assert _overrides(args) == ["output_dir=a"]
+    assert path_options(args) == {"output_dir": str(tmp_path)}  # the flag wins (applied last, as a path)
     assert _overrides(subs["warmup"].parse_args(["--set", "seed=1"])) == ["seed=1"]
+    assert path_options(subs["warmup"].parse_args(["--set", "seed=1"])) == {}
 
 
 def test_only_has_one_list_syntax_in_quickstart_and_sweep():

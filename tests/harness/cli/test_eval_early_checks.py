@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from evals.catalog import get_task
-from harness.config import gate
+from harness.admission import gate
 from harness.foundation import files
 from harness.cli import eval as cli_eval
 from harness.cli.main import main

@@ -234,3 +234,70 @@ def test_help_says_what_is_left_out():
     assert p.returncode == 0
     text = " ".join(p.stdout.split())
     assert "intermediate evaluations' records are left out" in text and "--runs GLOB" in text
+
+
+# ------------------------------------------------------------------ round 4 (issue 48): links and foreign folders
+
+def test_export_never_copies_a_file_linked_out_of_a_run(sweep_results, tmp_path):
+    """A run whose config.yaml links to a secret, or whose kept evaluation record links out, is
+    skipped with the reason (the rule of `harness sync`); the secret is in no exported file."""
+    _, sw = sweep_results
+    secret = tmp_path / "id_rsa"
+    secret.write_text("SECRET-KEY-MATERIAL\n")
+    a, b = sorted(r.run_dir for r in sw.runs)
+    (a / "config.yaml").unlink()
+    (a / "config.yaml").symlink_to(secret)
+    (b / "eval" / "arith_validation.jsonl").unlink()
+    (b / "eval" / "arith_validation.jsonl").symlink_to(secret)
+    dest = tmp_path / "export"
+    p = _cli(sw.sweep_dir, dest, "--runs", "*-s0-*")
+    assert p.returncode == 2 and "no finished runs to export" in p.stderr  # both skipped: nothing to export
+    assert "config.yaml: it resolves to" in p.stderr and not dest.exists()
+    (b / "eval" / "arith_validation.jsonl").unlink()  # b is whole again: exported, a still skipped
+    _write_jsonl(b / "eval" / "arith_validation.jsonl", _records(7, samples=False))
+    p = _cli(sw.sweep_dir, dest)
+    assert p.returncode == 0, p.stderr
+    assert f"skipped {a.name}: config.yaml: it resolves to {secret}" in p.stdout
+    assert not (dest / a.name).exists()
+    assert not any(b"SECRET-KEY-MATERIAL" in data for data in _tree(dest).values())
+
+
+def test_export_refuses_a_symlinked_run_folder_in_dest(sweep_results, tmp_path):
+    _, sw = sweep_results
+    dest, elsewhere = tmp_path / "export", tmp_path / "elsewhere"
+    dest.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine")
+    rid = sorted(r.run_id for r in sw.runs)[0]
+    (dest / rid).symlink_to(elsewhere, target_is_directory=True)
+    p = _cli(sw.sweep_dir, dest)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{rid} in it is a symbolic link" in lines[0] and "never writes through" in lines[0]
+    assert sorted(x.name for x in elsewhere.iterdir()) == ["keep.txt"]
+    assert sorted(x.name for x in dest.iterdir()) == [rid]
+
+
+def test_export_never_writes_through_a_link_deeper_in_dest(sweep_results, tmp_path):
+    _, sw = sweep_results
+    dest, elsewhere = tmp_path / "export", tmp_path / "elsewhere"
+    assert main(["export", str(sw.sweep_dir), str(dest)]) == 0
+    elsewhere.mkdir()
+    rid = sorted(r.run_id for r in sw.runs)[0]
+    shutil.rmtree(dest / rid / "eval")
+    (dest / rid / "eval").symlink_to(elsewhere, target_is_directory=True)
+    p = _cli(sw.sweep_dir, dest)
+    assert p.returncode == 2 and f"{dest / rid / 'eval'} is a symbolic link" in p.stderr, p.stderr
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_export_refuses_a_dest_with_files_it_did_not_write(sweep_results, tmp_path):
+    _, sw = sweep_results
+    dest = tmp_path / "mine"
+    dest.mkdir()
+    (dest / "config.json").write_text('{"mine": true}')
+    p = _cli(sw.sweep_dir, dest)
+    assert p.returncode == 2 and "did not write (config.json)" in p.stderr, p.stderr
+    assert sorted(x.name for x in dest.iterdir()) == ["config.json"]
+    assert main(["export", str(sw.sweep_dir), str(tmp_path / "export")]) == 0  # an export's own folder
+    assert main(["export", str(sw.sweep_dir), str(tmp_path / "export")]) == 0  # is exported into again

@@ -7,6 +7,7 @@ from harness.config.schema import ModelConfig
 from harness.engine.learner import make_batch, token_logprobs
 from harness.engine.models import build_char_tokenizer, build_tiny_model, load_policy, save_policy
 from harness.engine.sampling import char_to_token_index, sample, token_end_offsets
+from harness.rundir.layout import RunFileError
 
 
 def test_char_tokenizer_round_trip(tmp_path):
@@ -87,7 +88,7 @@ def test_learner_adopts_warmup_second_moments(tmp_path):
         assert torch.equal(st["exp_avg_sq"], opt.state_dict()["state"][i]["exp_avg_sq"])
         assert not st["exp_avg"].any() and float(st["step"]) == 1.0
     bad = build_tiny_model(ModelConfig(hidden_size=64, num_layers=1, num_heads=2, intermediate_size=64), tok)
-    with pytest.raises(ValueError, match="does not match"):
+    with pytest.raises(RunFileError, match="does not match"):  # one line naming the file (exit 2), not a traceback
         Learner(bad, resolve(cfg.algorithm), cfg, "cpu", PerfTracker()).init_optimizer_from(str(tmp_path / "opt.pt"))
 
 

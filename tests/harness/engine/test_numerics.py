@@ -31,7 +31,7 @@ def test_portable_child_environment_overrides_inherited_dispatch():
 
 
 def test_thread_count_is_a_fixed_number_in_portable_mode(monkeypatch):
-    from harness.config.gate import decide_threads
+    from harness.admission.gate import decide_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)

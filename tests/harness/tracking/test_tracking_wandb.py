@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,8 +16,9 @@ from harness.rundir.layout import read_json, read_jsonl  # noqa: E402
 from harness.tracking.wandb_tracker import WandbTracker, wandb_id, wandb_mode  # noqa: E402
 from harness.tracking.base import TrackerSet
 from harness.tracking.mirrors import open_trackers  # noqa: E402
+from support_paths import python_tool  # noqa: E402
 
-WANDB = shutil.which("wandb")
+WANDB = python_tool("wandb")  # next to sys.executable first: a venv that is not activated has it there
 
 
 def inspect_records(path: Path) -> list[dict]:
@@ -56,7 +56,7 @@ def test_mode_resolution(monkeypatch):
     assert len(long) <= 64 and "/" not in long
 
 
-@pytest.mark.skipif(WANDB is None, reason="wandb CLI not on PATH")
+@pytest.mark.skipif(WANDB is None, reason="no wandb CLI beside sys.executable or on PATH")
 def test_live_offline_run_read_back_with_leet_inspect(tmp_path):
     run_dir = make_run(tmp_path, "wsweep", "grpo", 1, 8, overrides={"tracking": {"wandb": True}})
     r = load_run(run_dir)
@@ -116,7 +116,7 @@ def test_live_offline_run_read_back_with_leet_inspect(tmp_path):
     assert summ["config"]["seed"] == 1
 
 
-@pytest.mark.skipif(WANDB is None, reason="wandb CLI not on PATH")
+@pytest.mark.skipif(WANDB is None, reason="no wandb CLI beside sys.executable or on PATH")
 def test_sync_to_wandb_is_idempotent(tmp_path):
     from harness.cli.main import main
 
@@ -153,7 +153,7 @@ def test_sync_to_wandb_is_idempotent(tmp_path):
     assert read_json(grpo / "wandb" / "harness_sync.json")["run_path"] == str(new)
 
 
-@pytest.mark.skipif(WANDB is None, reason="wandb CLI not on PATH")
+@pytest.mark.skipif(WANDB is None, reason="no wandb CLI beside sys.executable or on PATH")
 def test_resumed_live_run_is_made_whole_by_sync(tmp_path):
     import time
 
@@ -187,6 +187,7 @@ def test_resumed_live_run_is_made_whole_by_sync(tmp_path):
     assert sync(run_dir, "wandb", echo=lambda s: None)[0]["skipped"] is True
 
 
+@pytest.mark.skipif(WANDB is None, reason="no wandb CLI beside sys.executable or on PATH")
 def test_replay_carries_the_runs_own_times(tmp_path):
     """Issue 12: a replayed offline run shows when the run logged each row and when it
     started and ended, not when `harness sync` ran."""

@@ -1,4 +1,4 @@
-"""The admission gate (harness/config/gate.py): every command and the library entry point decide a run's numerics,
+"""The admission gate (harness/admission/gate.py): every command and the library entry point decide a run's numerics,
 threads, device, input paths and output folders there, once, and refuse in one line before any work."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import pytest
 
 from harness.cli.main import main
-from harness.config import gate
+from harness.admission import gate
 from harness.config.schema import load_config
 from harness.foundation import numerics
 from harness.foundation.base import ConfigError
@@ -105,3 +105,13 @@ def test_sweep_admits_every_run_of_the_plan_dry_run_included(tmp_path, capsys):
     assert main(["sweep", str(sweep), "--dry-run", "--output-dir", str(tmp_path / "r")]) == 2
     line = _one_line(capsys)
     assert "device='cuda:7' is invalid" in line
+
+
+def test_a_results_root_too_long_for_the_paths_a_run_writes_is_refused_before_work(tmp_path, capsys):
+    """A 4,080-character run path ended in a 30-line `File name too long` part-way through a run."""
+    deep = tmp_path / "/".join(["a" * 200] * 19)
+    assert main(["train", QUICKSTART, "--output-dir", str(deep)]) == 2
+    line = _one_line(capsys)
+    assert "is invalid: its path is" in line and "choose a shorter folder" in line
+    assert not (tmp_path / ("a" * 200)).exists()
+    gate.check_path_length(tmp_path / "short", "--output-dir")  # an ordinary folder passes

@@ -15,9 +15,13 @@ and each in this module only:
    in every mode: OpenMP reads it whatever the harness sets (99,999 threads end in a segfault, ``abc`` is ignored);
 3. the **device**: spelled as the config's ``device`` rule says, and present on this machine;
 4. the **budget**: the config's fields hold their own rules (:mod:`harness.config.rules`), checked when it loaded;
+   what the machine must hold for it is checked here: the samples held at once (a stage, a reward model's round,
+   ``rm train --samples``) against this machine's memory (:mod:`harness.admission.memory`);
 5. the **input paths** the run reads (:func:`harness.config.paths.check_input_paths`);
-6. the **output folders**: each writable (created if missing, probed with a file), the warm-up cache too when the
-   run builds or reads it.
+6. the **output folders**: a results root (runs and caches go under it) is not itself one command's result
+   (:func:`harness.rundir.outputs.check_root`: not a run's folder, a ``final_model``, a report ...), a command's own
+   result folder holds nothing another command made (:func:`harness.rundir.outputs.check_output`); each is made
+   writable (created if missing, probed with a file), the warm-up cache too when the run builds or reads it.
 
 A refusal is one line (a `ConfigError`: exit 2), before any folder of the run is made. What the gate decided is an
 :class:`Admitted`; :meth:`Admitted.enter` is the one place a process takes a run's numerics (the pins, OpenBLAS's
@@ -30,13 +34,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
+from harness.admission.memory import check_stage_memory, samples_memory_problem
 from harness.config.fields import Config
 from harness.config.paths import check_input_paths, uses_warmup_cache, warmup_cache_root
 from harness.config.rules import DEVICE, MAX_THREADS, THREADS_OR_DEFAULT
 from harness.foundation import numerics
 from harness.foundation.base import ConfigError
 from harness.foundation.files import check_output_dir
+from harness.rundir.outputs import check_output, check_root
 
+PATH_RESERVE = 256
+"""Characters a run writes below a results root at most: <name>/<run id>/checkpoint/state.tmp, a warm-up cache's
+<key>/initial_eval/<key>.tmp<pid>/..., an evaluation's records (the longest are about 180)."""
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """Thread counts the OpenMP and MKL runtimes read from the environment, whatever the harness sets."""
 
@@ -132,15 +141,18 @@ def decide_threads(threads: int, mode: str, field: str = "train.threads") -> int
 
 def admit(cfg: Optional[Config], *, threads: Optional[int] = None, threads_field: str = "train.threads",
           device: Optional[str] = None, device_field: str = "device", inputs: bool = True,
-          outputs: Optional[Mapping[str, object]] = None, warmup_cache: bool = True,
+          outputs: Optional[Mapping[str, object]] = None, result: Optional[tuple[str, str, object]] = None,
+          samples: Optional[tuple[int, str]] = None, memory: bool = True, warmup_cache: bool = True,
           warmup_threads: bool = False, here: bool = True) -> Admitted:
     """Decide and check a run (the module doc) and return what was decided; a one-line ConfigError otherwise.
 
     ``cfg``: the run's config (None: work without one, e.g. ``harness eval --model DIR``). ``threads`` /
     ``device``: a command's flag, which wins over the config's field (``threads_field`` / ``device_field`` name it in
-    a refusal). ``inputs``: check the paths ``cfg`` reads. ``outputs``: ``{name in a refusal: folder}``, each made a
-    writable folder; ``warmup_cache``: the warm-up cache too where the run uses it. ``warmup_threads``: the work is
-    the supervised warm-up, which sets its own count (``warmup.threads``): the run's is left to it. ``here``: the
+    a refusal). ``inputs``: check the paths ``cfg`` reads. ``outputs``: results roots, ``{name in a refusal:
+    folder}``; ``result``: ``(command, name, folder)`` of a command's own result folder (``rm train --out``);
+    ``warmup_cache``: the warm-up cache too where the run uses it. ``samples``: ``(count, setting)`` of the samples
+    the work holds at once, else (``memory``) the run's stage and reward-model round. ``warmup_threads``: the work
+    is the supervised warm-up, which sets its own count (``warmup.threads``): the run's is left to it. ``here``: the
     work runs in this process, whose environment takes the run's numerics pins at once; False for a plan's runs
     that workers will run (each worker's launcher sets its own)."""
     mode = numerics.run_mode(cfg.numerics if cfg is not None else None)
@@ -152,12 +164,40 @@ def admit(cfg: Optional[Config], *, threads: Optional[int] = None, threads_field
     check_device(dev, device_field if device is not None else "device")
     if cfg is not None and inputs:
         check_input_paths(cfg)
-    folders = []
-    for name, folder in (outputs or {}).items():
-        folders.append(check_output_dir(folder, name))
+    if cfg is not None and (samples or memory):
+        too_big = samples_memory_problem(samples[0], cfg, samples[1]) if samples else check_stage_memory(cfg)
+        if too_big:
+            raise ConfigError(too_big)
+    return Admitted(cfg, mode, 0 if warmup_threads else n, dev, _output_folders(cfg, outputs, result, warmup_cache))
+
+
+def _output_folders(cfg, outputs, result, warmup_cache: bool) -> tuple[Path, ...]:
+    """Every output folder (`admit`'s ``outputs``, ``result`` and the warm-up cache) checked, and only then each made
+    writable: a refusal creates no folder."""
+    roots = dict(outputs or {})
     if cfg is not None and warmup_cache and uses_warmup_cache(cfg):
-        folders.append(check_output_dir(warmup_cache_root(cfg), "warmup.cache_dir"))
-    return Admitted(cfg, mode, 0 if warmup_threads else n, dev, tuple(folders))
+        roots["warmup.cache_dir"] = warmup_cache_root(cfg)
+    for name, folder in roots.items():
+        check_path_length(folder, name)
+        check_root(folder, name)  # runs and caches go under it: it is not a run's folder, a final_model, ...
+    if result is not None:
+        check_output(result[2], result[0], result[1])  # never a run's final_model, a user's folder, ...
+    made = [(name, folder) for name, folder in roots.items()] + ([result[1:]] if result is not None else [])
+    return tuple(check_output_dir(folder, name) for name, folder in made)
+
+
+def check_path_length(folder, name: str) -> None:
+    """A results root leaves room for the paths a run writes under it (:data:`PATH_RESERVE`) within the system's
+    longest path: a 4,080-character one ended in a 30-line ``File name too long`` part-way through a run."""
+    full = os.path.abspath(os.path.expanduser(str(folder)))
+    try:
+        limit = os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError):
+        limit = 4096
+    if len(full) + PATH_RESERVE > limit:
+        raise ConfigError(f"{name}={str(folder)[:80]!r}... is invalid: its path is {len(full):,} characters long and a "
+                          f"run writes paths up to about {PATH_RESERVE} characters below it, past this system's "
+                          f"limit of {limit:,}: choose a shorter folder")
 
 
 def admitted(run) -> Admitted:

@@ -1,0 +1,1 @@
+"""The admission gate: every check a run needs before any work, decided once (`harness.admission.gate.admit`)."""
