@@ -16,12 +16,15 @@ Resume: the checkpoint holds the versions the stages not yet trained on need
 (:meth:`Pipeline.state_dict`: the last k versions before the current policy, which is saved anyway);
 a resumed run queues those stages again from them, so they draw exactly what they drew before.
 
-Threads: the sampler thread runs torch on ``sampling.threads`` intra-op threads (its own OpenMP count;
-0: half the run's, at least 1), the learner keeps the run's. Scoring runs in the sampler thread too.
+Threads: the sampler thread runs torch on ``sampling.threads`` intra-op threads (its own OpenMP count, set for
+that thread alone: :func:`_own_threads`; 0: half the run's, at least 1), the learner keeps the run's. Scoring
+runs in the sampler thread too. Both threads share one interpreter, so they overlap where torch releases the
+GIL (inside kernels), not in the Python of the decode loop.
 """
 from __future__ import annotations
 
 import copy
+import ctypes
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -71,8 +74,8 @@ class Pipeline:
         self.next_stage = 0
         self.threads = sampler_threads(cfg)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="sampler") if concurrent else None
-        if self.pool is not None:
-            self.pool.submit(torch.set_num_threads, self.threads).result()  # the sampler thread's own count
+        if self.pool is not None:  # the sampler thread's own count (what took effect)
+            self.threads = self.pool.submit(_own_threads, self.threads).result()
         self.wait_seconds = 0.0
 
     # -- the queue ----------------------------------------------------------------------------------------------
@@ -159,6 +162,34 @@ def for_run(cfg, dist, task, tok, policy, score: Callable, prm=None) -> Optional
         raise ConfigError(f"train.staleness={cfg.train.staleness} / sampling.dtype={cfg.sampling.dtype} is invalid "
                           f"with {dist.world_size} processes: the pipelined sampler runs in one process only")
     return Pipeline(cfg, task, tok, policy, score, prm, concurrent=cfg.train.staleness > 0)
+
+
+def _openmp():
+    """The OpenMP runtime torch runs on (its libgomp, found among this process's mapped libraries), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "libgomp" in line or "libiomp" in line or "libomp" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+def _own_threads(n: int) -> int:
+    """In the calling (sampler) thread: run torch's intra-op work on ``n`` OpenMP threads, leaving the other
+    threads' count alone. ``torch.set_num_threads`` would not do: it also sets the process-wide count the learner
+    reads. torch's per-thread initialisation runs first, then OpenMP's count of this thread alone
+    (``omp_set_num_threads`` sets the calling thread's). Returns the count in force here (the process's where
+    no OpenMP runtime is found)."""
+    torch.get_num_threads()  # torch's lazy per-thread set-up (it would reset this thread's count afterwards)
+    omp = _openmp()
+    if omp is not None:
+        omp.omp_set_num_threads(int(n))
+    return torch.get_num_threads()
 
 
 def _copy(policy) -> dict:

@@ -102,7 +102,8 @@ def test_staleness_refuses_dynamic_sampling(tmp_path):
 def test_each_stage_is_drawn_by_exactly_version_t_minus_k_whatever_the_timing(tmp_path, monkeypatch, k):
     """A learner stand-in moves the weights after every stage; the sampler thread is slowed at random. Stage t's
     rollouts equal a fresh sampling of its prompts and seed by the weights after max(0, t - k) moves."""
-    cfg = _cfg(tmp_path, f"train.staleness={k}", "sampling.max_new_tokens=6")
+    threads = torch.get_num_threads()
+    cfg = _cfg(tmp_path, f"train.staleness={k}", "sampling.max_new_tokens=6", f"sampling.threads={threads + 1}")
     tok = build_char_tokenizer()
     task = get_task(cfg.task)
     task.bind_tokenizer(tok)
@@ -114,6 +115,7 @@ def test_each_stage_is_drawn_by_exactly_version_t_minus_k_whatever_the_timing(tm
         return real(*a, **kw)
     monkeypatch.setattr(pl, "sample", slow)
     p = pl.Pipeline(cfg, task, tok, policy, _parity)
+    assert (p.threads, torch.get_num_threads()) == (threads + 1, threads)  # its own count, the learner's alone
     versions = [copy.deepcopy(policy.state_dict())]
     p.start(0, policy, 0)
     try:
