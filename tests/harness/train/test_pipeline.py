@@ -115,7 +115,8 @@ def test_each_stage_is_drawn_by_exactly_version_t_minus_k_whatever_the_timing(tm
         return real(*a, **kw)
     monkeypatch.setattr(pl, "sample", slow)
     p = pl.Pipeline(cfg, task, tok, policy, _parity)
-    assert (p.threads, torch.get_num_threads()) == (threads + 1, threads)  # its own count, the learner's alone
+    in_force = p.pool.submit(torch.get_num_threads).result()
+    assert (p.threads, in_force, torch.get_num_threads()) == (threads + 1, threads + 1, threads)  # the learner's alone
     versions = [copy.deepcopy(policy.state_dict())]
     p.start(0, policy, 0)
     try:
