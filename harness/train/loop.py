@@ -602,11 +602,12 @@ def _stage(run: _Run, k: int) -> tuple[dict, _StageStats]:
     t_stage = time.perf_counter()
     problems, valid = _stage_prompts(run, k)
     scorer = score if run.rm is None else run.rm.scorer(score)  # a reward model: what the learner is given
-    ahead = run.pipeline.take(k) if run.pipeline is not None else None  # sampled k updates ago
+    ahead = run.pipeline.take(k) if run.pipeline is not None else None  # sampled min(k, staleness) updates ago
     st = run_stage(run.learner, cfg, task, run.tok, k, problems, scorer, perf=run.perf, dist=run.dist, prm=run.prm,
                    valid=valid, progress=consumed(run.counters, cfg.budget.unit) / cfg.budget.amount,
-                   more_prompts=lambda r, drawn: _more_prompts(run, drawn), drawn=ahead and ahead.draw,
-                   staleness=ahead and k - ahead.version)
+                   more_prompts=lambda r, drawn: _more_prompts(run, drawn),
+                   drawn=ahead.draw if ahead is not None else None,
+                   staleness=k - ahead.version if ahead is not None else None)
     _check_finite(run, st.metrics, k)
     if ref_reset_due(k, cfg.algo.ref_reset_every):
         run.learner.reset_reference()
