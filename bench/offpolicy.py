@@ -37,14 +37,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import NUMERICS, ROOT, loadavg, numerics_line  # first: numerics
+from concurrent.futures import ThreadPoolExecutor
+
+from _common import NUMERICS, ROOT, NoStopTokenizer, loadavg, numerics_line  # first: numerics
 import torch
 
 from algorithms.corrections import log_sequence_ratio, mismatch_stats
+from algorithms.presets import resolve
 from evals.catalog import get_task
 from harness.config.schema import load_config
-from harness.engine.learner import make_batch, token_logprobs
+from harness.engine.learner import Learner, make_batch, token_logprobs
+from harness.engine.models import build_char_tokenizer, build_tiny_model
+from harness.engine.perf import PerfTracker
 from harness.engine.sampling import sample
+from harness.train.pipeline import own_threads
 from harness.train.stage import stage_problems, stage_seed
 from harness.train.warmup import starting_checkpoint
 
@@ -130,15 +136,6 @@ def timing(a) -> dict:
 
 
 def overlap(a) -> dict:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from _common import NoStopTokenizer
-    from algorithms.presets import resolve
-    from harness.engine.learner import Learner
-    from harness.engine.models import build_char_tokenizer, build_tiny_model
-    from harness.engine.perf import PerfTracker
-    from harness.train.pipeline import _own_threads
-
     torch.set_num_threads(a.threads)
     cfg = _cfg(a.output_dir)
     tok = build_char_tokenizer()
@@ -153,7 +150,7 @@ def overlap(a) -> dict:
     rewards = torch.tensor([float(i % 3 == 0) for i in range(ro.num_sequences)])
     learner = Learner(policy, resolve(cfg.algorithm), cfg, "cpu", PerfTracker())
     pool = ThreadPoolExecutor(1)
-    pool.submit(_own_threads, a.sampler_threads).result()
+    pool.submit(own_threads, a.sampler_threads).result()
     timed = lambda fn: (lambda t0: (fn(), time.perf_counter() - t0)[1])(time.perf_counter())  # noqa: E731
     reps = []
     for r in range(a.reps):

@@ -17,7 +17,7 @@ Resume: the checkpoint holds the versions the stages not yet trained on need
 a resumed run queues those stages again from them, so they draw exactly what they drew before.
 
 Threads: the sampler thread runs torch on ``sampling.threads`` intra-op threads (its own OpenMP count, set for
-that thread alone: :func:`_own_threads`; 0: half the run's, at least 1), the learner keeps the run's. Scoring
+that thread alone: :func:`own_threads`; 0: half the run's, at least 1), the learner keeps the run's. Scoring
 runs in the sampler thread too. Both threads share one interpreter, so they overlap where torch releases the
 GIL (inside kernels), not in the Python of the decode loop.
 """
@@ -75,7 +75,7 @@ class Pipeline:
         self.threads = sampler_threads(cfg)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="sampler") if concurrent else None
         if self.pool is not None:  # the sampler thread's own count (what took effect)
-            self.threads = self.pool.submit(_own_threads, self.threads).result()
+            self.threads = self.pool.submit(own_threads, self.threads).result()
         self.wait_seconds = 0.0
 
     # -- the queue ----------------------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def _openmp():
     return None
 
 
-def _own_threads(n: int) -> int:
+def own_threads(n: int) -> int:
     """In the calling (sampler) thread: run torch's intra-op work on ``n`` OpenMP threads, leaving the other
     threads' count alone. ``torch.set_num_threads`` would not do: it also sets the process-wide count the learner
     reads. torch's per-thread initialisation runs first, then OpenMP's count of this thread alone
