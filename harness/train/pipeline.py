@@ -10,7 +10,9 @@ weights of that version) alone: a run is the same whatever the timing of the two
 The hand-over: after update t the learner hands version t + 1 (a copy of its weights) over and stage
 t + 1 + k is queued behind the ones already in flight; the learner then waits for stage t + 1, which
 version max(0, t + 1 - k) sampled while it trained on the earlier ones. With k = 0 there is nothing
-to overlap: each stage is queued and awaited in turn (sampling.dtype alone).
+to overlap (sampling.dtype alone), and the ``paged`` backend samples from torch's global generator,
+which the learner's thread seeds: both draw each stage in the learner's thread when it is taken,
+from the same version.
 
 Resume: the checkpoint holds the versions the stages not yet trained on need
 (:meth:`Pipeline.state_dict`: the last k versions before the current policy, which is saved anyway);
@@ -69,7 +71,7 @@ class Pipeline:
         if cfg.sampling.dtype:
             self.model.to(_DTYPES[cfg.sampling.dtype])
         self.versions: dict[int, dict] = {}  # version -> weights (CPU copies), those a stage not yet trained needs
-        self.jobs: dict[int, Future] = {}
+        self.jobs: dict = {}  # stage -> a Future of its Drawn (or a _Later without a sampler thread)
         self.samples_before: dict[int, float] = {}  # stage -> samples drawn before it (the budget's cut)
         self.next_stage = 0
         self.threads = sampler_threads(cfg)
@@ -105,7 +107,7 @@ class Pipeline:
         v = behaviour_version(s, self.k)
         weights = self.versions[v]
         self.jobs[s] = (self.pool.submit(self._draw, s, v, weights, problems) if self.pool is not None
-                        else _done(self._draw(s, v, weights, problems)))
+                        else _Later(lambda: self._draw(s, v, weights, problems)))
         self.next_stage = s + 1
 
     def take(self, stage: int) -> Drawn:
@@ -161,7 +163,10 @@ def for_run(cfg, dist, task, tok, policy, score: Callable, prm=None) -> Optional
     if dist is not None and dist.is_distributed:
         raise ConfigError(f"train.staleness={cfg.train.staleness} / sampling.dtype={cfg.sampling.dtype} is invalid "
                           f"with {dist.world_size} processes: the pipelined sampler runs in one process only")
-    return Pipeline(cfg, task, tok, policy, score, prm, concurrent=cfg.train.staleness > 0)
+    # the paged sampler draws from torch's global generator (saved and restored around its call), which the
+    # learner's thread seeds every stage: it samples in the learner's thread, at take(), the same stages and weights
+    return Pipeline(cfg, task, tok, policy, score, prm,
+                    concurrent=cfg.train.staleness > 0 and cfg.sampling.backend != "paged")
 
 
 def _openmp():
@@ -197,7 +202,14 @@ def _copy(policy) -> dict:
     return {k: v.detach().to("cpu", copy=True) for k, v in policy.state_dict().items()}
 
 
-def _done(value) -> Future:
-    f: Future = Future()
-    f.set_result(value)
-    return f
+class _Later:
+    """A stage drawn when it is taken (no sampler thread): what a Future of it would give."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def result(self):
+        return self.fn()
+
+    def cancel(self) -> bool:
+        return True

@@ -98,12 +98,14 @@ def test_staleness_refuses_dynamic_sampling(tmp_path):
         _cfg(tmp_path, "algorithm.correction=tis")
 
 
-@pytest.mark.parametrize("k", [1, 3])
-def test_each_stage_is_drawn_by_exactly_version_t_minus_k_whatever_the_timing(tmp_path, monkeypatch, k):
+@pytest.mark.parametrize("k,backend", [(1, "hf"), (3, "hf"), (2, "paged")])
+def test_each_stage_is_drawn_by_exactly_version_t_minus_k_whatever_the_timing(tmp_path, monkeypatch, k, backend):
     """A learner stand-in moves the weights after every stage; the sampler thread is slowed at random. Stage t's
-    rollouts equal a fresh sampling of its prompts and seed by the weights after max(0, t - k) moves."""
+    rollouts equal a fresh sampling of its prompts and seed by the weights after max(0, t - k) moves. The paged
+    backend (torch's global generator) samples in the learner's thread, from the same versions."""
     threads = torch.get_num_threads()
-    cfg = _cfg(tmp_path, f"train.staleness={k}", "sampling.max_new_tokens=6", f"sampling.threads={threads + 1}")
+    cfg = _cfg(tmp_path, f"train.staleness={k}", "sampling.max_new_tokens=6", f"sampling.threads={threads + 1}",
+               f"sampling.backend={backend}")
     tok = build_char_tokenizer()
     task = get_task(cfg.task)
     task.bind_tokenizer(tok)
@@ -114,9 +116,12 @@ def test_each_stage_is_drawn_by_exactly_version_t_minus_k_whatever_the_timing(tm
         time.sleep(jitter.random() * 0.02)
         return real(*a, **kw)
     monkeypatch.setattr(pl, "sample", slow)
-    p = pl.Pipeline(cfg, task, tok, policy, _parity)
-    in_force = p.pool.submit(torch.get_num_threads).result()
-    assert (p.threads, in_force, torch.get_num_threads()) == (threads + 1, threads + 1, threads)  # the learner's alone
+    p = pl.for_run(cfg, None, task, tok, policy, _parity)
+    if backend == "hf":
+        in_force = p.pool.submit(torch.get_num_threads).result()
+        assert (p.threads, in_force, torch.get_num_threads()) == (threads + 1, threads + 1, threads)  # learner's alone
+    else:
+        assert p.pool is None
     versions = [copy.deepcopy(policy.state_dict())]
     p.start(0, policy, 0)
     try:
@@ -127,7 +132,7 @@ def test_each_stage_is_drawn_by_exactly_version_t_minus_k_whatever_the_timing(tm
             ref.load_state_dict(versions[drawn.version])
             problems = stage_problems(task, cfg.seed, t, cfg.train.prompts_per_step)
             want = sample(ref, tok, [task.format_prompt(q) for q in problems], n=cfg.sampling.samples_per_prompt,
-                          max_new_tokens=6, seed=stage_seed(cfg.seed, t), offsets=False)
+                          max_new_tokens=6, seed=stage_seed(cfg.seed, t), offsets=False, backend=backend)
             assert torch.equal(drawn.draw.rollouts.completion_ids, want.completion_ids)
             assert torch.equal(drawn.draw.rollouts.logprobs, want.logprobs)
             with torch.no_grad():  # the update
