@@ -279,7 +279,8 @@ class TrainConfig:
     (harness.train.pipeline), so a run is the same whatever the timing; the sampler runs in a thread of
     its own, concurrently with the learner, the weights handed over after every step. 0: the on-policy
     loop (the sampler reads the learner's weights right before each step), bit for bit as before.
-    k >= 1: one process only, not with algorithm.drop_zero_variance; logs the offpolicy/* diagnostics."""
+    k >= 1: one process only, not with algorithm.drop_zero_variance or reward_model.type; logs the offpolicy/*
+    diagnostics (docs/offpolicy.md)."""
 
     OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("staleness",)
     """Later settings left out of config.yaml and run ids at their defaults (earlier runs keep their ids)."""
