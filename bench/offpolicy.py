@@ -17,7 +17,8 @@ token mask at C = 2 (and 1.25) would drop and the share of sequences a sequence 
 overlap: the quickstart model's shape (random weights: speed only), one stage's work each: the sampler (32 prompts
 x 8, exactly 40 new tokens) and a learner step on its rollouts, alone and then at once (the sampler in a thread
 with its own --sampler-threads, the learner on --threads, as harness.train.pipeline runs them), --reps times;
-overlap = (sampler alone + learner alone) / both at once (2 = perfect overlap, 1 = none).
+overlap = (sampler alone + learner alone) / both at once (2 = perfect overlap, 1 = none). --process: the sampler
+in a spawned process instead (what a sampler process of the pipeline would get: no shared interpreter).
 
 timing: ``harness train`` of the quickstart config at a short budget (--samples, default 2,048 = 8 stages),
 evaluation only at the end, no model saved, in fresh processes, k = 0 and k = 1 alternating (the order flips
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -135,6 +137,29 @@ def timing(a) -> dict:
     return {"pairs": pairs}
 
 
+def _sampler_process(conn, threads: int, output_dir: str) -> None:
+    """--process: a sampler in a process of its own (spawned: it imports this script, so its numerics are pinned
+    as the parent's), the same model and stage as the thread's; each message from ``conn`` runs one draw and
+    answers its seconds."""
+    torch.set_num_threads(threads)
+    cfg = _cfg(output_dir)
+    tok = build_char_tokenizer()
+    task = get_task(cfg.task)
+    task.bind_tokenizer(tok)
+    model = build_tiny_model(cfg.model, tok, seed=0)
+    prompts = [task.format_prompt(p) for p in stage_problems(task, cfg.seed, 0, cfg.train.prompts_per_step)]
+    while conn.recv():
+        t0 = time.perf_counter()
+        sample(model, NoStopTokenizer(tok), prompts, n=cfg.sampling.samples_per_prompt,
+               max_new_tokens=cfg.sampling.max_new_tokens, seed=1, offsets=False)
+        conn.send(time.perf_counter() - t0)
+
+
+def _process_draw(conn) -> float:
+    conn.send(True)
+    return conn.recv()
+
+
 def overlap(a) -> dict:
     torch.set_num_threads(a.threads)
     cfg = _cfg(a.output_dir)
@@ -151,6 +176,14 @@ def overlap(a) -> dict:
     learner = Learner(policy, resolve(cfg.algorithm), cfg, "cpu", PerfTracker())
     pool = ThreadPoolExecutor(1)
     pool.submit(own_threads, a.sampler_threads).result()
+    child = None
+    if a.process:  # the draw in a spawned process, driven from the pool's thread (which only waits on a pipe)
+        ctx = multiprocessing.get_context("spawn")
+        conn, there = ctx.Pipe()
+        child = ctx.Process(target=_sampler_process, args=(there, a.sampler_threads, a.output_dir), daemon=True)
+        child.start()
+        _process_draw(conn)  # its start-up and first draw, untimed
+        draw = lambda: _process_draw(conn)  # noqa: E731
     timed = lambda fn: (lambda t0: (fn(), time.perf_counter() - t0)[1])(time.perf_counter())  # noqa: E731
     reps = []
     for r in range(a.reps):
@@ -165,7 +198,10 @@ def overlap(a) -> dict:
                      "load": loadavg()[0]})
         print(" | ".join(f"{k} {v:.3f}" for k, v in reps[-1].items()), flush=True)
     pool.shutdown()
-    return {"sampler_threads": a.sampler_threads, "reps": reps}
+    if child is not None:
+        conn.send(False)
+        child.join(timeout=60)
+    return {"sampler_threads": a.sampler_threads, "process": a.process, "reps": reps}
 
 
 def main(argv=None) -> int:
@@ -176,6 +212,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--sampler-threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--process", action="store_true", help="overlap: the sampler in a process of its own")
     p.add_argument("--pairs", type=int, default=2)
     p.add_argument("--samples", type=int, default=2048)
     p.add_argument("--timeout", type=float, default=1800)
