@@ -13,7 +13,11 @@ of the update lives here:
 - the ratio's clip statistics come from the policy loss itself (``PolicyObjective.stats``,
   :class:`algorithms.losses.RatioStats`), at the level its ratio lives on (token or sequence);
 - :func:`reference_kl`: the per-token KL to the reference that every algorithm holding one logs
-  as ``train/kl`` (one estimator whatever the objective uses, so the curves overlay).
+  as ``train/kl`` (one estimator whatever the objective uses, so the curves overlay);
+- off-policy rollouts (``behav_logp``: the sampler's log-probs, the behaviour policy): the
+  correction ``algorithms.corrections.CORRECTIONS`` names weighs every token's advantage by the
+  proximal/behaviour ratio, truncated or masked, before the policy loss sees it, so every policy
+  loss is corrected alike; the mismatch is measured on the way (``PolicyObjective.offpolicy``).
 
 Components are given by their registered names (the fields of a resolved ``algorithm`` section,
 :func:`algorithms.presets.resolve`); aggregations take the *whole batch's* counts
@@ -25,6 +29,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from algorithms.corrections import CORRECTIONS, Mismatch, Weights, mismatch_stats
 from algorithms.losses import (AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES, AggContext, LossSettings, RatioStats,
                                clipped_value_loss)
 
@@ -38,6 +43,15 @@ class PolicyObjective(NamedTuple):
     """The aggregated KL to the reference; None when the loss holds no KL term."""
     stats: Optional[RatioStats] = None
     """The policy loss's own clip statistics (below / above the range, largest ratio, the ratios)."""
+    offpolicy: Optional["OffPolicy"] = None
+    """With behaviour log-probs: the correction's weights and the measured mismatch; None otherwise."""
+
+
+class OffPolicy(NamedTuple):
+    weights: Weights
+    """The correction's token weights and the tokens it truncated or masked."""
+    mismatch: Mismatch
+    """The proximal policy against the behaviour one on the micro-batch's tokens."""
 
 
 class KLReward(NamedTuple):
@@ -51,7 +65,8 @@ def policy_objective(logp: torch.Tensor, old_logp: Optional[torch.Tensor], ref_l
                      advantages: torch.Tensor, mask: torch.Tensor, ctx: AggContext, *, policy_loss: str,
                      aggregation: str, kl_estimator: str, kl_coef: float, kl_placement: str,
                      clip_eps: float = 0.2, eps_low: Optional[float] = None, eps_high: Optional[float] = None,
-                     ratio_level: str = "token") -> PolicyObjective:
+                     ratio_level: str = "token", behav_logp: Optional[torch.Tensor] = None,
+                     correction: str = "none", correction_cap: float = 2.0) -> PolicyObjective:
     """The loss of one micro-batch: ``policy_loss(logp, old, A, mask, ctx, agg, settings)`` [+ ``kl_coef *
     agg(kl(logp, ref))``].
 
@@ -61,16 +76,27 @@ def policy_objective(logp: torch.Tensor, old_logp: Optional[torch.Tensor], ref_l
     ``logp``. ``ref_logp`` None: no reference model, no KL term. The KL term is in the loss only
     for ``kl_placement == "loss"`` (``"reward"``: see :func:`kl_reward_token_rewards`). The clip
     range is ``[1 - eps_low, 1 + eps_high]``, each ``clip_eps`` where not given; ``ratio_level``:
-    token or sequence (:class:`algorithms.losses.LossSettings`)."""
+    token or sequence (:class:`algorithms.losses.LossSettings`).
+
+    ``behav_logp`` (the behaviour policy's, as the sampler recorded them; None: on-policy, nothing to
+    correct): the proximal log-probs are ``old`` (the policy the update started from), the
+    ``correction`` (:data:`algorithms.corrections.CORRECTIONS`, cap ``correction_cap``) weighs the
+    advantages, and ``offpolicy`` holds the weights and the mismatch."""
     agg = AGGREGATIONS.get(aggregation)
     old = old_logp if old_logp is not None else logp.detach()
     settings = LossSettings(clip_eps if eps_low is None else eps_low, clip_eps if eps_high is None else eps_high,
                             ratio_level)
+    off = None
+    if behav_logp is not None:
+        weights = CORRECTIONS.get(correction)(old, behav_logp, mask, correction_cap)
+        off = OffPolicy(weights, mismatch_stats(old, behav_logp, mask))
+        if correction != "none":
+            advantages = advantages * weights.weight.to(advantages.dtype)
     pg, stats = POLICY_LOSSES.get(policy_loss)(logp, old, advantages, mask, ctx, agg, settings)
     if kl_placement != "loss" or ref_logp is None:
-        return PolicyObjective(pg, pg, None, stats)
+        return PolicyObjective(pg, pg, None, stats, off)
     kl = agg(KL_ESTIMATORS.get(kl_estimator)(logp, ref_logp), mask, ctx)
-    return PolicyObjective(pg + kl_coef * kl, pg, kl, stats)
+    return PolicyObjective(pg + kl_coef * kl, pg, kl, stats, off)
 
 
 def kl_reward_token_rewards(old_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, *,

@@ -110,6 +110,9 @@ COMPONENTS = ("advantage", "policy_loss", "aggregation", "reward", "filter", "kl
               "kl_placement", "whiten_advantages", "eps_low", "eps_high", "ratio_level", "drop_zero_variance",
               "max_resample", "overlong_mask", "overlong_buffer", "overlong_penalty")
 RATIO_LEVELS = ("token", "sequence")
+CORRECTIONS = ("none", "token_tis", "token_mask", "seq_tis", "seq_mask")
+"""Off-policy corrections of the behaviour/proximal mismatch (``algorithm.correction``; registered in
+``algorithms.corrections``, which imports torch: the names are here for the config's rule)."""
 """Where the importance ratio lives: per token (PPO, GRPO) or per sequence (GSPO, arXiv 2507.18071)."""
 
 

@@ -18,7 +18,10 @@ torch / CUDA / transformers / TRL versions, the commit and whether the tree had 
 changes, and only figures that ran; a stage that did not run or failed says so). Exit status 1 if a
 stage failed or a CUDA test failed.
   tests   ``python -m pytest -m cuda tests/cuda`` in a fresh process: passed / failed / errors /
-          skipped counts and the failing tests' ids (from its JUnit XML).
+          skipped counts and the failing tests' ids (from its JUnit XML). Among them
+          tests/cuda/test_cuda_offpolicy.py (issue 46): the pipelined sampler's behaviour log-probs from a
+          bfloat16 copy and from vLLM's engine (install the vllm extra first, or it is skipped), corrected
+          for and measured by a learner step on the device.
   bench   the step bench below, GRPO only unless --algorithms says more, ours and TRL's
           GRPOTrainer (no vLLM): seconds per step, generated tokens/s, MFU, peak CUDA memory, and
           the speed ratio TRL s/step / ours s/step against issue 29.4's target (>= 2x).

@@ -6,9 +6,9 @@ A loaded config holds ``algorithm`` as given (components left null take the pres
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
-from algorithms.presets import RATIO_LEVELS, has_critic, uses_reference
+from algorithms.presets import CORRECTIONS, RATIO_LEVELS, has_critic, uses_reference
 from harness.config.rules import (ALGORITHM, FRACTION, MAX_EVAL_POINTS, POSITIVE_FRACTION, STAGE_SAMPLES, above,
                                   at_least, at_most, check_fields, dir_path, one_of, rule, ruled)
 
@@ -100,6 +100,19 @@ class AlgorithmConfig:
     """PPO: steps at the start that train only the critic (policy frozen)."""
     dr_grpo_norm: int = ruled(0, at_least(0))
     """Dr. GRPO: constant normaliser of the token sum (0 = sampling.max_new_tokens)."""
+    correction: str = ruled("none", one_of(CORRECTIONS))
+    """Off-policy correction of the behaviour policy (the sampler's log-probs: older weights under
+    train.staleness, another precision under sampling.dtype) against the proximal one (the learner's
+    at the weights the update starts from), applied to every policy loss as a token weight on the
+    advantage (algorithms.corrections): none; token_tis (min(rho_t, C)); token_mask (0 outside
+    [1/C, C]); seq_tis / seq_mask (the same with the sequence's geometric-mean ratio). C:
+    correction_cap. Any value but none also logs the offpolicy/* diagnostics every step."""
+    correction_cap: float = ruled(2.0, rule(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                                            and v > 1, "must be > 1"))
+    """C of algorithm.correction: the truncation cap, and the mask's range [1/C, C]."""
+
+    OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("correction", "correction_cap")
+    """Later settings left out of config.yaml and run ids at their defaults (earlier runs keep their ids)."""
 
     def validate(self):
         check_fields(self, "algorithm")

@@ -216,6 +216,18 @@ class SamplingConfig:
     """Sampling temperature for rollouts."""
     top_p: float = ruled(1.0, POSITIVE_FRACTION)
     """Nucleus sampling mass for rollouts (1.0 = off)."""
+    dtype: Optional[str] = ruled(None, one_of(DTYPES))
+    """Precision of the sampler's copy of the policy (null: the sampler reads the learner's weights
+    themselves, as always). bfloat16 with a float32 learner: the behaviour log-probs differ from the
+    learner's at the same weights, a real mismatch for algorithm.correction to correct (and measure:
+    offpolicy/* metrics). Any value samples from a copy refreshed every step (harness.train.pipeline)."""
+
+    threads: int = ruled(0, THREADS_OR_DEFAULT)
+    """torch threads of the pipelined sampler's own thread (train.staleness >= 1; at most 1024); 0: half the
+    run's, at least 1. The learner keeps the run's (train.threads)."""
+
+    OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("dtype", "threads")
+    """Later settings left out of config.yaml and run ids at their defaults (earlier runs keep their ids)."""
 
     def validate(self):
         check_fields(self, "sampling")
@@ -263,6 +275,16 @@ class TrainConfig:
     """Also save the resume point after the stage that ends every this-many minutes of
     training (0 = only at evaluation points), so a long gap between evaluations loses at most
     this much to a kill. Does not change what the run computes, nor its run id."""
+    staleness: int = ruled(0, at_least(0), at_most(64))
+    """k: the rollouts of step t are sampled with the weights after step max(0, t - k), exactly
+    (harness.train.pipeline), so a run is the same whatever the timing; the sampler runs in a thread of
+    its own, concurrently with the learner, the weights handed over after every step. 0: the on-policy
+    loop (the sampler reads the learner's weights right before each step), bit for bit as before.
+    k >= 1: one process only, not with algorithm.drop_zero_variance or reward_model.type; logs the offpolicy/*
+    diagnostics (docs/offpolicy.md)."""
+
+    OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("staleness",)
+    """Later settings left out of config.yaml and run ids at their defaults (earlier runs keep their ids)."""
 
     def validate(self):
         check_fields(self, "train")

@@ -55,6 +55,7 @@ def check_config(cfg) -> None:
     check(not (algo.drop_zero_variance and cfg.reward_model.type is not None), "algorithm.drop_zero_variance", True,
           f"dynamic sampling scores several draws a stage, and a learned reward model (reward_model.type="
           f"{cfg.reward_model.type}) scores one: set algorithm.drop_zero_variance=false")
+    _check_pipeline(cfg, algo)
     _check_reward_model(cfg, algo)
     ood = None
     if cfg.eval.ood.enabled:
@@ -89,6 +90,21 @@ def check_config(cfg) -> None:
         new = max(cfg.sampling.max_new_tokens, cfg.eval.max_new_tokens)
         check(cfg.model.max_length >= prompt + new, "model.max_length", cfg.model.max_length,
               f"must hold the longest prompt ({prompt} tokens) + max_new_tokens ({new}) = {prompt + new}")
+
+def _check_pipeline(cfg, algo) -> None:
+    """A sampler apart from the learner (train.staleness >= 1, sampling.dtype) samples whole stages ahead:
+    not dynamic sampling's extra draws, not a learned reward model's rounds."""
+    if not (cfg.train.staleness or cfg.sampling.dtype):
+        return
+    field, value = ("train.staleness", cfg.train.staleness) if cfg.train.staleness else ("sampling.dtype",
+                                                                                          cfg.sampling.dtype)
+    check(not algo.drop_zero_variance, field, value,
+          "the pipelined sampler draws each stage once; dynamic sampling (algorithm.drop_zero_variance) draws "
+          "again within a stage: set one of them off")
+    check(cfg.reward_model.type is None, field, value,
+          f"the pipelined sampler is not wired to a learned reward model (reward_model.type="
+          f"{cfg.reward_model.type}): remove one of them")
+
 
 def _check_reward_model(cfg, algo) -> None:
     """The reward_model section fits the algorithm and the task (one ConfigError naming the field)."""

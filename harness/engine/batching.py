@@ -14,7 +14,7 @@ of ZeRO-3 agree), and a rank that kept nothing learns from a zero-mask stand-in 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Optional
 
 import torch
@@ -26,18 +26,20 @@ from algorithms.losses import AggContext
 class Rows:
     """A batch (``harness.engine.learner.Batch``) with what the update reads per row: advantages
     [B, T], and the reference / old log-probs, critic values and returns [B, T] where the
-    algorithm has them (else None)."""
+    algorithm has them (else None); the behaviour policy's log-probs (the sampler's) [B, T] where
+    the update corrects for them (off-policy rollouts, ``algorithms.corrections``; else None)."""
     b: object
     adv: torch.Tensor
     ref_logp: Optional[torch.Tensor]
     old_logp: Optional[torch.Tensor]
     values: Optional[torch.Tensor]
     returns: Optional[torch.Tensor]
+    behav_logp: Optional[torch.Tensor] = None
 
     def rows(self, idx) -> "Rows":
         pick = lambda x: x[idx] if x is not None else None  # noqa: E731
         return Rows(self.b.rows(idx), self.adv[idx], pick(self.ref_logp), pick(self.old_logp), pick(self.values),
-                    pick(self.returns))
+                    pick(self.returns), pick(self.behav_logp))
 
 
 @dataclass
@@ -54,10 +56,10 @@ class Plan(Rows):
     """This rank's kept rows (a zero-mask stand-in row where it kept none), the number of kept
     rows and tokens, the mini-batches that run (one optimizer step each) and the number of
     slices the batch was cut into (``n_slices``, skipped ones included)."""
-    n_kept: int
-    kept_tokens: int
-    minis: list
-    n_slices: int
+    n_kept: int = 0
+    kept_tokens: int = 0
+    minis: list = field(default_factory=list)
+    n_slices: int = 1
 
 
 def chunks(n: int, size: int):

@@ -188,7 +188,7 @@ class Learner:
         self.updates = 0
 
     def step(self, rollouts, rewards: torch.Tensor, step_rewards: list, step: int,
-             valid: Optional[torch.Tensor] = None, progress: float = 0.0) -> dict:
+             valid: Optional[torch.Tensor] = None, progress: float = 0.0, staleness: Optional[int] = None) -> dict:
         """One exploration stage's update; returns its train/* metrics (:mod:`harness.engine.step_metrics`).
 
         ``step``: the stage's index (learning-rate warm-up, the critic's warm-up); ``progress``: the
@@ -198,13 +198,20 @@ class Learner:
 
         Filter -> reference / old log-probs -> critic values (or the fused critic pass) ->
         advantages (whitened where the algorithm says so) and returns -> this rank's kept rows and
-        mini-batches -> ``inner_epochs`` passes of one policy (and critic) optimizer step per mini-batch."""
+        mini-batches -> ``inner_epochs`` passes of one policy (and critic) optimizer step per mini-batch.
+
+        ``staleness``: None for rollouts the in-process sampler drew from these very weights right
+        before (the on-policy loop); a number (the pipelined sampler, :mod:`harness.train.pipeline`) for
+        rollouts drawn that many updates ago (or by another copy: ``sampling.dtype``). Then, and wherever
+        ``algorithm.correction`` is set, the sampler's log-probs are the behaviour policy's, kept apart
+        from the proximal (old) ones, corrected for and measured (``offpolicy/*``)."""
         algo, tc, metrics = self.algo, self.cfg.train, StepMetrics()
         keep, valid = self._keep(rewards, rollouts, valid, metrics)
         b = make_batch(rollouts, self.device)
         const_len = algo.dr_grpo_norm or self.cfg.sampling.max_new_tokens  # constant normaliser (Dr. GRPO)
         ref_logp = self._reference_logprobs(b)
-        old_logp = self._old_logprobs(rollouts, b)
+        old_logp = self._old_logprobs(rollouts, b, on_policy=staleness is None)
+        behav_logp = self._behaviour_logprobs(rollouts, b, staleness, metrics)
         fused_critic = self._fuses_critic(keep)
         values = self.critic_update.values(b) if self.critic is not None and not fused_critic else None
         rewards = self._shaped_rewards(rewards, rollouts, valid, metrics)
@@ -222,7 +229,7 @@ class Learner:
         returns = None
         if values is not None and not fused_critic:
             _, returns = gae(outcome_token_rewards(inp), values, b.mask, algo.gae_gamma, algo.gae_lambda)
-        plan = plan_update(keep, valid, Rows(b, adv, ref_logp, old_logp, values, returns), mini_batches=tc.mini_batches,
+        plan = plan_update(keep, valid, Rows(b, adv, ref_logp, old_logp, values, returns, behav_logp), mini_batches=tc.mini_batches,
                            micro_batch_size=tc.micro_batch_size, const_len=const_len, device=self.device,
                            dist=self.dist if self.distributed else None)
         if plan is None:  # e.g. RFT with no correct completion: nothing to learn from
@@ -278,16 +285,17 @@ class Learner:
                 return None
             return forward_nograd(self.reference, b, self._logprobs, self.cfg.train.micro_batch_size)
 
-    def _old_logprobs(self, rollouts, b: Batch) -> Optional[torch.Tensor]:
+    def _old_logprobs(self, rollouts, b: Batch, on_policy: bool = True) -> Optional[torch.Tensor]:
         """The sampling policy's log-probs [B, T] where they differ from the current ones'
         detached values at some point of the update (mu > 1 or several mini-batches: more than one
         optimizer step per batch) or feed the KL in the reward; None otherwise (one step: old =
         current, see ``algorithms.objective.policy_objective``).
-        The sampler's own where they stand in exactly (:meth:`_sampler_logprobs`), else a
-        no-grad forward of the policy."""
+        The sampler's own where they stand in exactly (:meth:`_sampler_logprobs`; ``on_policy``:
+        the rollouts are the in-process sampler's at these weights), else a no-grad forward of the
+        policy. Off-policy rollouts: these are the proximal policy's, the weights the update starts from."""
         needs_old = self.needs_old_logprobs
         with self.perf.phase("old_logprobs"):
-            old_logp = self._sampler_logprobs(rollouts, b) if needs_old else None
+            old_logp = self._sampler_logprobs(rollouts, b) if needs_old and on_policy else None
             if needs_old and old_logp is None:
                 old_logp = forward_nograd(self.policy, b, self._logprobs, self.cfg.train.micro_batch_size)
             return old_logp
@@ -308,6 +316,17 @@ class Learner:
         if lp is None or not self.sampler_logprobs_usable() or tuple(lp.shape) != tuple(b.targets.shape):
             return None
         return lp.to(self.device, torch.float32) * b.mask
+
+    def _behaviour_logprobs(self, rollouts, b: Batch, staleness: Optional[int],
+                            metrics: StepMetrics) -> Optional[torch.Tensor]:
+        """The behaviour policy's log-probs [B, T] (the sampler's, 0 on padding) where the update keeps
+        them apart from the proximal ones: off-policy rollouts (``staleness`` given: logged as
+        ``offpolicy/staleness``) or an ``algorithm.correction``; None otherwise."""
+        if staleness is None and self.algo.correction == "none":
+            return None
+        if staleness is not None:
+            metrics.set("offpolicy/staleness", float(staleness))
+        return rollouts.logprobs.to(self.device, torch.float32) * b.mask
 
     @property
     def needs_old_logprobs(self) -> bool:
@@ -375,6 +394,7 @@ class Learner:
             mb, sl = micro(plan.b, part)
             old = plan.old_logp[sl] if plan.old_logp is not None else None
             ref = plan.ref_logp[sl] if plan.ref_logp is not None else None
+            behav = plan.behav_logp[sl] if plan.behav_logp is not None else None
             with run.accumulate(self.policy, last=i == len(mini.slices) - 1):
                 with self.perf.phase("policy_forward"):
                     logp = token_logprobs(self.policy, mb, self.temperature)
@@ -383,7 +403,8 @@ class Learner:
                                            kl_estimator=algo.kl_estimator, kl_coef=algo.kl_coef,
                                            kl_placement=algo.kl_placement, clip_eps=algo.clip_eps,
                                            eps_low=algo.eps_low, eps_high=algo.eps_high,
-                                           ratio_level=algo.ratio_level)
+                                           ratio_level=algo.ratio_level, behav_logp=behav,
+                                           correction=algo.correction, correction_cap=algo.correction_cap)
                     if obj.kl is not None:
                         metrics.add("train/kl_loss", obj.kl.item())
                     if epoch == 0 and old is None and ref is not None:
@@ -401,6 +422,8 @@ class Learner:
             metrics.collect("train/ratio", st.ratios)
             metrics.add("train/loss", obj.loss.item())
             metrics.add("train/pg_loss", obj.pg_loss.item())
+            if obj.offpolicy is not None and epoch == 0:  # the proximal policy is the same every epoch
+                _offpolicy_metrics(obj.offpolicy, metrics)
         with self.perf.phase("optimizer"):
             gn = run.step(self.policy, self.opt)
             if gn is not None:
@@ -435,6 +458,17 @@ class Learner:
         if self.distributed:
             raise RuntimeError("init_optimizer_from is single-process only")
         adopt_adam_state(self.opt, list(self.policy.parameters()), path)
+
+
+def _offpolicy_metrics(off, metrics: StepMetrics) -> None:
+    """Record a micro-batch's mismatch and correction (``algorithms.objective.OffPolicy``) as offpolicy/*."""
+    mm, w = off.mismatch, off.weights
+    metrics.add("offpolicy/mismatch_kl", mm.kl_sum, mm.tokens)
+    metrics.add("offpolicy/logp_abs_diff", mm.abs_diff_sum, mm.tokens)
+    metrics.add("offpolicy/truncated_frac", w.truncated, mm.tokens)
+    metrics.add("offpolicy/masked_frac", w.masked, mm.tokens)
+    metrics.max("offpolicy/ratio_max", mm.ratio_max)
+    metrics.collect("offpolicy/ratio", mm.ratios)
 
 
 def adopt_adam_state(opt, params: list, path: str) -> None:

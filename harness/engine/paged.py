@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
-from typing import Optional
 
 import torch
 

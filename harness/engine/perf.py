@@ -11,7 +11,6 @@ reported above that baseline.
 """
 from __future__ import annotations
 
-import os
 import resource
 import time
 from collections import defaultdict

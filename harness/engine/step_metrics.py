@@ -59,6 +59,17 @@ METRICS: dict[str, tuple[str, str]] = {
     "train/lr": ("shared", "the policy's learning rate"),
     "train/policy_frozen": ("shared", "1 while the policy is frozen for the critic's warm-up"),
     "train/skipped": ("shared", "1 when no row was kept and nothing was learned"),
+    # off-policy rollouts (train.staleness, sampling.dtype, algorithm.correction): behaviour (the sampler's
+    # log-probs) against proximal (the learner's at the weights the update starts from), algorithms.corrections
+    "offpolicy/staleness": ("shared", "updates between the weights that sampled the batch and those it trains"),
+    "offpolicy/mismatch_kl": ("mean", "per-token KL(behaviour || proximal), k3 on the sampled kept tokens"),
+    "offpolicy/logp_abs_diff": ("mean", "mean |log pi_prox - log pi_behav| over the kept tokens"),
+    "offpolicy/ratio_max": ("max", "largest raw token ratio pi_prox / pi_behav (before any truncation)"),
+    "offpolicy/ratio_p10": ("quantile", "10% quantile of the raw token ratios pi_prox / pi_behav"),
+    "offpolicy/ratio_p50": ("quantile", "median of the raw token ratios"),
+    "offpolicy/ratio_p90": ("quantile", "90% quantile of the raw token ratios"),
+    "offpolicy/truncated_frac": ("mean", "share of the kept tokens whose weight algorithm.correction cut to its cap"),
+    "offpolicy/masked_frac": ("mean", "share of the kept tokens algorithm.correction masked (weight 0)"),
 }
 """Every train/* metric a learner step can log: name -> (kind, meaning), in the row's order."""
 

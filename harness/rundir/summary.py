@@ -48,7 +48,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from harness.foundation.base import to_dict
 from harness.foundation.budget import consumed_by_unit

@@ -75,10 +75,11 @@ from harness.rundir.read import finished_problem
 from harness.rundir.summary import new_summary, read_summary, record_end, record_exception, set_phase, write_summary
 from harness.tracking.base import TrackerSet
 from harness.tracking.mirrors import open_trackers
+from harness.train import pipeline
 from harness.train.evalpoints import EVAL_SEED_OFFSET, cached_initial_eval, evaluate_point, ood_task
 from harness.train.flops import drawn_stage_flops
 from harness.train.checkpoint import checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint
-from harness.train.stage import build_models, run_stage, stage_problems, stage_seed
+from harness.train.stage import build_models, run_stage, stage_problems, stage_prompt_count, stage_seed
 from harness.train.warmup import WARMUP_SEED, ensure_warmup, starting_checkpoint
 from harness.rewards.run import for_run as reward_model_for_run
 
@@ -187,6 +188,8 @@ class _Run:
     passed: int = 0  # evaluation thresholds already evaluated
     t_start: float = field(default_factory=time.monotonic)  # the attempt's start (durations: monotonic clock)
     setup_only: bool = False  # `prepare`: stop after the start evaluation
+    pipeline: Any = None  # the pipelined sampler (train.staleness, sampling.dtype; harness.train.pipeline), or None
+    resumed_pipeline: Optional[dict] = None  # its state in the checkpoint resumed from
 
     @property
     def ckpt(self) -> Path:
@@ -389,7 +392,13 @@ def _train(run: _Run, resume: bool, progress: bool) -> dict:
         return run.summary
     if run.rm is not None and not run.rm.started:  # round 0: the reward model before RL (its cost is charged)
         run.log(run.rm.start(run.learner.policy, run.counters))
-    last_eval, step_times = _train_to_budget(run, progress)
+    if run.pipeline is not None:  # the first k + 1 stages queued (from the checkpoint's versions on a resume)
+        run.pipeline.start(run.counters[STEP], run.learner.policy, run.counters["samples"], run.resumed_pipeline)
+    try:
+        last_eval, step_times = _train_to_budget(run, progress)
+    finally:
+        if run.pipeline is not None:
+            run.pipeline.close()
     _finalize(run, last_eval, step_times)
     return run.summary
 
@@ -420,6 +429,7 @@ def _setup(run: _Run, progress: bool) -> None:
     run.learner = Learner(policy, algo, cfg, run.device, run.perf, reference=reference, critic=critic, dist=dist)
     run.rm = reward_model_for_run(cfg, run.task, run.learner.policy, run.tok, run.device, run.perf,
                                   dist.is_distributed)
+    run.pipeline = pipeline.for_run(cfg, dist, run.task, run.tok, run.learner.policy, score, run.prm)
     if cfg.train.reuse_warmup_optimizer and start_info.get("optimizer_state"):
         if dist.is_distributed:
             if dist.is_main:
@@ -471,6 +481,7 @@ def _restore(run: _Run, resume: bool) -> None:
     run.summary["resumed_from_step"] = run.counters[STEP]
     if run.rm is not None and state.get("reward_model") is not None:
         run.rm.load_state_dict(state["reward_model"])
+    run.resumed_pipeline = state.get("pipeline")
 
 
 def _train_to_budget(run: _Run, progress: bool) -> tuple[dict, list]:
@@ -547,6 +558,8 @@ def _save_resume_point(run: _Run) -> None:
              "samples_used": run.counters.get("samples_used", run.counters["samples"])}
     if run.rm is not None:
         state["reward_model"] = run.rm.state_dict()
+    if run.pipeline is not None:
+        state["pipeline"] = run.pipeline.state_dict()
     save_checkpoint(run.ckpt, run.dist, run.learner, run.cfg, state)
 
 
@@ -571,11 +584,8 @@ def _stage_prompts(run: _Run, k: int):
     """Stage ``k``'s prompts (a function of seed and k; with a samples budget the last stage
     is cut to land on it), this rank's shard of them and the mask of real (unpadded) samples."""
     cfg, dist = run.cfg, run.dist
-    G, P = cfg.sampling.samples_per_prompt, cfg.train.prompts_per_step
-    n_prompts = P
-    if cfg.budget.unit == "samples":  # land exactly on the budget
-        n_prompts = max(1, min(P, math.ceil((cfg.budget.amount - run.counters["samples"]) / G)))
-    problems = stage_problems(run.task, cfg.seed, k, n_prompts)
+    G = cfg.sampling.samples_per_prompt
+    problems = stage_problems(run.task, cfg.seed, k, stage_prompt_count(cfg, run.counters["samples"]))
     valid = None
     if dist.is_distributed:  # whole prompts (groups) per rank; equal shard sizes, padding flagged
         n_mine = len(problems[dist.rank::dist.world_size])
@@ -592,14 +602,21 @@ def _stage(run: _Run, k: int) -> tuple[dict, _StageStats]:
     t_stage = time.perf_counter()
     problems, valid = _stage_prompts(run, k)
     scorer = score if run.rm is None else run.rm.scorer(score)  # a reward model: what the learner is given
+    ahead = run.pipeline.take(k) if run.pipeline is not None else None  # sampled min(k, staleness) updates ago
     st = run_stage(run.learner, cfg, task, run.tok, k, problems, scorer, perf=run.perf, dist=run.dist, prm=run.prm,
                    valid=valid, progress=consumed(run.counters, cfg.budget.unit) / cfg.budget.amount,
-                   more_prompts=lambda r, drawn: _more_prompts(run, drawn))
+                   more_prompts=lambda r, drawn: _more_prompts(run, drawn),
+                   drawn=ahead.draw if ahead is not None else None,
+                   staleness=k - ahead.version if ahead is not None else None)
     _check_finite(run, st.metrics, k)
     if ref_reset_due(k, cfg.algo.ref_reset_every):
         run.learner.reset_reference()
+    if ahead is not None:  # version k + 1 to the sampler, the next stage queued
+        run.pipeline.handover(k + 1, run.learner.policy)
     dt = time.perf_counter() - t_stage
     secs = run.perf.pop_seconds()
+    if ahead is not None:  # the sampler's seconds on this stage (in its thread) and the learner's wait for them
+        secs.update(generate=ahead.seconds, sample_wait=run.pipeline.wait_seconds)
     drawn = st.all_drawn
     rewards, steps, rm_row = (drawn.rewards, drawn.step_rewards, {}) if run.rm is None else run.rm.take_exact()
     kept = float(st.metrics.get("train/kept_fraction", 1.0))

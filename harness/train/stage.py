@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import random
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
@@ -134,6 +135,15 @@ def cat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
                     token_offsets=offsets)
 
 
+def stage_prompt_count(cfg, samples_before: int) -> int:
+    """Prompts of a stage that starts with ``samples_before`` samples drawn: ``train.prompts_per_step``; with a
+    samples budget cut to land exactly on it (at least 1)."""
+    G, P = cfg.sampling.samples_per_prompt, cfg.train.prompts_per_step
+    if cfg.budget.unit != "samples":
+        return P
+    return max(1, min(P, math.ceil((cfg.budget.amount - samples_before) / G)))
+
+
 RESAMPLE_SEED_STRIDE = 7_368_787  # draw r > 0 of stage k: prompts and sampling seeded stage_seed(seed, k) + r * stride
 
 
@@ -164,7 +174,8 @@ def _draw(learner, cfg, task, tok, k: int, r: int, problems: list, score: Callab
 
 def run_stage(learner, cfg, task, tok, k: int, problems: list, score: Callable, *, perf, dist=None, prm=None,
               valid: Optional[torch.Tensor] = None, progress: float = 0.0, sampler_tok=None,
-              more_prompts: Optional[Callable[[int, int], int]] = None) -> Stage:
+              more_prompts: Optional[Callable[[int, int], int]] = None, drawn: Optional[Draw] = None,
+              staleness: Optional[int] = None) -> Stage:
     """Stage ``k``: draw and score ``problems`` (:func:`_draw`), then one learner step seeded by the
     stage, with ``progress`` the fraction of the budget consumed before it. ``valid``: the shard's
     real (unpadded) rows. ``sampler_tok``: the tokenizer the sampler sees (benchmarks force
@@ -176,11 +187,16 @@ def run_stage(learner, cfg, task, tok, k: int, problems: list, score: Callable, 
     are kept, extra ones dropped). ``more_prompts(draw, samples_drawn)``: how many prompts draw
     ``draw`` may take, given the samples the stage drew so far (the caller's budget; 0 stops);
     None: as many as ``problems``. A stage left with no informative group learns nothing
-    (``train/skipped``)."""
-    first = _draw(learner, cfg, task, tok, k, 0, problems, score, perf, dist, prm, sampler_tok)
+    (``train/skipped``).
+
+    ``drawn``: the stage's draw, already sampled and scored elsewhere (the pipelined sampler,
+    :mod:`harness.train.pipeline`, with the weights ``staleness`` updates old); None: drawn here."""
+    first = drawn if drawn is not None else _draw(learner, cfg, task, tok, k, 0, problems, score, perf, dist, prm,
+                                                  sampler_tok)
     if not cfg.algo.drop_zero_variance:
         torch.manual_seed(stage_seed(cfg.seed, k))
-        metrics = learner.step(first.rollouts, first.rewards, first.step_rewards, k, valid=valid, progress=progress)
+        metrics = learner.step(first.rollouts, first.rewards, first.step_rewards, k, valid=valid, progress=progress,
+                               **({} if staleness is None else {"staleness": staleness}))
         return Stage(first.rollouts, first.problems_rep, first.rewards, first.step_rewards, metrics)
     if dist is not None and dist.is_distributed:
         raise RuntimeError("algorithm.drop_zero_variance (dynamic sampling) runs in one process only")

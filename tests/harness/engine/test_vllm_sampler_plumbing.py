@@ -205,3 +205,53 @@ def test_the_fake_engine_returns_what_vllm_documents_for_each_mode(fake_vllm, tm
     for j, t in enumerate(out_r.token_ids):
         assert abs(out_r.logprobs[j][t].logprob - float(torch.log_softmax(logits[j], -1)[t])) < 1e-5
         assert abs(out_p.logprobs[j][t].logprob - float(torch.log_softmax(logits[j] / 0.5, -1)[t])) < 1e-5
+
+
+def test_engine_logprobs_are_the_behaviour_policy_through_the_pipeline(fake_vllm, monkeypatch, tmp_path):
+    """Issue 46 item 6: the pipelined sampler (harness.train.pipeline) on the vllm backend. The stand-in engine
+    serves in bfloat16 (as vLLM commonly does) for a float32 learner: the rollouts carry the engine's log-probs as
+    the behaviour policy's, the learner keeps them apart from its own (proximal) ones, corrects for them and logs
+    the mismatch, equal to the gap measured here directly."""
+    import dataclasses
+
+    from algorithms.presets import resolve
+    from evals.catalog import get_task
+    from harness.config.schema import load_config
+    from harness.engine.learner import Learner
+    from harness.engine.perf import PerfTracker
+    from harness.train.pipeline import Pipeline
+
+    def bf16_engine(**kw):
+        llm = FakeLLM(**kw)
+        llm.inner.to(torch.bfloat16)
+        return llm
+    monkeypatch.setattr(vllm_sampler.vllm, "LLM", bf16_engine)
+    monkeypatch.setitem(sampling._SAMPLERS, "vllm", sampling.sample_vllm)  # vllm does not import here
+    cfg = load_config(None, ["model.hidden_size=32", "model.num_layers=2", "model.num_heads=2",
+                             "model.intermediate_size=64", "train.staleness=1", "sampling.max_new_tokens=12",
+                             "train.prompts_per_step=3", "sampling.samples_per_prompt=4", "task.min_ops=1",
+                             "task.max_ops=1", "algorithm.correction=token_tis", "algorithm.correction_cap=1.0003",
+                             f"output_dir={tmp_path}"])
+    cfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, backend="vllm"))  # past its rule
+    model, tok = _tiny(seed=2)
+    task = get_task(cfg.task)
+    task.bind_tokenizer(tok)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0] * 3)
+    pipe = Pipeline(cfg, task, tok, model, lambda t, reps, ro, prm: (rewards, []))
+    try:
+        pipe.start(0, model, 0)
+        drawn = pipe.take(0)
+    finally:
+        pipe.close()
+    ro, mask = drawn.draw.rollouts, drawn.draw.rollouts.completion_mask.bool()
+    assert len(fake_vllm.instances) == 1 and next(fake_vllm.instances[0].inner.parameters()).dtype == torch.bfloat16
+    learner_lp = token_logprobs(model, make_batch(ro, "cpu"))
+    gap = (learner_lp - ro.logprobs)[mask].detach().double()
+    assert gap.abs().mean().item() > 1e-4  # a real mismatch: bf16 engine, float32 learner (float32: ~1e-7)
+    learner = Learner(model, resolve(cfg.algorithm), cfg, "cpu", PerfTracker())
+    m = learner.step(ro, rewards, [], 0, staleness=0)
+    assert m["offpolicy/staleness"] == 0
+    assert m["offpolicy/logp_abs_diff"] == pytest.approx(gap.abs().mean().item(), rel=1e-3)
+    assert m["offpolicy/mismatch_kl"] == pytest.approx((gap.expm1() - gap).mean().item(), rel=1e-3)
+    assert m["offpolicy/truncated_frac"] == pytest.approx((gap.exp() > 1.0003).float().mean().item(), abs=1e-6)
+    assert m["offpolicy/truncated_frac"] > 0
