@@ -48,6 +48,11 @@ RUN_HEALTH = {
     "rollout/entropy_est": "entropy estimate (nats per token)",
     "train/grad_norm": "gradient norm (before clipping)",
     "rollout/truncated_frac": "share of completions cut at max_new_tokens",
+    "offpolicy/staleness": "actual staleness (updates between sampling and learning)",
+    "offpolicy/mismatch_kl": "KL(behaviour || learner) per token (sampler vs learner log-probs)",
+    "offpolicy/ratio_max": "largest raw learner/behaviour ratio",
+    "offpolicy/truncated_frac": "share of tokens whose IS weight was truncated",
+    "offpolicy/masked_frac": "share of tokens masked by the correction",
 }
 """The per-step metrics of the run-health figure, each one panel where some run logged it."""
 
