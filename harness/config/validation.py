@@ -52,6 +52,7 @@ def check_config(cfg) -> None:
     check(algo.name != "grpo_iter" or algo.ref_reset_every > 0, "algorithm.ref_reset_every", algo.ref_reset_every,
           "grpo_iter (GRPO with reference resets) resets its reference every N steps: set N >= 1")
     _check_reward_model(cfg, algo)
+    _check_lora(cfg, algo)
     ood = None
     if cfg.eval.ood.enabled:
         check(cfg.task.name == "arith", "eval.ood.enabled", True,
@@ -85,6 +86,21 @@ def check_config(cfg) -> None:
         new = max(cfg.sampling.max_new_tokens, cfg.eval.max_new_tokens)
         check(cfg.model.max_length >= prompt + new, "model.max_length", cfg.model.max_length,
               f"must hold the longest prompt ({prompt} tokens) + max_new_tokens ({new}) = {prompt + new}")
+
+def _check_lora(cfg, algo) -> None:
+    """LoRA (``model.lora.rank`` > 0) with what holds it up: the reference is the policy with its adapters off,
+    so it cannot be reset to the policy; learned reward models copy the policy whole; the warm-up's Adam state is
+    for every weight, not the adapters."""
+    if not cfg.model.lora.enabled:
+        return
+    check(algo.ref_reset_every == 0, "algorithm.ref_reset_every", algo.ref_reset_every,
+          "with LoRA (model.lora.rank > 0) the reference is the frozen base model and is never reset: set it to 0 "
+          "or model.lora.rank=0")
+    check(cfg.reward_model.type is None, "reward_model.type", cfg.reward_model.type,
+          "learned reward models are not LoRA-aware yet: leave reward_model.type null with model.lora.rank > 0")
+    check(not cfg.train.reuse_warmup_optimizer, "train.reuse_warmup_optimizer", True,
+          "with LoRA only the adapters train: the warm-up's Adam state (for every weight) does not apply")
+
 
 def _check_reward_model(cfg, algo) -> None:
     """The reward_model section fits the algorithm and the task (one ConfigError naming the field)."""
