@@ -113,6 +113,10 @@ class ModelConfig:
     OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("lora",)
     """Left out of config.yaml, run ids and cache keys while off (the section came later)."""
 
+    def __post_init__(self):
+        if not self.lora.enabled:  # off is off: alpha or targets given at rank 0 change nothing, nor the run id
+            object.__setattr__(self, "lora", LoraConfig())
+
     def validate(self):
         check_fields(self, "model")
         check(self.hidden_size > 0 and self.hidden_size % self.num_heads == 0, "model.hidden_size",
