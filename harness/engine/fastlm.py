@@ -358,10 +358,17 @@ _SAVE_OPS = tuple(op for op in (
     if op is not None)
 
 
-def _selective_context(wdown: torch.Tensor, downs: int):
+def _lora_up_ptrs(layer) -> frozenset:
+    """The storage addresses of a decoder layer's LoRA B matrices (none without LoRA)."""
+    return frozenset(m.lora_B[a].weight.data_ptr() for m in layer.modules() if hasattr(m, "lora_B") for a in m.lora_B)
+
+
+def _selective_context(wdown: torch.Tensor, downs: int, cheap: frozenset = frozenset()):
     """``context_fn`` for :func:`torch.utils.checkpoint.checkpoint`: keep the outputs of ``_SAVE_OPS``
     except every ``downs``-th down projection (a matmul against ``wdown``): the layer's last matmul,
-    whose output only the residual add after it reads (the next layer keeps its own input)."""
+    whose output only the residual add after it reads (the next layer keeps its own input); and except
+    the matmuls against ``cheap`` (LoRA's B: rank-r inputs, kept as the A products they start from), which
+    are recomputed rather than holding a second output the size of the base projection's."""
     ptr = wdown.data_ptr()
     seen = [0, 0]  # down projections met in forward, in recomputation
     save, recompute = (torch.utils.checkpoint.CheckpointPolicy.MUST_SAVE,
@@ -369,6 +376,8 @@ def _selective_context(wdown: torch.Tensor, downs: int):
 
     def policy(ctx, op, *args, **kwargs):
         if op.overloadpacket not in _SAVE_OPS:
+            return recompute
+        if cheap and op.overloadpacket is torch.ops.aten.mm and args[1].data_ptr() in cheap:
             return recompute
         if op.overloadpacket is torch.ops.aten.mm and args[1].data_ptr() == ptr:
             seen[ctx.is_recompute] += 1
@@ -488,7 +497,8 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
         if how != "keep" and xp.requires_grad:  # after this layer's backward (the gradient of its input)
             xp.register_hook(_release_after_backward)
         if how == "selective":
-            ctx = functools.partial(_selective_context, layer.mlp.down_proj.weight, 1 if xc is None else 2)
+            ctx = functools.partial(_selective_context, layer.mlp.down_proj.weight, 1 if xc is None else 2,
+                                    _lora_up_ptrs(layer) if lora else frozenset())
             xp, xc = torch.utils.checkpoint.checkpoint(_layer, layer, xp, xc, shared, use_reentrant=False,
                                                        context_fn=ctx)
         elif how == "full":

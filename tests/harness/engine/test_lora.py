@@ -174,3 +174,29 @@ def test_lora_section_is_left_out_of_run_ids_while_off_and_reaches_the_trackers(
 def test_what_lora_cannot_hold_is_refused_naming_the_field(sets, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         _cfg("model.lora.rank=2", *sets)
+
+
+def _values_and_grads(policy, b):
+    lp = token_logprobs(policy, b)
+    return lp, torch.autograd.grad((lp * b.mask).sum(), [p for p in policy.parameters() if p.requires_grad])
+
+
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_recomputed_lora_layers_give_the_same_bits(mode, monkeypatch):
+    """Layer recomputation in backward (fastlm.recompute_plan; selective: LoRA's B products recomputed from
+    the kept A products, not kept) changes no value and no gradient of a LoRA policy, bit for bit."""
+    cfg = _cfg("model.lora.rank=4")
+    policy, _, tok = _lora_policy(cfg)
+    ro, b = _batch(policy, tok)
+    monkeypatch.setattr(fastlm, "CHECKPOINT_MIN_BYTES", 2**62)
+    kept = _values_and_grads(policy, b)
+    monkeypatch.setattr(fastlm, "CHECKPOINT_MIN_BYTES", -1)
+    monkeypatch.setattr(fastlm, "RECOMPUTE", mode)
+    monkeypatch.setattr(fastlm, "RECOMPUTE_BUDGET_BYTES", float("inf"))
+    plans = []
+    real = fastlm.recompute_plan
+    monkeypatch.setattr(fastlm, "recompute_plan", lambda *a: plans.append(real(*a)) or plans[-1])
+    again = _values_and_grads(policy, b)
+    assert plans and set(plans[0]) == {mode}
+    assert torch.equal(kept[0], again[0]) and all(torch.equal(x, y) for x, y in zip(kept[1], again[1]))
+    assert fastlm._lora_up_ptrs(policy.get_base_model().model.layers[0])              # the B matrices are found
