@@ -22,6 +22,7 @@ from harness.foundation.base import ConfigError
 from harness.rundir.ids import run_id
 from harness.tracking.base import config_dict
 from harness.train.stage import build_models
+from harness.train.warmup import warmup_key
 
 QUICKSTART = "harness/configs/quickstart.yaml"
 SMALL = ["model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=48"]
@@ -155,10 +156,11 @@ def test_final_model_is_the_merged_policy_and_the_adapter_loads_in_peft(tmp_path
         assert (lp_merged - token_logprobs(_base(cfg)[0], b)).abs().max() > 0.05   # not the base's weights
 
 
-def test_lora_section_is_left_out_of_run_ids_while_off_and_reaches_the_trackers():
+def test_lora_section_is_left_out_of_run_ids_while_off_and_of_the_warmup_key_and_reaches_the_trackers():
     assert run_id(_cfg()) == run_id(_cfg("model.lora.rank=0", "model.lora.alpha=3"))
     on = _cfg("model.lora.rank=8", "model.lora.alpha=16")
     assert run_id(on) != run_id(_cfg())
+    assert warmup_key(on) == warmup_key(_cfg())                                 # one warm-up serves both
     assert "lora" not in config_dict(_cfg())["model"]
     assert config_dict(on)["model"]["lora"] == {"rank": 8, "alpha": 16.0, "target_modules": [
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
