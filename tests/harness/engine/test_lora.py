@@ -202,3 +202,16 @@ def test_recomputed_lora_layers_give_the_same_bits(mode, monkeypatch):
     assert plans and set(plans[0]) == {mode}
     assert torch.equal(kept[0], again[0]) and all(torch.equal(x, y) for x, y in zip(kept[1], again[1]))
     assert fastlm._lora_up_ptrs(policy.get_base_model().model.layers[0])              # the B matrices are found
+
+
+def test_paged_sampler_samples_the_adapted_policy():
+    """``sampling.backend=paged`` (transformers' continuous batching) runs PEFT's modules: its log-probs are
+    the LoRA policy's, not the base's."""
+    cfg = _cfg("model.lora.rank=4")
+    policy, fresh, tok = _lora_policy(cfg)
+    ro = sample(policy, tok, PROMPTS, n=2, max_new_tokens=6, seed=1, backend="paged")
+    b = make_batch(ro, "cpu")
+    with torch.no_grad():
+        lp, base = token_logprobs(policy, b), token_logprobs(fresh, b)
+    assert ((ro.logprobs - lp) * b.mask).abs().max() < 1e-5
+    assert ((ro.logprobs - base) * b.mask).abs().max() > 0.05
