@@ -7,7 +7,7 @@ merge of the saved adapter onto the base) and ``harness eval`` scores it as the 
 
 At these token limits the model solves no GSM8K problem, which leaves GRPO nothing to learn from: the
 trainer's scorer is replaced by a fixed function of each completion's text, so groups are mixed and the
-adapters move (what is tested is the machinery, not learning). Runtime: about 1-2 minutes on a 2-core CPU
+adapters move (what is tested is the machinery, not learning). Runtime: ~1.5-3 minutes on a shared 2-core CPU
 (first use also de-quantises the GGUF, ~1 min)."""
 import importlib.util
 import json
@@ -35,9 +35,10 @@ def _has_smollm2() -> bool:  # as tests/e2e/test_real_model_rl.py: the package's
                 and list(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf")))
 
 CONFIG = support_paths.REPO / "harness" / "configs" / "gsm8k_smollm2.yaml"
-SETS = ["train.threads=2", "budget.amount=2", "budget.eval_points=2", "train.prompts_per_step=2",
-        "sampling.samples_per_prompt=4", "sampling.max_new_tokens=16", "task.eval_size=4", "eval.max_new_tokens=16",
-        "train.lr=1e-3", "train.checkpoint_minutes=0", "model.lora.rank=4", "model.lora.alpha=8",
+# the resume point is saved after every stage (checkpoint_minutes ~0), so no evaluation but the start's and the end's
+SETS = ["train.threads=2", "budget.amount=2", "budget.eval_points=1", "train.prompts_per_step=1",
+        "sampling.samples_per_prompt=4", "sampling.max_new_tokens=12", "task.eval_size=2", "eval.max_new_tokens=12",
+        "train.lr=1e-3", "train.checkpoint_minutes=1e-9", "model.lora.rank=4", "model.lora.alpha=8",
         "model.lora.target_modules=[q_proj,v_proj]"]
 RANK, LAYERS, HIDDEN, KV = 4, 30, 576, 192  # SmolLM2-135M: 30 layers, hidden 576, 3 key/value heads of 64
 ADAPTERS = LAYERS * RANK * ((HIDDEN + HIDDEN) + (HIDDEN + KV))  # q_proj (576 -> 576), v_proj (576 -> 192)
@@ -106,4 +107,4 @@ def test_final_model_reloads_merged_and_evaluates(runs, tmp_path):
     assert scored["eval/gsm8k/acc"] == final["eval/gsm8k/acc"]
     greedy = [[(r["id"], r["greedy"]["completion"]) for r in read_jsonl(f)]
               for f in (tmp_path / "gsm8k.jsonl", whole / "eval" / "gsm8k_2.jsonl")]
-    assert greedy[0] == greedy[1] and len(greedy[0]) == 4
+    assert greedy[0] == greedy[1] and len(greedy[0]) == 2
