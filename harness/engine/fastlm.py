@@ -204,18 +204,29 @@ def _linear(x, w):
     return F.linear(x, w)
 
 
+def _fused(ws: tuple):
+    """``ws`` as one weight, concatenated along the output axis: plain tensors into one tensor; LoRA weights
+    of one scale into one :class:`_Lora` (bases concatenated, A stacked, B block-diagonal: the zero blocks add
+    exact zeros); ``ws`` itself (unfused) when plain and LoRA weights are mixed."""
+    loras = [isinstance(t, _Lora) for t in ws]
+    if not any(loras):
+        return torch.cat(ws, 0)
+    if not all(loras) or len({t.scale for t in ws}) > 1:
+        return ws
+    return _Lora(torch.cat([t.weight for t in ws], 0), torch.cat([t.a for t in ws], 0),
+                 torch.block_diag(*[t.b for t in ws]), ws[0].scale)
+
+
 def _weights(layer, fuse: bool, lora: bool = True, merge: bool = False):
     """(input norm, W_qkv, W_o, post norm, W_gate|up, W_down) of a decoder layer; W_qkv and
-    W_gate|up are concatenated tensors when ``fuse`` (and none of them is a :class:`_Lora`), tuples of
-    the module's weights otherwise (:func:`_weight`: ``lora``, ``merge``)."""
+    W_gate|up fused (:func:`_fused`) when ``fuse``, tuples of the module's weights otherwise
+    (:func:`_weight`: ``lora``, ``merge``)."""
     a, m = layer.self_attn, layer.mlp
     w = functools.partial(_weight, lora=lora, merge=merge)
     qkv = (w(a.q_proj), w(a.k_proj), w(a.v_proj))
     gu = (w(m.gate_proj), w(m.up_proj))
-    if fuse and not any(isinstance(t, _Lora) for t in qkv):
-        qkv = torch.cat(qkv, 0)
-    if fuse and not any(isinstance(t, _Lora) for t in gu):
-        gu = torch.cat(gu, 0)
+    if fuse:
+        qkv, gu = _fused(qkv), _fused(gu)
     return layer.input_layernorm.weight, qkv, w(a.o_proj), layer.post_attention_layernorm.weight, gu, \
         w(m.down_proj)
 
@@ -224,14 +235,14 @@ def _proj_qkv(x, w):
     """[..., (heads + 2 kv_heads) * head_dim]: one fused matmul, or three concatenated."""
     if isinstance(w, tuple):
         return torch.cat([_linear(x, wi) for wi in w], -1)
-    return F.linear(x, w)
+    return _linear(x, w)
 
 
 def _mlp(x, wgu, wdown):
     if isinstance(wgu, tuple):
         g, u = _linear(x, wgu[0]), _linear(x, wgu[1])
     else:
-        g, u = F.linear(x, wgu).chunk(2, -1)
+        g, u = _linear(x, wgu).chunk(2, -1)
     return _linear(F.silu(g) * u, wdown)
 
 

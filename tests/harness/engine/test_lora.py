@@ -104,9 +104,20 @@ def test_ppo_critic_shares_the_frozen_base_and_trains_its_own_adapters():
     assert sum(p.numel() for p in mine) == trainable_count(policy) + cfg.model.hidden_size + 1  # adapters + head
 
 
-def test_fast_forward_and_sampler_compute_what_peft_computes():
-    cfg = _cfg("model.lora.rank=4", "model.lora.alpha=8")
+@pytest.mark.parametrize("layout", ["fused", "unfused", "mixed"])
+def test_fast_forward_and_sampler_compute_what_peft_computes(layout, monkeypatch):
+    """fused: q|k|v and gate|up adapted as one weight each (small models); unfused: the projections one by one
+    (larger models); mixed: q_proj and down_proj adapted only (q|k|v then unfused, gate|up fused plain)."""
+    if layout == "unfused":
+        monkeypatch.setattr(fastlm, "FUSE_MAX_PARAMS", 0)
+    targets = ["model.lora.target_modules=[q_proj,down_proj]"] if layout == "mixed" else []
+    cfg = _cfg("model.lora.rank=4", "model.lora.alpha=8", *targets)
     policy, _, tok = _lora_policy(cfg)
+    layer = policy.get_base_model().model.layers[0]
+    kinds = [type(w).__name__ for w in fastlm._weights(layer, fastlm._fuse(policy.get_base_model().model,
+                                                                           fastlm.FUSE_MAX_PARAMS))]
+    assert kinds[1] == {"fused": "_Lora", "unfused": "tuple", "mixed": "tuple"}[layout]           # q|k|v
+    assert kinds[4] == {"fused": "_Lora", "unfused": "tuple", "mixed": "Tensor"}[layout]          # gate|up
     ro, b = _batch(policy, tok)
     assert fastlm.supported(policy)
     fast = token_logprobs(policy, b)
