@@ -20,8 +20,8 @@ from evals.tasks import TaskSpec
 from harness.config.rules import (COMPLETION_TOKENS, DTYPES, FRACTION, MAX_ARITH_EVAL_SIZE, MAX_BUDGET, MAX_EVAL_POINTS,
                                   MAX_PER_STEP, MAX_SAMPLES_PER_PROMPT, MAX_TINY_PARAMS, MLFLOW_URI,
                                   POSITIVE_FRACTION, SAMPLER_BACKENDS, THREADS, THREADS_OR_DEFAULT, TINY_VOCAB_SIZE,
-                                  WANDB_MODES, WANDB_PROJECT, above, at_least, at_most, between, check_fields,
-                                  dir_path, one_of, rule, ruled)
+                                  WANDB_MODES, WANDB_PROJECT, Rule, above, at_least, at_most, between,
+                                  check_fields, dir_path, one_of, rule, ruled)
 from harness.foundation.base import ConfigError, check
 from harness.foundation.budget import BUDGET_UNITS
 
@@ -45,6 +45,48 @@ MODEL_PATH = rule(_gguf_if_a_file, "a file must be a .gguf model; otherwise give
                                    "'tiny'")
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The linear layers of a Llama decoder layer LoRA can adapt (``model.lora.target_modules``); the
+embedding and the output head are not among them (the fast forward reads their weights as they are)."""
+
+
+def _lora_targets_why(v) -> Optional[str]:
+    if not isinstance(v, (list, tuple)) or not v:
+        return f"must be a non-empty list of {', '.join(LORA_TARGETS)}"
+    bad = [t for t in v if t not in LORA_TARGETS]
+    if bad or len(set(v)) != len(v):
+        return (f"must name each of its modules once, from {', '.join(LORA_TARGETS)}"
+                + (f" ({', '.join(map(str, bad))} is not one)" if bad else " (one is repeated)"))
+    return None
+
+
+LORA_TARGET_MODULES = Rule(_lora_targets_why)
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """The ``model.lora`` section: low-rank adapters (LoRA, Hu et al. 2021) trained in place of the
+    policy's weights, through PEFT (``harness.engine.lora``). Off at rank 0, the default, and then
+    left out of config.yaml and run ids."""
+
+    rank: int = ruled(0, between(0, 4096))
+    """r: the adapters' rank (0 = off: every weight trains, as without this section). The base
+    weights are frozen; each target linear layer W gains W + (alpha / r) B A with A [r, in]
+    (random) and B [out, r] (zeros), so training starts from the base model exactly. Dropout is 0."""
+    alpha: float = ruled(16.0, above(0))
+    """LoRA's alpha: the update is scaled by alpha / rank."""
+    target_modules: tuple[str, ...] = ruled(LORA_TARGETS, LORA_TARGET_MODULES)
+    """The linear layers of every decoder layer that get adapters (default: all seven, as
+    'all-linear')."""
+
+    def validate(self):
+        check_fields(self, "model.lora")
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     name_or_path: str = ruled("tiny", MODEL_PATH)
@@ -65,6 +107,15 @@ class ModelConfig:
     """Tiny model only: maximum sequence length (prompt + completion) in tokens."""
     dtype: str = ruled("float32", one_of(DTYPES))
     """Parameter dtype: float32 | bfloat16 | float16 (float32 on CPU)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA adapters instead of full fine-tuning (off by default: ``model.lora.rank`` 0)."""
+
+    OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("lora",)
+    """Left out of config.yaml, run ids and cache keys while off (the section came later)."""
+
+    def __post_init__(self):
+        if not self.lora.enabled:  # off is off: alpha or targets given at rank 0 change nothing, nor the run id
+            object.__setattr__(self, "lora", LoraConfig())
 
     def validate(self):
         check_fields(self, "model")

@@ -57,6 +57,7 @@ def check_config(cfg) -> None:
           f"{cfg.reward_model.type}) scores one: set algorithm.drop_zero_variance=false")
     _check_pipeline(cfg, algo)
     _check_reward_model(cfg, algo)
+    _check_lora(cfg, algo)
     ood = None
     if cfg.eval.ood.enabled:
         check(cfg.task.name == "arith", "eval.ood.enabled", True,
@@ -104,6 +105,24 @@ def _check_pipeline(cfg, algo) -> None:
     check(cfg.reward_model.type is None, field, value,
           f"the pipelined sampler is not wired to a learned reward model (reward_model.type="
           f"{cfg.reward_model.type}): remove one of them")
+    check(not cfg.model.lora.enabled, field, value,
+          "the pipelined sampler copies whole weights, not LoRA adapters (model.lora.rank > 0): not supported yet, "
+          "set one of them off")
+
+
+def _check_lora(cfg, algo) -> None:
+    """LoRA (``model.lora.rank`` > 0) with what holds it up: the reference is the policy with its adapters off,
+    so it cannot be reset to the policy; learned reward models copy the policy whole; the warm-up's Adam state is
+    for every weight, not the adapters."""
+    if not cfg.model.lora.enabled:
+        return
+    check(algo.ref_reset_every == 0, "algorithm.ref_reset_every", algo.ref_reset_every,
+          "with LoRA (model.lora.rank > 0) the reference is the frozen base model and is never reset: set it to 0 "
+          "or model.lora.rank=0")
+    check(cfg.reward_model.type is None, "reward_model.type", cfg.reward_model.type,
+          "learned reward models are not LoRA-aware yet: leave reward_model.type null with model.lora.rank > 0")
+    check(not cfg.train.reuse_warmup_optimizer, "train.reuse_warmup_optimizer", True,
+          "with LoRA only the adapters train: the warm-up's Adam state (for every weight) does not apply")
 
 
 def _check_reward_model(cfg, algo) -> None:

@@ -47,6 +47,17 @@ def _decoder(model):
     return model.model if hasattr(model, "lm_head") else model
 
 
+def _unwrap(model):
+    """(the plain Llama model under ``model``, whether its LoRA adapters count): a PEFT-wrapped policy
+    (adapters on) or the reference view of one (:class:`harness.engine.lora.AdapterOffView`: off) reaches
+    the ``LlamaForCausalLM`` it wraps; any other model is itself."""
+    if getattr(model, "adapters_off", False):
+        return _unwrap(model.policy)[0], False
+    if hasattr(model, "peft_config") and hasattr(model, "get_base_model"):
+        return model.get_base_model(), True
+    return model, True
+
+
 _enabled = os.environ.get("HARNESS_FAST_FORWARD", "1") != "0"
 
 
@@ -68,6 +79,7 @@ def supported(model) -> bool:
         from transformers import LlamaForCausalLM, LlamaModel
     except ImportError:  # pragma: no cover
         return False
+    model, _ = _unwrap(model)
     if type(model) not in (LlamaForCausalLM, LlamaModel):
         return False
     c = model.config
@@ -80,7 +92,17 @@ def supported(model) -> bool:
         return False
     # ZeRO-3 leaves empty placeholders in .data; quantised weights are not plain tensors
     return all(p.numel() > 0 and not hasattr(p, "ds_id") and type(p) is torch.nn.Parameter
-               for p in model.parameters())
+               for p in model.parameters()) and all(_plain_lora(m) for m in model.modules() if hasattr(m, "lora_A"))
+
+
+def _plain_lora(m) -> bool:
+    """A PEFT LoRA layer this path computes as PEFT does: a linear layer, not merged, at most one active
+    adapter, without dropout, DoRA or a bias of its own."""
+    active = [a for a in m.active_adapters if a in m.lora_A]
+    return (hasattr(m, "base_layer") and isinstance(m.base_layer, torch.nn.Linear) and not m.merged
+            and len(active) <= 1 and all(isinstance(m.lora_dropout[a], torch.nn.Identity)
+                                         and not m.use_dora.get(a, False) and m.lora_A[a].bias is None
+                                         and m.lora_B[a].bias is None for a in active))
 
 
 @dataclass
@@ -150,31 +172,78 @@ def _fuse(dec, limit: int) -> bool:
     return sum(p.numel() for p in dec.layers.parameters()) <= limit
 
 
-def _weights(layer, fuse: bool):
+@dataclass(frozen=True)
+class _Lora:
+    """The weights of a LoRA-adapted linear layer (PEFT's ``lora.Linear``): ``x W^T + scale (x A^T) B^T``."""
+    weight: torch.Tensor
+    a: torch.Tensor
+    b: torch.Tensor
+    scale: float
+
+
+def _weight(mod, lora: bool, merge: bool):
+    """The weight linear layer ``mod`` computes with: its own; for a PEFT LoRA layer whose adapter counts
+    (``lora``, and not switched off by ``disable_adapter()``), a :class:`_Lora` or, with ``merge`` (decoding,
+    no gradient), ``W + delta`` merged once as PEFT's ``get_delta_weight`` forms it."""
+    if not hasattr(mod, "base_layer"):
+        return mod.weight
+    w = mod.base_layer.weight
+    active = [a for a in mod.active_adapters if a in mod.lora_A]
+    if not lora or mod.disable_adapters or not active:
+        return w
+    if merge:
+        with torch.no_grad():
+            return w + mod.get_delta_weight(active[0])
+    return _Lora(w, mod.lora_A[active[0]].weight, mod.lora_B[active[0]].weight, mod.scaling[active[0]])
+
+
+def _linear(x, w):
+    """``F.linear(x, w)``; a :class:`_Lora` adds its low-rank term in PEFT's order."""
+    if isinstance(w, _Lora):
+        return F.linear(x, w.weight) + F.linear(F.linear(x, w.a), w.b) * w.scale
+    return F.linear(x, w)
+
+
+def _fused(ws: tuple):
+    """``ws`` as one weight, concatenated along the output axis: plain tensors into one tensor; LoRA weights
+    of one scale into one :class:`_Lora` (bases concatenated, A stacked, B block-diagonal: the zero blocks add
+    exact zeros); ``ws`` itself (unfused) when plain and LoRA weights are mixed."""
+    loras = [isinstance(t, _Lora) for t in ws]
+    if not any(loras):
+        return torch.cat(ws, 0)
+    if not all(loras) or len({t.scale for t in ws}) > 1:
+        return ws
+    return _Lora(torch.cat([t.weight for t in ws], 0), torch.cat([t.a for t in ws], 0),
+                 torch.block_diag(*[t.b for t in ws]), ws[0].scale)
+
+
+def _weights(layer, fuse: bool, lora: bool = True, merge: bool = False):
     """(input norm, W_qkv, W_o, post norm, W_gate|up, W_down) of a decoder layer; W_qkv and
-    W_gate|up are concatenated tensors when ``fuse``, tuples of the module's weights otherwise."""
+    W_gate|up fused (:func:`_fused`) when ``fuse``, tuples of the module's weights otherwise
+    (:func:`_weight`: ``lora``, ``merge``)."""
     a, m = layer.self_attn, layer.mlp
-    qkv = (a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)
-    gu = (m.gate_proj.weight, m.up_proj.weight)
+    w = functools.partial(_weight, lora=lora, merge=merge)
+    qkv = (w(a.q_proj), w(a.k_proj), w(a.v_proj))
+    gu = (w(m.gate_proj), w(m.up_proj))
     if fuse:
-        qkv, gu = torch.cat(qkv, 0), torch.cat(gu, 0)
-    return layer.input_layernorm.weight, qkv, a.o_proj.weight, layer.post_attention_layernorm.weight, gu, \
-        m.down_proj.weight
+        qkv, gu = _fused(qkv), _fused(gu)
+    return layer.input_layernorm.weight, qkv, w(a.o_proj), layer.post_attention_layernorm.weight, gu, \
+        w(m.down_proj)
 
 
 def _proj_qkv(x, w):
     """[..., (heads + 2 kv_heads) * head_dim]: one fused matmul, or three concatenated."""
     if isinstance(w, tuple):
-        return torch.cat([F.linear(x, wi) for wi in w], -1)
-    return F.linear(x, w)
+        return torch.cat([_linear(x, wi) for wi in w], -1)
+    return _linear(x, w)
 
 
 def _mlp(x, wgu, wdown):
     if isinstance(wgu, tuple):
-        g, u = F.linear(x, wgu[0]), F.linear(x, wgu[1])
+        g, u = _linear(x, wgu[0]), _linear(x, wgu[1])
     else:
-        g, u = F.linear(x, wgu).chunk(2, -1)
-    return F.linear(F.silu(g) * u, wdown)
+        g, u = _linear(x, wgu).chunk(2, -1)
+    return _linear(F.silu(g) * u, wdown)
 
 
 def _rope_qkv(qkv, cos, sin, d: _Dims, pad=None):
@@ -206,6 +275,7 @@ class _Shared:
     inv: torch.Tensor
     B: int
     T: int
+    lora: bool = True  # LoRA adapters count (False: the reference view of a LoRA policy, the frozen base)
 
 
 def _padded(x, s: _Shared) -> torch.Tensor:
@@ -233,11 +303,11 @@ def _layer(layer, xp, xc, s: _Shared):
     packed completion positions ``xc`` [N, H] (None when there are none), which attend to their
     rows' prompt keys/values and to themselves."""
     d = s.d
-    w_in, wqkv, wo, w_post, wgu, wdown = _weights(layer, s.fuse)
+    w_in, wqkv, wo, w_post, wgu, wdown = _weights(layer, s.fuse, s.lora)
     U, P = xp.shape[:2]
     qp, kp, vp = (t.transpose(1, 2) for t in _rope_qkv(_proj_qkv(_rms(xp, w_in, d.eps), wqkv), s.cos_p, s.sin_p, d))
     op = _attend(qp, kp, vp, s.m_p, d)
-    xp = xp + F.linear(op.transpose(1, 2).reshape(U, P, -1), wo)
+    xp = xp + _linear(op.transpose(1, 2).reshape(U, P, -1), wo)
     xp = xp + _mlp(_rms(xp, w_post, d.eps), wgu, wdown)
     if xc is None:
         return xp, None
@@ -247,7 +317,7 @@ def _layer(layer, xp, xc, s: _Shared):
     k_all = torch.cat([kp.index_select(0, s.inv), kc], 2)
     v_all = torch.cat([vp.index_select(0, s.inv), vc], 2)
     oc = _packed(_attend(qc, k_all, v_all, s.m_c, d).transpose(1, 2).reshape(s.B * s.T, -1), s.flat)
-    xc = xc + F.linear(oc, wo)
+    xc = xc + _linear(oc, wo)
     xc = xc + _mlp(_rms(xc, w_post, d.eps), wgu, wdown)
     return xp, xc
 
@@ -299,10 +369,17 @@ _SAVE_OPS = tuple(op for op in (
     if op is not None)
 
 
-def _selective_context(wdown: torch.Tensor, downs: int):
+def _lora_up_ptrs(layer) -> frozenset:
+    """The storage addresses of a decoder layer's LoRA B matrices (none without LoRA)."""
+    return frozenset(m.lora_B[a].weight.data_ptr() for m in layer.modules() if hasattr(m, "lora_B") for a in m.lora_B)
+
+
+def _selective_context(wdown: torch.Tensor, downs: int, cheap: frozenset = frozenset()):
     """``context_fn`` for :func:`torch.utils.checkpoint.checkpoint`: keep the outputs of ``_SAVE_OPS``
     except every ``downs``-th down projection (a matmul against ``wdown``): the layer's last matmul,
-    whose output only the residual add after it reads (the next layer keeps its own input)."""
+    whose output only the residual add after it reads (the next layer keeps its own input); and except
+    the matmuls against ``cheap`` (LoRA's B: rank-r inputs, kept as the A products they start from), which
+    are recomputed rather than holding a second output the size of the base projection's."""
     ptr = wdown.data_ptr()
     seen = [0, 0]  # down projections met in forward, in recomputation
     save, recompute = (torch.utils.checkpoint.CheckpointPolicy.MUST_SAVE,
@@ -310,6 +387,8 @@ def _selective_context(wdown: torch.Tensor, downs: int):
 
     def policy(ctx, op, *args, **kwargs):
         if op.overloadpacket not in _SAVE_OPS:
+            return recompute
+        if cheap and op.overloadpacket is torch.ops.aten.mm and args[1].data_ptr() in cheap:
             return recompute
         if op.overloadpacket is torch.ops.aten.mm and args[1].data_ptr() == ptr:
             seen[ctx.is_recompute] += 1
@@ -386,7 +465,9 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
     autograd, a batch whose saved activations would be large (:func:`checkpoint_layers`) keeps
     only each layer's input and matmul / attention outputs and recomputes the cheap ops in backward
     (``RECOMPUTE``), or, beyond ``RECOMPUTE_BUDGET_BYTES``, only the input of its first layers, recomputed
-    whole (:func:`recompute_plan`): the same values and gradients."""
+    whole (:func:`recompute_plan`): the same values and gradients. A PEFT LoRA model computes its
+    adapters (:func:`_weight`); its reference view (adapters off) the base alone."""
+    model, lora = _unwrap(model)
     dec = _decoder(model)
     d = _dims(dec)
     B, P = prompt_ids.shape
@@ -417,7 +498,7 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
         xc = F.embedding(_packed(completion_ids[:, :T].reshape(-1), flat), dec.embed_tokens.weight,
                          dec.embed_tokens.padding_idx)  # [N, H]
     fuse = _fuse(dec, FUSE_MAX_PARAMS)
-    shared = _Shared(d, fuse, cos_p, sin_p, m_p, cos_c, sin_c, m_c, flat, inv, B, T)
+    shared = _Shared(d, fuse, cos_p, sin_p, m_p, cos_c, sin_c, m_c, flat, inv, B, T, lora)
     # under autograd, a big enough batch keeps only each layer's input and matmul / attention outputs (or,
     # within a memory budget, only the input of some layers) and recomputes the rest in backward
     # (recompute_plan; same ops on the same inputs: the same bits)
@@ -427,7 +508,8 @@ def completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion
         if how != "keep" and xp.requires_grad:  # after this layer's backward (the gradient of its input)
             xp.register_hook(_release_after_backward)
         if how == "selective":
-            ctx = functools.partial(_selective_context, layer.mlp.down_proj.weight, 1 if xc is None else 2)
+            ctx = functools.partial(_selective_context, layer.mlp.down_proj.weight, 1 if xc is None else 2,
+                                    _lora_up_ptrs(layer) if lora else frozenset())
             xp, xc = torch.utils.checkpoint.checkpoint(_layer, layer, xp, xc, shared, use_reentrant=False,
                                                        context_fn=ctx)
         elif how == "full":
@@ -464,7 +546,7 @@ def rows_hidden(model, input_ids, attention_mask, num_completion: int) -> torch.
 def completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
     """Logits predicting each completion token: [B, T, vocab]."""
     h = completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
-    return F.linear(h, model.lm_head.weight)
+    return F.linear(h, _unwrap(model)[0].lm_head.weight)
 
 
 # ----------------------------------------------------------------------------------------
@@ -474,13 +556,14 @@ class DecodeState:
     """Fused weights, rotary tables and a preallocated KV cache for one batch of decoding."""
 
     def __init__(self, model, max_len: int):
+        model, lora = _unwrap(model)  # LoRA adapters merged into the weights once for the batch (_weight)
         dec = _decoder(model)
         self.dec, self.d = dec, _dims(dec)
         self.lm_head = model.lm_head.weight
         self.embed = dec.embed_tokens.weight
         self.dtype = self.embed.dtype
         fuse = _fuse(dec, FUSE_MAX_PARAMS)
-        self.layers = [_weights(layer, fuse) for layer in dec.layers]
+        self.layers = [_weights(layer, fuse, lora, merge=True) for layer in dec.layers]
         pos = torch.arange(max_len, device=self.embed.device)
         cos, sin = _rope_tables(dec, pos[None], self.dtype)
         self.cos, self.sin = cos[0], sin[0]  # [max_len, d]
@@ -514,7 +597,7 @@ class DecodeState:
             self.k[i, :, :P] = k.repeat_interleave(repeat, 0).reshape(B * d.kv_heads, P, d.head_dim)
             self.v[i, :, :P] = v.repeat_interleave(repeat, 0).reshape(B * d.kv_heads, P, d.head_dim)
             o = _attend(q, k, v, attn, d)
-            x = x + F.linear(o.transpose(1, 2).reshape(N, P, -1), wo)
+            x = x + F.linear(o.transpose(1, 2).reshape(N, P, -1), wo)  # merged: plain tensors
             x = x + _mlp(_rms(x, w_post, d.eps), wgu, wdown)
         self.length = P
         return F.linear(_rms(x[:, -1], self.dec.norm.weight, d.eps), self.lm_head)

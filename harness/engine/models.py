@@ -33,6 +33,7 @@ import torch
 from evals.prm import RM_SPEC_FILE, CausalLMPRM, RuleBasedPRM, read_spec, spec_kwargs
 from harness.admission.gate import resolve_device  # noqa: F401 (models.resolve_device: the gate's rule)
 from harness.config.schema import tiny_param_count
+from harness.engine.lora import is_lora, save_lora_policy
 from harness.foundation.errors import ModelLoadError  # raised here; the CLI imports it without torch
 from harness.foundation.modelfiles import (PICKLE_SUFFIXES, WHAT_TO_DO, check_model_folder, looks_like_hub_id,
                                            resolve_model_path, short_error, weight_files)
@@ -242,6 +243,11 @@ def _file_format_error(e: BaseException) -> bool:
 
 
 def save_policy(model, tokenizer, path: str | os.PathLike) -> None:
+    """``model`` and ``tokenizer`` into folder ``path`` (``from_pretrained`` loads them); a LoRA model
+    as its merged weights, with the adapter alone in ``path/adapter`` (:func:`harness.engine.lora.save_lora_policy`)."""
+    if is_lora(model):
+        save_lora_policy(model, tokenizer, path)
+        return
     Path(path).mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(path))
     tokenizer.save_pretrained(str(path))

@@ -219,6 +219,13 @@ def from_dict(cls, data: dict, where: str = ""):
     return obj
 
 
+def _default(f: dataclasses.Field) -> Any:
+    """A dataclass field's default value (a section's: a fresh one from its factory)."""
+    if f.default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
 def to_dict(obj) -> Any:
     """Plain nested dict (lists, not tuples) for YAML/JSON. A dataclass's fields named in its
     ``OMITTED_AT_DEFAULT`` class attribute are left out while they hold their default (knobs that
@@ -226,7 +233,7 @@ def to_dict(obj) -> Any:
     if dataclasses.is_dataclass(obj):
         omit = getattr(obj, "OMITTED_AT_DEFAULT", ())
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if not (f.name in omit and getattr(obj, f.name) == f.default)}
+                if not (f.name in omit and getattr(obj, f.name) == _default(f))}
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):

@@ -31,6 +31,7 @@ import torch
 from harness.config.schema import Config
 from harness.engine.distributed import Distributed, full_state, load_full_state
 from harness.engine.learner import Learner
+from harness.engine.lora import load_trainable_state, trainable_state
 from harness.foundation.budget import COUNTERS, STEP
 from harness.foundation.files import writing
 from harness.rundir.layout import RunFileError, open_regular, save_torch
@@ -147,24 +148,24 @@ def save_checkpoint(ckpt: Path, dist: Distributed, learner: Learner, cfg: Config
 def learner_state(learner: Learner) -> dict:
     """One process: the learner's part of the resume point (its models, their optimizers and its
     update count). Several processes: ``dist.save_state`` plus the reference's full weights."""
-    d = {"policy": learner.policy.state_dict(), "opt": learner.opt.state_dict(), "updates": learner.updates}
+    d = {"policy": trainable_state(learner.policy), "opt": learner.opt.state_dict(), "updates": learner.updates}
     if learner.reference is not None:
         d["reference"] = learner.reference.state_dict()
     if learner.critic is not None:
-        d["critic"] = learner.critic.state_dict()
+        d["critic"] = trainable_state(learner.critic)
         d["critic_opt"] = learner.critic_opt.state_dict()
     return d
 
 
 def load_learner_state(learner: Learner, d: dict) -> None:
     """:func:`learner_state`'s inverse (a reference missing from ``d`` stays as it is)."""
-    learner.policy.load_state_dict(d["policy"])
+    load_trainable_state(learner.policy, d["policy"])
     learner.opt.load_state_dict(d["opt"])
     learner.updates = d.get("updates", 0)
     if learner.reference is not None and "reference" in d:
         learner.reference.load_state_dict(d["reference"])
     if learner.critic is not None:
-        learner.critic.load_state_dict(d["critic"])
+        load_trainable_state(learner.critic, d["critic"])
         learner.critic_opt.load_state_dict(d["critic_opt"])
 
 

@@ -58,6 +58,7 @@ from harness.config.schema import Config, save_config
 from harness.engine.distributed import Distributed
 from harness.engine.evaluate import evaluate as run_evaluation
 from harness.engine.learner import Learner
+from harness.engine.lora import apply_lora, trainable_count
 from harness.engine.models import build_tiny_model, load_prm, load_policy, resolve_device, save_policy
 from harness.engine.perf import PerfTracker
 from harness.engine.sampling import char_to_token_index
@@ -126,13 +127,19 @@ def evaluate(model, tok, task, cfg: Config, step: int, out_dir: Path, final: boo
                               progress=step == 0 and sys.stderr.isatty())  # the long start evaluation
 
 
-def _numel(model) -> int:
-    """Parameter count; the full count for ZeRO-3 partitioned parameters (``ds_numel``)."""
-    return sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+def _own_params(model) -> set:
+    return {id(p) for p in model.parameters()}
 
 
-def _nbytes(model) -> int:
-    return sum(getattr(p, "ds_numel", p.numel()) * p.element_size() for p in model.parameters())
+def _numel(model, shared: Optional[set] = None) -> int:
+    """Parameter count, less the parameters in ``shared`` (ids); the full count for ZeRO-3 partitioned
+    parameters (``ds_numel``)."""
+    return sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters() if id(p) not in (shared or ()))
+
+
+def _nbytes(model, shared: Optional[set] = None) -> int:
+    return sum(getattr(p, "ds_numel", p.numel()) * p.element_size() for p in model.parameters()
+               if id(p) not in (shared or ()))
 
 
 def make_distributed(cfg: Config) -> Distributed:
@@ -424,8 +431,11 @@ def _setup(run: _Run, progress: bool) -> None:
         policy, run.tok, start_info, reference, critic = _load_models(cfg, algo, run.task, run.device,
                                                                       progress, dist)
     models = (("policy", policy), ("reference", reference), ("critic", critic))
-    params = {k: (_numel(m) if m is not None else 0) for k, m in models}
-    param_mb = {k: (_nbytes(m) / 2**20 if m is not None else 0.0) for k, m in models}
+    own = _own_params(policy)  # the reference and the critic count only weights they do not share with it (LoRA)
+    params = {k: (_numel(m, own if k != "policy" else None) if m is not None else 0) for k, m in models}
+    param_mb = {k: (_nbytes(m, own if k != "policy" else None) / 2**20 if m is not None else 0.0) for k, m in models}
+    if cfg.model.lora.enabled:
+        params["policy_trainable"] = trainable_count(policy)
     run.learner = Learner(policy, algo, cfg, run.device, run.perf, reference=reference, critic=critic, dist=dist)
     run.rm = reward_model_for_run(cfg, run.task, run.learner.policy, run.tok, run.device, run.perf,
                                   dist.is_distributed)
@@ -458,6 +468,11 @@ def _load_models(cfg: Config, algo, task, device, progress: bool, dist: Distribu
         _warmup_on_main(cfg, task, device, progress, dist)
     policy, tok, start_info = starting_checkpoint(cfg, task, device, progress and dist.is_main)
     task.bind_tokenizer(tok)
+    if cfg.model.lora.enabled:
+        if dist.is_distributed:
+            raise ConfigError(f"model.lora.rank={cfg.model.lora.rank}: LoRA runs in one process for now "
+                              f"({dist.mode}, {dist.world_size} processes)")
+        policy = apply_lora(policy, cfg.model.lora)
     # ZeRO-3: partitioned parameters cannot be deep-copied; the reference and critic load other instances
     models = build_models(policy, algo, device, load_copy=(lambda: _fresh_copy(cfg, start_info, tok, device))
                           if dist.zero3 else None)

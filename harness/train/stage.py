@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from algorithms.filters import informative_groups
 from harness.engine.learner import ValueModel
+from harness.engine.lora import AdapterOffView, is_lora, shared_base_copy
 from harness.engine.sampling import Rollouts, sample
 
 RANK_SEED_STRIDE = 1_000_000_007  # rank r samples stage k with stage_seed(seed, k) + r * stride
@@ -53,7 +54,7 @@ def stage_problems(task, seed: int, step: int, n: int) -> list:
 class Models:
     """The models an algorithm trains with (None where it has none)."""
     policy: Any
-    reference: Any = None  # a frozen copy of the starting policy: the KL anchor
+    reference: Any = None  # a frozen copy of the starting policy (LoRA: the policy, adapters off): the KL anchor
     critic: Any = None  # a value model: a copy of the policy's backbone with a scalar head
 
 
@@ -61,8 +62,16 @@ def build_models(policy, algo, device, *, load_copy: Optional[Callable[[], Any]]
     """``policy`` with the reference (``algo.uses_reference``) and the critic (``algo.critic``) the
     algorithm needs, both starting from the policy's weights. ``load_copy``: a function that loads
     another instance of the starting policy; given (ZeRO-3: partitioned parameters cannot be
-    deep-copied), the reference and the critic's backbone are loaded with it instead of copied."""
-    if load_copy is not None:
+    deep-copied), the reference and the critic's backbone are loaded with it instead of copied.
+    A LoRA policy (:func:`harness.engine.lora.apply_lora`) keeps one copy of the frozen base: the
+    reference is the policy with its adapters off (:class:`~harness.engine.lora.AdapterOffView`) and the
+    critic's backbone shares the base's weights, with adapters of its own."""
+    if is_lora(policy):
+        if load_copy is not None:
+            raise ValueError("LoRA (model.lora.rank > 0) is single-process only for now")
+        reference = AdapterOffView(policy) if algo.uses_reference else None
+        critic = ValueModel(shared_base_copy(policy), copy_backbone=False).to(device) if algo.critic else None
+    elif load_copy is not None:
         reference = load_copy() if algo.uses_reference else None
         critic = ValueModel(load_copy(), copy_backbone=False).to(device) if algo.critic else None
     else:

@@ -155,6 +155,7 @@ def warmup_key(cfg: Config) -> str:
     if warm.pop("per_seed", False):  # absent when off: the keys of shared warm-ups do not change
         warm["seed"] = warmup_seed(cfg)
     model = to_dict(cfg.model)
+    model.pop("lora", None)  # the warm-up trains every weight; LoRA starts at RL: one warm-up serves both
     # the numerics mode enters the key: a checkpoint built in native mode on one CPU kind is
     # never read by a portable run (warm["threads"] is in it already). v4: portable numerics' kernels changed
     # (matrix products from MKL to OpenBLAS, harness.foundation.portable_blas), so no earlier checkpoint is read

@@ -115,3 +115,10 @@ def test_a_results_root_too_long_for_the_paths_a_run_writes_is_refused_before_wo
     assert "is invalid: its path is" in line and "choose a shorter folder" in line
     assert not (tmp_path / ("a" * 200)).exists()
     gate.check_path_length(tmp_path / "short", "--output-dir")  # an ordinary folder passes
+
+
+def test_staleness_with_lora_is_refused_until_the_pipeline_hands_over_adapters():
+    with pytest.raises(ConfigError, match=r"train.staleness=1 is invalid: the pipelined sampler copies whole weights"):
+        load_config(QUICKSTART, ["train.staleness=1", "model.lora.rank=4"])
+    load_config(QUICKSTART, ["train.staleness=1"])
+    load_config(QUICKSTART, ["model.lora.rank=4"])
