@@ -256,3 +256,14 @@ def check_output_files(folder: str | os.PathLike, names: Iterable[str], field: s
         if f.is_file() and not os.access(f, os.W_OK):
             raise ConfigError(f"{field}={str(folder)!r} is invalid: {f} exists and may not be written (the result "
                               f"file {name} replaces it): make it writable or choose another folder")
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 (hex) of one file's bytes, read in 1 MiB chunks (a cache entry's files, recorded beside it)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -18,7 +18,6 @@ of the entry that fails (a full disk) leaves no partial entry behind.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -33,7 +32,7 @@ from evals.catalog import get_task
 from harness.config.schema import Config, config_hash, ood_task_spec
 from harness.engine.evaluate import evaluate as run_evaluation
 from harness.foundation.base import to_dict
-from harness.foundation.files import writing
+from harness.foundation.files import file_sha256, writing
 from harness.rundir.layout import RunFileError, load_json
 from harness.rundir.lock import file_lock
 from harness.train.warmup import checkpoint_digest
@@ -115,12 +114,6 @@ SOURCE = "source.json"
 METRICS_FILE = "metrics.json"
 
 
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _cache_problem(cache: Path, checkpoint: str) -> Optional[str]:
@@ -142,7 +135,7 @@ def _cache_problem(cache: Path, checkpoint: str) -> Optional[str]:
         return f"its files are not the ones it recorded ({', '.join(sorted(present ^ set(files)))})"
     for name, digest in sorted(files.items()):
         f = cache / name
-        if not f.is_file() or _file_digest(f) != digest:
+        if not f.is_file() or file_sha256(f) != digest:
             return f"{name} was changed since it was computed"
     return None
 
@@ -181,7 +174,7 @@ def _write_cache(cache: Path, checkpoint: str, out_dir: Path, ev: dict, seconds:
             for f in sorted((out_dir / "eval").glob("*_0.jsonl")) + sorted((out_dir / "eval").glob("*_0_samples.jsonl")):
                 shutil.copyfile(f, tmp / f.name)
             (tmp / METRICS_FILE).write_text(json.dumps(ev))
-            files = {f.name: _file_digest(f) for f in sorted(tmp.iterdir())}
+            files = {f.name: file_sha256(f) for f in sorted(tmp.iterdir())}
             (tmp / SOURCE).write_text(json.dumps({"computed_by": str(out_dir), "seconds": seconds,
                                                   "checkpoint_sha256": checkpoint, "files_sha256": files}))
             if os.path.lexists(cache):  # an entry that was not trusted: replaced

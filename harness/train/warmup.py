@@ -36,7 +36,7 @@ from harness.config.schema import Config, config_hash, warmup_long_spec
 from harness.engine.models import build_char_tokenizer, build_tiny_model, is_out_of_memory, load_policy, save_policy
 from harness.foundation.base import to_dict
 from harness.foundation.errors import ModelLoadError
-from harness.foundation.files import NO_PERMISSION, NO_SPACE, writing
+from harness.foundation.files import NO_PERMISSION, NO_SPACE, file_sha256, writing
 from harness.rundir.layout import RunFileError, load_json, save_torch
 from harness.rundir.lock import FileLock, file_lock
 from harness.train.flops import forward_flops
@@ -69,13 +69,8 @@ def checkpoint_digest(entry: Path) -> str:
     return h.hexdigest()
 
 
-def file_digest(path: Path) -> str:
-    """sha256 of one file's bytes (``optimizer.pt``'s, recorded in ``warmup.json`` as ``optimizer_digest``)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+file_digest = file_sha256
+"""sha256 of one file's bytes (``optimizer.pt``'s, recorded in ``warmup.json`` as ``optimizer_digest``)."""
 
 
 def _safetensors_problem(path: Path) -> Optional[str]:
