@@ -10,7 +10,10 @@ from typing import ClassVar, Optional
 
 from algorithms.presets import CORRECTIONS, RATIO_LEVELS, has_critic, uses_reference
 from harness.config.rules import (ALGORITHM, FRACTION, MAX_EVAL_POINTS, POSITIVE_FRACTION, STAGE_SAMPLES, above,
-                                  at_least, at_most, check_fields, dir_path, one_of, rule, ruled)
+                                  at_least, at_most, between, check_fields, dir_path, one_of, rule, ruled)
+
+MAX_RESAMPLE = 100
+"""Most further draws dynamic sampling makes in one stage (verl's max_num_gen_batches defaults to 10)."""
 
 
 @dataclass(frozen=True)
@@ -51,10 +54,12 @@ class AlgorithmConfig:
     """Drop the groups whose rewards are all equal (zero advantage) before the update, so the loss is
     normalised over the informative ones; null = the preset's (dapo: true). Their samples still count
     against the budget (samples_drawn vs samples_used in metrics.jsonl and summary.json)."""
-    max_resample: Optional[int] = ruled(None, at_least(0))
+    max_resample: Optional[int] = ruled(None, between(0, MAX_RESAMPLE))
     """DAPO's dynamic sampling: with drop_zero_variance, draw up to this many more batches of prompts in a
     stage until it holds train.prompts_per_step informative groups (fewer if the bound or the budget is
-    reached first); every sample drawn is charged to the budget; null = the preset's (dapo: 2, else 0)."""
+    reached first); every sample drawn is charged to the budget; null = the preset's (dapo: 2, else 0). At most
+    MAX_RESAMPLE: a policy whose groups are all uniform (all wrong, say) would otherwise draw without end under a
+    steps budget."""
     overlong_mask: Optional[bool] = None
     """Overlong filtering (DAPO §3.4): truncated completions (no EOS within sampling.max_new_tokens) get
     gradient coefficient 0 (the loss is still normalised by the sampled batch); null = the preset's (false)."""
