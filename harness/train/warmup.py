@@ -69,8 +69,6 @@ def checkpoint_digest(entry: Path) -> str:
     return h.hexdigest()
 
 
-file_digest = file_sha256
-"""sha256 of one file's bytes (``optimizer.pt``'s, recorded in ``warmup.json`` as ``optimizer_digest``)."""
 
 
 def _safetensors_problem(path: Path) -> Optional[str]:
@@ -132,7 +130,7 @@ def _optimizer_problem(entry: Path, digest) -> Optional[str]:
     f = entry / OPTIMIZER_FILE
     if os.path.islink(f) or not f.is_file():
         return f"{OPTIMIZER_FILE} is missing or not a regular file"
-    if file_digest(f) != digest:
+    if file_sha256(f) != digest:
         return f"its optimizer state ({OPTIMIZER_FILE}) changed since it was built (digest mismatch)"
     return None
 
@@ -281,7 +279,7 @@ def _train_warmup(cfg: Config, task, out: Path, device, progress: bool) -> dict:
             save_policy(model, tok, tmp)
         save_torch(opt.state_dict(), tmp / OPTIMIZER_FILE)
         meta["digest"] = checkpoint_digest(tmp)
-        meta["optimizer_digest"] = file_digest(tmp / OPTIMIZER_FILE)  # a planted optimizer.pt is never read
+        meta["optimizer_digest"] = file_sha256(tmp / OPTIMIZER_FILE)  # a planted optimizer.pt is never read
         with writing(tmp / META_FILE):
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
         _remove_entry(out)

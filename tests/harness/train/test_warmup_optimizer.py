@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from harness.foundation.files import file_sha256
 import torch
 
 from algorithms.presets import resolve
@@ -34,7 +36,7 @@ def entry(tmp_path):
     model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
     opt.step()
     torch.save(opt.state_dict(), e / wu.OPTIMIZER_FILE)
-    meta = {"key": e.name, "digest": wu.checkpoint_digest(e), "optimizer_digest": wu.file_digest(e / wu.OPTIMIZER_FILE)}
+    meta = {"key": e.name, "digest": wu.checkpoint_digest(e), "optimizer_digest": file_sha256(e / wu.OPTIMIZER_FILE)}
     (e / wu.META_FILE).write_text(json.dumps(meta))
     assert wu.entry_problem(e) is None
     return e, model
