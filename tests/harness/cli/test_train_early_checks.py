@@ -80,7 +80,7 @@ def _train(sandbox: Path, *sets: str) -> list[str]:
     (["algorithm.name=dapo", "algorithm.eps_low=1.5"], "algorithm.eps_low=1.5 is invalid: must be in (0, 1]"),
     (["algorithm=gspo", "algorithm.ratio_level=seq"],
      "algorithm.ratio_level='seq' is invalid: must be one of token, sequence; did you mean 'sequence'?"),
-    (["algorithm=dapo", "algorithm.max_resample=-2"], "algorithm.max_resample=-2 is invalid: must be >= 0"),
+    (["algorithm=dapo", "algorithm.max_resample=-2"], "algorithm.max_resample=-2 is invalid: must be between 0 and 100"),
     (["algorithm=dapo", "algorithm.overlong_buffer=1"], "algorithm.overlong_buffer=1.0 is invalid: must be in [0, 1)"),
 ], ids=["train-threads", "warmup-threads", "hidden-size", "num-layers", "intermediate-size", "wandb-mode",
         "mlflow-uri", "eps-high", "eps-low", "ratio-level", "max-resample", "overlong-buffer"])
