@@ -132,6 +132,21 @@ def publish(stage: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def recover(dest: Path) -> Optional[Path]:
+    """Put back the old result a kill between :func:`publish`'s two renames left hidden beside
+    ``dest`` (``.<name>.old-*/<name>``), when ``dest`` itself is missing: the earlier result is the
+    whole one, so it is ``dest`` again before anything new is written. Returns the folder put back,
+    or None."""
+    if os.path.lexists(dest):
+        return None
+    for old in sorted(dest.parent.glob(f".{dest.name}.old-*")):
+        if (old / dest.name).is_dir():
+            os.replace(old / dest.name, dest)
+            shutil.rmtree(old, ignore_errors=True)
+            return dest
+    return None
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
@@ -142,9 +157,12 @@ def _umask() -> int:
 def staged(dest: str | os.PathLike) -> Iterator[Path]:
     """A new empty folder beside ``dest`` (``.<name>.tmp-*``) to write the whole result into;
     on success it is :func:`publish`\\ ed as ``dest``, on any failure (or a signal) removed,
-    ``dest`` as it was. A SIGKILL leaves the hidden stage behind and ``dest`` intact."""
+    ``dest`` as it was. A SIGKILL leaves the hidden stage behind and ``dest`` intact; one between
+    the two renames of :func:`publish` leaves the old result hidden, which the next write to
+    ``dest`` puts back first (:func:`recover`)."""
     dest = Path(dest).expanduser()
     dest.parent.mkdir(parents=True, exist_ok=True)
+    recover(dest)
     stage = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.tmp-"))
     try:
         os.chmod(stage, 0o777 & ~_umask())  # a folder as mkdir makes it (mkdtemp's is private, 0700)
