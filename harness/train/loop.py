@@ -72,6 +72,7 @@ from harness.rundir.ids import run_id
 from harness.rundir.layout import (CONFIG, ERROR_TXT, METRICS, SUMMARY, MetricsWriter, RunFileError, make_run_dir,
                                    nonregular, remove_temp_files)
 from harness.rundir.lock import RunBusy, lock_run_dir
+from harness.rundir.outputs import staged
 from harness.rundir.read import finished_problem
 from harness.rundir.summary import new_summary, read_summary, record_end, record_exception, set_phase, write_summary
 from harness.tracking.base import TrackerSet
@@ -770,8 +771,10 @@ def _finalize(run: _Run, last_eval: dict, step_times: list) -> None:
     if run.cfg.train.save_final_model:
         with dist.gathered(run.learner.policy) as m:  # collective under ZeRO-3; the main rank writes
             if dist.is_main:
-                with writing(out / "final_model"):  # safetensors reports a full disk as SafetensorError
-                    save_policy(m, run.tok, out / "final_model")
+                # safetensors reports a full disk as SafetensorError; staged: the folder appears only whole (a
+                # merged model without its adapter, or weights without a tokenizer, would load as the policy)
+                with writing(out / "final_model"), staged(out / "final_model") as stage:
+                    save_policy(m, run.tok, stage)
             dist.barrier()
         run.summary["final_model"] = str(out / "final_model")
     dist.barrier()

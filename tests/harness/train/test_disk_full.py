@@ -293,3 +293,33 @@ def test_real_full_disk_in_the_start_evaluation_cache_leaves_no_partial_entry(tm
     assert main(argv) == 0
     (entry,) = [p for p in cache.iterdir() if p.is_dir()]
     assert (entry / "source.json").is_file() and (entry / "metrics.json").is_file()
+
+
+def test_real_full_disk_in_the_final_model_leaves_no_partial_model(tmp_path, tmpfs, monkeypatch, capsys):
+    """A LoRA run: the merged weights and the tokenizer are written, then the disk fills up before the adapter
+    (issue 48, item 7). Exit 3 in one line, no ``final_model/`` (a merged model without its adapter would load
+    and be scored as the run's policy), no hidden stage left; with room again the same command finishes the run
+    and writes the whole folder."""
+    from peft import PeftModel
+
+    sets = TINY + [f"output_dir={tmpfs / 'results'}", f"warmup.cache_dir={tmp_path / 'wc'}",
+                   "train.save_final_model=true", "model.lora.rank=2", "model.lora.alpha=4"]
+    argv = ["train", QUICKSTART, "--no-progress"] + [a for s in sets for a in ("--set", s)]
+    real = PeftModel.save_pretrained
+
+    def fill_then_save(self, *a, **kw):
+        _fill(tmpfs)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(PeftModel, "save_pretrained", fill_then_save)
+    rc = main(argv)
+    line = _one_line(capsys.readouterr().err)
+    out = run_dir(load_config(QUICKSTART, sets))
+    assert rc == EXIT_NO_SPACE and "out of disk space writing" in line, line
+    assert not (out / "final_model").exists() and not [p.name for p in out.iterdir() if "final_model" in p.name]
+    monkeypatch.undo()
+    os.unlink(tmpfs / ".filler")
+    assert main(argv) == 0
+    assert read_json(out / "summary.json")["status"] == "finished"
+    assert (out / "final_model" / "model.safetensors").is_file()
+    assert (out / "final_model" / "adapter" / "adapter_model.safetensors").is_file()
