@@ -192,6 +192,7 @@ def config_warnings(cfg) -> list[str]:
                            f"only {have} held-out problem{'s' if have != 1 else ''}, so the evaluation set "
                            f"holds {have}")
     out += ignored_reward_model(cfg)
+    out += ignored_algorithm_fields(cfg)
     if cfg.eval.validation and cfg.task.name == "arith" and cfg.task.disjoint_validation:
         space = problem_space(cfg.task)
         if space.exact and space.validation < cfg.task.eval_size:
@@ -219,6 +220,41 @@ def ignored_reward_model(cfg) -> list[str]:
     return [f"reward_model.{', reward_model.'.join(changed)} set without reward_model.type: a run reads no "
             f"reward-model field without a type (orm, prm or implicit), so this run ignores "
             f"{'them' if len(changed) > 1 else 'it'} (the run id too); `harness rm train` reads them"]
+
+
+IGNORED_WHEN = (
+    (("clip_eps", "eps_low", "eps_high", "ratio_level"), lambda a: a.policy_loss == "sft_nll",
+     "its policy loss, sft_nll (online RFT), has no importance ratio to clip"),
+    (("gae_gamma", "gae_lambda", "critic_lr", "value_clip", "value_coef", "critic_warmup_steps"),
+     lambda a: not a.critic, "it trains no critic (only PPO's GAE reads these)"),
+    (("max_resample",), lambda a: not a.drop_zero_variance,
+     "dynamic sampling is off (algorithm.drop_zero_variance is false)"),
+    (("overlong_penalty",), lambda a: not a.overlong_buffer, "the soft overlong penalty is off (algorithm."
+     "overlong_buffer is 0)"),
+    (("correction_cap",), lambda a: a.correction == "none", "algorithm.correction is none"),
+    (("kl_estimator", "kl_placement"), lambda a: a.kl_coef == 0, "its KL weight is 0 (algorithm.kl_coef)"),
+    (("dr_grpo_norm",), lambda a: a.aggregation != "seq-mean-token-sum-norm",
+     "only the seq-mean-token-sum-norm aggregation (Dr. GRPO) reads it"),
+    (("prm",), lambda a: a.reward != "process", "its reward is not process (algorithm.reward)"),
+)
+"""(algorithm fields, when the resolved algorithm ignores them, why): :func:`ignored_algorithm_fields`."""
+
+
+def ignored_algorithm_fields(cfg) -> list[str]:
+    """An algorithm field set (away from its default in the config as given) that the resolved algorithm never
+    reads, e.g. a clip range on online RFT, or GAE's lambda on GRPO: the run goes on, one line says so (the field
+    still enters the run id, as every set field does)."""
+    given, default = cfg.algorithm, type(cfg.algorithm)()
+    out = []
+    for fields, ignored, why in IGNORED_WHEN:
+        if not ignored(cfg.algo):
+            continue
+        changed = [f for f in fields if getattr(given, f) != getattr(default, f)]
+        if changed:
+            names = ", ".join(f"algorithm.{f}={getattr(given, f)!r}" for f in changed)
+            out.append(f"{names}: algorithm {cfg.algo.name!r} ignores {'them' if len(changed) > 1 else 'it'}: "
+                       f"{why}")
+    return out
 
 
 def warmup_long_spec(cfg):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.config.schema import load_config
+from harness.config.schema import config_warnings, load_config
 from harness.foundation.base import ConfigError
 
 QUICKSTART = "harness/configs/quickstart.yaml"
@@ -45,3 +45,37 @@ def test_their_edges_load():
     load_config(QUICKSTART, ["algorithm.max_resample=100", "algorithm=dapo"])
     load_config(QUICKSTART, ["train.staleness=64", "algorithm.correction=seq_mask", "algorithm.correction_cap=1.5"])
     load_config(QUICKSTART, ["model.lora.rank=4096", "model.lora.target_modules=[q_proj]"])
+
+
+IGNORED = [  # (settings, the one warning's text); probed as `harness train` ran them: exit 0, nothing said
+    (["algorithm=rft", "algorithm.eps_high=0.28", "algorithm.clip_eps=0.1"],
+     "algorithm.clip_eps=0.1, algorithm.eps_high=0.28: algorithm 'rft' ignores them: its policy loss, sft_nll "
+     "(online RFT), has no importance ratio to clip"),
+    (["algorithm=grpo", "algorithm.gae_lambda=0.9"],
+     "algorithm.gae_lambda=0.9: algorithm 'grpo' ignores it: it trains no critic"),
+    (["algorithm=dapo", "algorithm.kl_estimator=k1"],
+     "algorithm.kl_estimator='k1': algorithm 'dapo' ignores it: its KL weight is 0"),
+    (["algorithm=grpo", "algorithm.max_resample=4"],
+     "algorithm.max_resample=4: algorithm 'grpo' ignores it: dynamic sampling is off"),
+    (["algorithm=grpo", "algorithm.correction_cap=3"],
+     "algorithm.correction_cap=3.0: algorithm 'grpo' ignores it: algorithm.correction is none"),
+    (["algorithm=dapo", "algorithm.overlong_buffer=0", "algorithm.overlong_penalty=2"],
+     "algorithm.overlong_penalty=2.0: algorithm 'dapo' ignores it: the soft overlong penalty is off"),
+]
+
+
+@pytest.mark.parametrize("sets,warning", IGNORED, ids=[" ".join(s) for s, _ in IGNORED])
+def test_a_field_the_algorithm_ignores_is_said_in_one_line(sets, warning):
+    (got,) = config_warnings(load_config(QUICKSTART, sets))
+    assert got.startswith(warning), got
+
+
+@pytest.mark.parametrize("sets", [
+    ["algorithm=ppo", "algorithm.gae_lambda=0.9", "algorithm.clip_eps=0.1"],
+    ["algorithm=dapo", "algorithm.max_resample=4", "algorithm.overlong_penalty=2"],
+    ["algorithm=grpo", "algorithm.kl_estimator=k1", "algorithm.correction=token_tis", "algorithm.correction_cap=3"],
+    ["algorithm=gspo", "algorithm.eps_high=0.001", "algorithm.ratio_level=token"],
+    ["algorithm=dr_grpo", "algorithm.dr_grpo_norm=32"],
+])
+def test_fields_the_algorithm_reads_are_not_warned_about(sets):
+    assert config_warnings(load_config(QUICKSTART, sets)) == []
