@@ -6,17 +6,21 @@ weights (every ``nn.Linear``, the LM head included) and L layers of attention wi
 
     F(T) = 2 M T + 4 A L T (T + 1) / 2        (the matmuls, then causal QK^T and AV)
 
-and a forward with its backward 3 F(T). A stage then adds up, over its rows:
+and a forward with its backward U(T) (:func:`update_flops`): the backward's gradient with respect to
+every matmul's input (2 M T) and to every *trained* weight (2 M_t T, M_t the weights that require a
+gradient), and twice the attention's forward, so U = 3 F when every weight trains, and about 2 F under
+LoRA, whose frozen base weights get no gradient (M_t: the adapters, and a critic's head). A stage then
+adds up, over its rows:
 
 - generation: F (one forward over the prompt and the completion; a KV cache changes how, not how much);
 - the reference's forward, where the algorithm has a KL term (``algorithm.uses_reference``): F;
 - the old log-probs' forward, where the update needs them and the sampler's cannot stand in
   (several optimizer steps per batch or a KL in the reward, with a sampler other than the
   in-process float32 one): F;
-- the policy's update: 3 F per epoch (``train.inner_epochs``) over the rows it trains on (the
+- the policy's update: U per epoch (``train.inner_epochs``) over the rows it trains on (the
   stage's ``train/kept_fraction`` of them: RFT trains on its correct samples only);
-- PPO's critic: its values' forward F_c (unless fused into its first training pass) and 3 F_c per
-  epoch (F_c with the critic's matmul weights);
+- PPO's critic: its values' forward F_c (unless fused into its first training pass) and U_c per
+  epoch (F_c and U_c with the critic's matmul weights);
 - a rule-based reward costs nothing here.
 
 Not counted, and so not emitted: learned reward models (scoring, training, labelling; their costs
@@ -31,12 +35,14 @@ from typing import Optional
 
 import torch
 
-__all__ = ["matmul_weights", "forward_flops", "stage_flops", "drawn_stage_flops"]
+__all__ = ["matmul_weights", "forward_flops", "update_flops", "stage_flops", "drawn_stage_flops"]
 
 
-def matmul_weights(model) -> int:
-    """M: the weights of the model's ``nn.Linear`` layers (the LM head included, tied or not)."""
-    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+def matmul_weights(model, trained_only: bool = False) -> int:
+    """M: the weights of the model's ``nn.Linear`` layers (the LM head included, tied or not); with
+    ``trained_only``, M_t: those whose weight requires a gradient."""
+    return sum(m.weight.numel() for m in model.modules()
+               if isinstance(m, torch.nn.Linear) and (m.weight.requires_grad or not trained_only))
 
 
 def _attention_width_layers(model) -> tuple[int, int]:
@@ -56,6 +62,17 @@ def forward_flops(model, lengths: torch.Tensor) -> float:
     return float(2.0 * matmul_weights(model) * lengths.sum() + 2.0 * width * layers * (lengths * (lengths + 1)).sum())
 
 
+def update_flops(model, lengths: torch.Tensor) -> float:
+    """U summed over rows of ``lengths`` real tokens each: a forward and its backward (see the module doc):
+    F + 2 M T + 2 M_t T + 2 x the attention's forward."""
+    f = forward_flops(model, lengths)
+    if matmul_weights(model, trained_only=True) == matmul_weights(model):
+        return 3.0 * f  # every weight trains: as counted before LoRA, to the last bit
+    tokens = float(lengths.to(torch.float64).sum())
+    attention = f - 2.0 * matmul_weights(model) * tokens
+    return f + 2.0 * (matmul_weights(model) + matmul_weights(model, trained_only=True)) * tokens + 2.0 * attention
+
+
 def stage_flops(cfg, learner, rollouts, kept_fraction: float, fused_critic: bool) -> Optional[float]:
     """The model FLOPs of one stage on this process (None where they are not counted: a learned
     reward model). ``kept_fraction``: the share of rows the update trained on; ``fused_critic``:
@@ -67,14 +84,17 @@ def stage_flops(cfg, learner, rollouts, kept_fraction: float, fused_critic: bool
     algo, E = cfg.algo, cfg.train.inner_epochs
     lengths = rollouts.prompt_mask.sum(1).cpu() + rollouts.completion_mask.sum(1).cpu()
     f = forward_flops(learner.policy, lengths)
-    total = f * (1 + 3 * E * kept_fraction)  # generation; the update
+    u = update_flops(learner.policy, lengths)
+    total = f * (1 + 3 * E * kept_fraction) if u == 3.0 * f else f + u * E * kept_fraction  # generation; update
     if algo.uses_reference and learner.reference is not None:
         total += f
     if learner.needs_old_logprobs and not learner.sampler_logprobs_usable():
         total += f
     if learner.critic is not None:
         fc = forward_flops(learner.critic, lengths)
-        total += fc * (3 * E * kept_fraction + (0 if fused_critic else 1))
+        uc = update_flops(learner.critic, lengths)
+        total += (fc * (3 * E * kept_fraction + (0 if fused_critic else 1)) if uc == 3.0 * fc
+                  else uc * E * kept_fraction + (0 if fused_critic else fc))
     return total
 
 

@@ -84,3 +84,31 @@ def test_dropped_groups_cost_their_generation(tiny):
     assert drawn_stage_flops(dapo, learner, used, None, 1.0) == pytest.approx(4 * f_used, rel=1e-12)
     empty = SimpleNamespace(num_sequences=0, prompt_mask=torch.zeros(0, 2), completion_mask=torch.zeros(0, 3))
     assert drawn_stage_flops(dapo, learner, empty, drawn, 1.0) == pytest.approx(f_used + f_dropped, rel=1e-12)
+
+
+def test_a_lora_update_counts_no_gradient_for_the_frozen_weights(tiny):
+    """LoRA (rank 2 on q_proj and v_proj): the backward computes every matmul's input gradient but weight
+    gradients only for the adapters, so the update is F + 2 M T + 2 M_t T + 2 x attention, about 2 F, not 3 F."""
+    import copy
+
+    from harness.config.sections import LoraConfig
+    from harness.engine.lora import apply_lora
+    from harness.train.flops import update_flops
+
+    full = copy.deepcopy(tiny)
+    lengths = torch.tensor([5, 4])
+    tokens, attention = 9, 4 * 8 * 2 * (15 + 10)  # 4 A L T(T+1)/2 with A = 8, L = 2: pairs 15 + 10
+    M = matmul_weights(full)
+    assert update_flops(full, lengths) == pytest.approx(3 * forward_flops(full, lengths), rel=1e-12)
+    lora = apply_lora(copy.deepcopy(tiny), LoraConfig(rank=2, alpha=4, target_modules=("q_proj", "v_proj")))
+    # per layer: q's A 8x2, B 2x8; v's A 8x2, B 2x4 (one KV head of width 4)
+    adapters = 2 * (16 + 16 + 16 + 8)
+    assert matmul_weights(lora) == M + adapters and matmul_weights(lora, trained_only=True) == adapters
+    f = 2 * (M + adapters) * tokens + attention
+    assert forward_flops(lora, lengths) == f
+    assert update_flops(lora, lengths) == pytest.approx(f + 2 * (M + adapters) * tokens + 2 * adapters * tokens
+                                                        + 2 * attention, rel=1e-12)
+    assert 2.0 < update_flops(lora, lengths) / f < 2.5  # 3 F for full fine-tuning; attention weighs more here
+    grpo = load_config(QS)  # generation, reference and one update, the update at about 2 F
+    assert stage_flops(grpo, _learner(lora, grpo), _rollouts(), 1.0, False) == pytest.approx(
+        2 * f + update_flops(lora, lengths), rel=1e-12)
