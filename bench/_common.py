@@ -38,10 +38,10 @@ def numerics_line() -> str:
             f"set {numerics.ENV_MODE}=native for each library's fastest path")
 
 
-def thread_env(threads: int) -> dict:
-    """Environment for a worker process pinned to ``threads`` intra-op threads, in this
-    process's numerics mode."""
-    env = numerics.env_for(NUMERICS, threads)
+def thread_env(threads: int, mode: Optional[str] = None) -> dict:
+    """Environment for a worker process pinned to ``threads`` intra-op threads, in numerics ``mode``
+    (default: this process's)."""
+    env = numerics.env_for(mode or NUMERICS, threads)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     env.setdefault("HF_HUB_OFFLINE", "1")
@@ -54,13 +54,13 @@ def thread_env(threads: int) -> dict:
 
 
 def run_worker(script: str, args: list[str], threads: int, timeout: float, label: str,
-               extra_env: Optional[dict] = None) -> dict:
+               extra_env: Optional[dict] = None, mode: Optional[str] = None) -> dict:
     """Run ``python script --worker ... --out F`` in a fresh process (environment: :func:`thread_env`
-    plus ``extra_env``); return the JSON it wrote."""
+    in numerics ``mode``, default this process's, plus ``extra_env``); return the JSON it wrote."""
     with tempfile.TemporaryDirectory(prefix="bench-") as td:
         out = Path(td) / "result.json"
         cmd = [sys.executable, script, *args, "--worker-out", str(out)]
-        env = {**thread_env(threads), **(extra_env or {})}
+        env = {**thread_env(threads, mode), **(extra_env or {})}
         proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not out.exists():
             tail = (proc.stdout[-2000:] + "\n" + proc.stderr[-4000:]).strip()
@@ -69,18 +69,20 @@ def run_worker(script: str, args: list[str], threads: int, timeout: float, label
 
 
 def run_rounds(script: str, order, common: list[str], a, describe, errors: list, loads: list,
-               threads: Optional[int] = None, extra_env: Optional[dict] = None, tag: str = "") -> dict:
+               threads: Optional[int] = None, extra_env: Optional[dict] = None, tag: str = "",
+               mode_of=None) -> dict:
     """``a.rounds`` rounds; round ``r`` runs one fresh worker per contender in ``order(r)``
     (``script --worker NAME *common``, ``threads`` (default ``a.threads``) threads, ``a.timeout`` s,
-    environment plus ``extra_env``). Returns {name: [worker result, with its "round"]}; failures go
-    to ``errors``, load averages to ``loads``. Prints a line per worker: ``tag``, ``describe(name,
-    result)``, wall time and load."""
+    environment plus ``extra_env``, numerics mode ``mode_of(NAME)`` if given, else this process's).
+    Returns {name: [worker result, with its "round"]}; failures go to ``errors``, load averages to
+    ``loads``. Prints a line per worker: ``tag``, ``describe(name, result)``, wall time and load."""
     threads = a.threads if threads is None else threads
     results: dict[str, list[dict]] = {n: [] for n in order(0)}
     for r in range(a.rounds):
         for n in order(r):
             t0 = time.time()
-            res = run_worker(script, ["--worker", n, *common], threads, a.timeout, n, extra_env)
+            res = run_worker(script, ["--worker", n, *common], threads, a.timeout, n, extra_env,
+                             mode_of(n) if mode_of else None)
             la = loadavg()
             loads.append(la)
             if "error" in res:

@@ -266,28 +266,41 @@ def paged_blocks(a, B: int) -> int:
 
 
 def _trl_timers(trainer, T: dict, marks: dict, shapes: list) -> None:
-    """Wrap the trainer's phases so that their seconds add up in ``T`` (see the module docstring)."""
+    """Wrap the trainer's phases so that their seconds add up in ``T`` (see the module docstring). With a PEFT
+    model and no reference model (TRL's LoRA path: the reference is the policy under ``disable_adapter``), the
+    reference is the log-prob pass inside ``_generate_and_score_completions`` (the only one there while
+    ``gradient_accumulation_steps`` is a multiple of ``steps_per_generation x num_iterations``, as here)."""
     ref = getattr(trainer, "ref_model", None)
+    adapter_off_ref = ref is None and getattr(trainer, "beta", 0.0) != 0.0 and hasattr(trainer.model, "peft_config")
+    inside = {"gen_and_score": False}
 
-    def timed(obj, name, key, when=None, after=None):
+    def timed(obj, name, key, when=None, after=None, flag=None):
         orig = getattr(obj, name)
 
         def wrapper(*args_, **kw):
             t0 = time.perf_counter()
+            if flag:
+                inside[flag] = True
             try:
                 return orig(*args_, **kw)
             finally:
                 t1 = time.perf_counter()
+                if flag:
+                    inside[flag] = False
                 if when is None or when(args_, kw):
                     T[key] += t1 - t0
                 if after is not None:
                     after(t1)
         setattr(obj, name, wrapper)
 
+    def is_reference(args_, kw) -> bool:
+        if adapter_off_ref:
+            return inside["gen_and_score"]
+        return ref is not None and (args_[0] if args_ else kw.get("model")) is ref
+
     timed(trainer, "_generate", "generate")
-    timed(trainer, "_generate_and_score_completions", "_gen_and_score")
-    timed(trainer, "_get_per_token_logps_and_entropies", "reference",
-          when=lambda args_, kw: ref is not None and (args_[0] if args_ else kw.get("model")) is ref)
+    timed(trainer, "_generate_and_score_completions", "_gen_and_score", flag="gen_and_score")
+    timed(trainer, "_get_per_token_logps_and_entropies", "reference", when=is_reference)
     timed(trainer, "compute_loss", "policy_forward")
     orig_cl = trainer.compute_loss
 
