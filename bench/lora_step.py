@@ -95,6 +95,7 @@ def worker(a) -> dict:
     torch.manual_seed(cfg.seed)
     policy = apply_lora(policy, cfg.model.lora)
     models = build_models(policy, cfg.algo, dev)
+    load_peak = vm_hwm_mb()  # before the tracker's phases reset the high-water mark
     perf = PerfTracker(dev)
     learner = Learner(policy, cfg.algo, cfg, dev, perf, reference=models.reference, critic=models.critic)
     task = get_task(cfg.task)
@@ -115,7 +116,10 @@ def worker(a) -> dict:
             "param_storage_mb": _storage_bytes(learner.policy, learner.reference, learner.critic) / 2**20,
             "optimizer_state_mb": (_opt_bytes(learner.opt) + (_opt_bytes(learner.critic_opt) if learner.critic_opt
                                                               else 0)) / 2**20,
-            "peak_rss_mb": vm_hwm_mb(), "peak_rss_phase_mb": dict(perf.peak_rss), "load": loadavg()[0]}
+            # the worker's peak: the load's and every phase's (PerfTracker resets VmHWM at each phase, so VmHWM read
+            # here alone is the last phase's, the optimizer's: what this script reported before)
+            "peak_rss_mb": max(load_peak, perf.peak_rss_mb(), vm_hwm_mb()), "load_peak_rss_mb": load_peak,
+            "peak_rss_phase_mb": dict(perf.peak_rss), "load": loadavg()[0]}
 
 
 def main(argv=None) -> int:
