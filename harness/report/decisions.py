@@ -170,10 +170,12 @@ def seeds_needed(mean: float, sd: float, var_problems: float, sesoi: float, a: f
     return best
 
 
-def analyse_part(part: PartData, design: Design) -> dict:
+def analyse_part(part: PartData, design: Design, seq_p=sequential_p) -> dict:
     """Everything the report shows of one part: per-seed values, mean, the t interval (the
     decision's: mean +- t_{n-1} SE, SE with the test set's term), the hierarchical bootstrap's
-    percentile interval, the looks' p-values and the sequential p-values (before Holm)."""
+    percentile interval, the looks' p-values and the sequential p-values (before Holm).
+    ``seq_p``: how a hypothesis's looks become one p-value (`sequential.sequential_p`; the error
+    simulation passes a tabulated one, `error_sim.TabulatedSequentialP`)."""
     n = len(part.values)
     mean, half, _ = mean_ci(part.values, design.level)
     out = {"n": n, "mean": mean, "t_lo": mean - half, "t_hi": mean + half, "boot_lo": float("nan"),
@@ -196,8 +198,8 @@ def analyse_part(part: PartData, design: Design) -> dict:
     out["cap"] = cap
     if looks:
         fr = [lk["n"] / cap for lk in looks]
-        out["seq_p_diff"] = sequential_p([lk["p_diff"] for lk in looks], fr, design.spending, True)
-        out["seq_p_tost"] = sequential_p([lk["p_tost"] for lk in looks], fr, design.spending, False)
+        out["seq_p_diff"] = seq_p([lk["p_diff"] for lk in looks], fr, design.spending, True)
+        out["seq_p_tost"] = seq_p([lk["p_tost"] for lk in looks], fr, design.spending, False)
     return out
 
 
@@ -208,11 +210,12 @@ def _decided_at(looks: list, key: str, level: float, design: Design, two_sided: 
     return next((lk for lk, v in zip(looks, lv) if lk[key] <= v), None)
 
 
-def decide(parts: list, design: Design) -> list:
+def decide(parts: list, design: Design, needed: bool = True) -> list:
     """Holm over the parts (`stats.holm_parts`: each part's two hypotheses exclude each other, so
     the step-down divides alpha by the parts still open); each part's result gets
     ``holm_p_diff``, ``holm_p_tost``, ``verdict``, ``decided_at`` (seeds), ``note`` and
-    ``seeds_needed``. ``parts``: ``(PartData, analyse_part result)`` pairs; returns the results."""
+    ``seeds_needed`` (None throughout with ``needed=False``: the error simulation's shortcut).
+    ``parts``: ``(PartData, analyse_part result)`` pairs; returns the results."""
     adj, steps = holm_parts([(r["seq_p_diff"], r["seq_p_tost"]) for _, r in parts])
     m = len(parts)
     out = []
@@ -238,7 +241,7 @@ def decide(parts: list, design: Design) -> list:
             r["note"] = "; ".join(x for x in (r["note"], f"seeds beyond the cap ({beyond}) are shown, not used to decide") if x)
         last = r["last"]
         r["seeds_needed"] = None
-        if r["verdict"] == "underpowered" and last is not None and last["n"] > 1:
+        if needed and r["verdict"] == "underpowered" and last is not None and last["n"] > 1:
             r["seeds_needed"] = seeds_needed(last["mean"], last["sd"], last["var_problems"], part.sesoi,
                                              design.alpha / max(m, 1), design.power)
         out.append(r)
