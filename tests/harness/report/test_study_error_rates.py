@@ -5,10 +5,9 @@ residual, at the study's seed counts (10; 5 for the learned-PRM arms) and proble
 errors; bench/study_error_rates.py runs more and prints the rates with their intervals.
 
 Mutations these tests were run against (each fails them): the old variance (s^2/n plus the
-crossed bootstrap's problem part: the diff test's rate falls to about 0.005); the problem term
-dropped (s^2/n alone: the rate at the gains' problem effect rises above 0.09); each part's
-spending against the design's cap of 10 instead of its arms' own 5 (the rate falls to about
-0.006); Holm over 2 x parts instead of the parts (test_study_stats); the min-p shortcut."""
+crossed bootstrap's problem part); the problem term dropped (s^2/n alone); each part's spending
+against the design's cap of 10 instead of its arms' own 5; Holm over the 2K hypotheses instead
+of the K parts (here and in test_study_stats)."""
 from __future__ import annotations
 
 import math
@@ -34,10 +33,11 @@ def _band(reps: int, rate: float = ALPHA) -> float:
                          ids=["between", "gain", "gain-5"])
 def test_the_fixed_t_test_with_the_test_sets_term_holds_its_level(spec, reps, exact):
     """One look, no Holm: under delta = 0 the two-sided t test at 0.05 rejects at most 0.05 of the
-    time, and between arms (claim 2's regime) about 0.05 (the old SE, which counted the residual
-    about three times, rejected about 0.005 there); where the test set's term dominates (gains)
-    the t test on n - 1 degrees of freedom is conservative (a nearly normal statistic against
-    t_{n-1}). At delta = SESOI the TOST declares equivalence at most 0.05 of the time."""
+    time. The t on n - 1 degrees of freedom is conservative where part of SE^2 (the test set's
+    term) is estimated on many more (bench/study_error_rates.py: 0.030 [0.023, 0.040] between arms,
+    0.024-0.028 for gains); between arms (claim 2's regime) it must still reject at least 0.02 of
+    the time, where the old SE, which counted the residual about three times, rejected 0.0013
+    [0.0004, 0.0048]. At delta = SESOI the TOST declares equivalence at most 0.05 of the time."""
     rng = np.random.default_rng(49)
     null = boundary = 0
     for _ in range(reps):
@@ -47,7 +47,7 @@ def test_the_fixed_t_test_with_the_test_sets_term_holds_its_level(spec, reps, ex
         boundary += look_stats(part, spec.seeds)["p_tost"] <= ALPHA
     assert null / reps <= ALPHA + _band(reps), null / reps
     if exact:
-        assert null / reps >= ALPHA - _band(reps), null / reps
+        assert null / reps >= 0.02, null / reps
     assert boundary / reps <= ALPHA + _band(reps), boundary / reps
 
 
