@@ -6,21 +6,28 @@ and a smallest effect of interest (SESOI, ``Design.sesoi_points`` accuracy point
 claim states its own). The rules (docs/study.md):
 
 - **standard error**: ``SE^2 = s^2 / n + V_problems``: ``s`` the standard deviation over seeds of
-  the per-seed differences (the t interval's) and ``V_problems`` the problem part of the
-  hierarchical bootstrap's variance (`stats.bootstrap_variance`: seeds, then problems; crossed
-  when every seed scored the same problems), so the finite test set counts;
+  the per-seed differences and ``V_problems`` the test set's problem main effect
+  ``sigma_b^2 / P`` (`stats.problem_variance`: two-way analysis of variance of the seed x problem
+  differences when every seed scored the same problems; 0 when seeds scored different problems,
+  where s^2 / n already holds them). ``s^2 / n`` already holds the seed x problem residual, so it
+  is counted once;
 - **tests** (Student t, n - 1 degrees of freedom): ``diff``, two-sided, H0: no difference;
   ``tost``, H0: |difference| >= SESOI (Schuirmann's two one-sided tests);
-- **looks** (`Design.looks`): the tests are made on the first n paired seeds (by seed number)
-  at every n from ``first_look`` to ``cap``; each hypothesis's p-values over the looks become
-  one sequential p-value (`sequential.sequential_p`, Lan-DeMets spending, O'Brien-Fleming type
-  by default). With ``first_look == cap`` it is a fixed design and the p-value is the test's;
-- **Holm** at ``alpha`` over the family: both hypotheses (diff and tost) of every part of every
-  claim whose arms were run. At most one of a part's two hypotheses is true, and Holm controls
-  the family-wise error rate under any dependence, so the chance that the report declares an
-  effect or an equivalence that is not there is at most alpha (approximately: the t test is
-  exact for normal per-seed differences, the problem part is a bootstrap estimate; a wrong sign
-  is covered for independent tests, Shaffer 1980);
+- **looks** (`part_looks`): the tests are made on the first n paired seeds (by seed number)
+  at every n from ``first_look`` to the part's cap: its arms' own (``PartData.cap``, the seeds
+  the sweep plans for them), at most ``Design.cap``; the information fraction is n / that cap, so
+  a part's last planned look spends all of alpha. Each hypothesis's p-values over the looks
+  become one sequential p-value (`sequential.sequential_p`, Lan-DeMets spending,
+  O'Brien-Fleming type by default). With one look at the cap it is a fixed design and the
+  p-value is the test's;
+- **Holm over the parts** at ``alpha`` (`stats.holm_parts`): the family is every part of every
+  claim whose arms were run, each with its two hypotheses (diff and tost). The two cannot both be
+  true (delta = 0 and |delta| >= SESOI exclude each other), so at most one true null per part:
+  the step-down divides alpha by the number of parts that still hold an unrejected hypothesis,
+  not by the number of hypotheses (partitioning principle; Shaffer 1986). The family-wise rate
+  of declaring an effect or an equivalence that is not there is at most alpha (approximately:
+  the t test is exact for normal per-seed differences; a wrong sign is covered for independent
+  tests, Shaffer 1980);
 - **verdict** of a part: ``reproduced`` / ``contradicted`` when its diff hypothesis is rejected,
   by the sign of the mean at the look that decided it; else ``equivalent`` when its tost
   hypothesis is rejected; else ``underpowered``, with the seeds a fixed design would need
@@ -41,7 +48,7 @@ import numpy as np
 from scipy.stats import t as student_t
 
 from harness.report.sequential import SPENDING, nominal_levels, sequential_p
-from harness.report.stats import (bootstrap_variance, hierarchical_bootstrap, holm, mean_ci, percentile_interval,
+from harness.report.stats import (hierarchical_bootstrap, holm_parts, mean_ci, percentile_interval, problem_variance,
                                   t_pvalues)
 
 VERDICTS = ("reproduced", "contradicted", "equivalent", "underpowered")
@@ -102,16 +109,28 @@ class PartData:
     values: list                      # per-seed difference a - b (summary values, in the unit)
     problems: Optional[list] = None   # per seed: the aligned per-problem differences (in the unit)
     crossed: bool = False             # every seed scored the same problems, in the same order
+    cap: Optional[int] = None         # the seeds the sweep plans for the part's arms (None: Design.cap)
     note: str = ""                    # why problems are not resampled, when they are not
     key: str = ""                     # "<claim id>/<part index>": the bootstrap's stream
 
 
+def part_cap(part: PartData, design: Design) -> int:
+    """The part's last look: its arms' own cap (the seeds the sweep plans for them), at most the
+    design's."""
+    return min(design.cap, int(part.cap)) if part.cap else design.cap
+
+
+def part_looks(part: PartData, design: Design) -> tuple:
+    """The seed counts at which the part is looked at: ``first_look`` .. its cap."""
+    return tuple(range(design.first_look, part_cap(part, design) + 1))
+
+
 def _var_problems(part: PartData, n: int) -> tuple:
-    """(problem part of the bootstrap variance on the first n seeds, scheme)."""
+    """(the test set's problem main effect's variance on the first n seeds, scheme)."""
     if not part.problems:
         return 0.0, "seeds"
-    v = bootstrap_variance(part.problems[:n], crossed=part.crossed)
-    return v["problems"], v["scheme"]
+    v = problem_variance(part.problems[:n], crossed=part.crossed)
+    return v["var"], v["scheme"]
 
 
 def look_stats(part: PartData, n: int) -> dict:
@@ -151,10 +170,12 @@ def seeds_needed(mean: float, sd: float, var_problems: float, sesoi: float, a: f
     return best
 
 
-def analyse_part(part: PartData, design: Design) -> dict:
-    """Everything the report shows of one part: per-seed values, mean, the t interval, the
-    hierarchical bootstrap's percentile interval, the looks' p-values and the sequential
-    p-values (before Holm)."""
+def analyse_part(part: PartData, design: Design, seq_p=sequential_p) -> dict:
+    """Everything the report shows of one part: per-seed values, mean, the t interval (the
+    decision's: mean +- t_{n-1} SE, SE with the test set's term), the hierarchical bootstrap's
+    percentile interval, the looks' p-values and the sequential p-values (before Holm).
+    ``seq_p``: how a hypothesis's looks become one p-value (`sequential.sequential_p`; the error
+    simulation passes a tabulated one, `error_sim.TabulatedSequentialP`)."""
     n = len(part.values)
     mean, half, _ = mean_ci(part.values, design.level)
     out = {"n": n, "mean": mean, "t_lo": mean - half, "t_hi": mean + half, "boot_lo": float("nan"),
@@ -168,54 +189,59 @@ def analyse_part(part: PartData, design: Design) -> dict:
                                    crossed=part.crossed if part.problems else None)
     out["boot_lo"], out["boot_hi"] = percentile_interval(draws, design.level)
     out["last"] = look_stats(part, n)
-    looks = [look_stats(part, k) for k in design.looks if k <= n]
+    if n > 1 and np.isfinite(out["last"]["se"]):
+        half = student_t.ppf(0.5 + design.level / 2.0, n - 1) * out["last"]["se"]
+        out["t_lo"], out["t_hi"] = mean - half, mean + half
+    cap = part_cap(part, design)
+    looks = [look_stats(part, k) for k in part_looks(part, design) if k <= n]
     out["looks"] = looks
+    out["cap"] = cap
     if looks:
-        fr = [lk["n"] / design.cap for lk in looks]
-        out["seq_p_diff"] = sequential_p([lk["p_diff"] for lk in looks], fr, design.spending, True)
-        out["seq_p_tost"] = sequential_p([lk["p_tost"] for lk in looks], fr, design.spending, False)
+        fr = [lk["n"] / cap for lk in looks]
+        out["seq_p_diff"] = seq_p([lk["p_diff"] for lk in looks], fr, design.spending, True)
+        out["seq_p_tost"] = seq_p([lk["p_tost"] for lk in looks], fr, design.spending, False)
     return out
 
 
-def _decided_at(looks: list, key: str, level: float, design: Design, two_sided: bool) -> Optional[dict]:
+def _decided_at(looks: list, key: str, level: float, design: Design, two_sided: bool, cap: int) -> Optional[dict]:
     """The first look whose p-value is below its nominal level for overall ``level``."""
-    fr = [lk["n"] / design.cap for lk in looks]
-    lv = nominal_levels(fr, level, design.spending, two_sided) if design.sequential else [level] * len(looks)
+    fr = [lk["n"] / cap for lk in looks]
+    lv = nominal_levels(fr, level, design.spending, two_sided)
     return next((lk for lk, v in zip(looks, lv) if lk[key] <= v), None)
 
 
-def decide(parts: list, design: Design) -> list:
-    """Holm over the family of every part's two hypotheses; each part's result gets
+def decide(parts: list, design: Design, needed: bool = True) -> list:
+    """Holm over the parts (`stats.holm_parts`: each part's two hypotheses exclude each other, so
+    the step-down divides alpha by the parts still open); each part's result gets
     ``holm_p_diff``, ``holm_p_tost``, ``verdict``, ``decided_at`` (seeds), ``note`` and
-    ``seeds_needed``. ``parts``: ``(PartData, analyse_part result)`` pairs; returns the results."""
-    ps = [p for _, r in parts for p in (r["seq_p_diff"], r["seq_p_tost"])]
-    adj = holm(ps)
-    m = len(ps)
-    order = sorted(range(m), key=lambda i: (1.0 if not np.isfinite(ps[i]) else ps[i], i))
-    step_level = {i: design.alpha / (m - j) for j, i in enumerate(order)}
+    ``seeds_needed`` (None throughout with ``needed=False``: the error simulation's shortcut).
+    ``parts``: ``(PartData, analyse_part result)`` pairs; returns the results."""
+    adj, steps = holm_parts([(r["seq_p_diff"], r["seq_p_tost"]) for _, r in parts])
+    m = len(parts)
     out = []
     for k, (part, r) in enumerate(parts):
         r = dict(r)
-        r["holm_p_diff"], r["holm_p_tost"] = adj[2 * k], adj[2 * k + 1]
+        cap = r.get("cap") or part_cap(part, design)
+        (r["holm_p_diff"], r["holm_p_tost"]), (t_diff, t_tost) = adj[k], steps[k]
         r["verdict"], r["decided_at"], r["note"] = "underpowered", None, part.note
         diff = r["holm_p_diff"] <= design.alpha and r["looks"]
         tost = r["holm_p_tost"] <= design.alpha and r["looks"]
         if diff:
-            lk = _decided_at(r["looks"], "p_diff", step_level[2 * k], design, True)
+            lk = _decided_at(r["looks"], "p_diff", design.alpha / t_diff, design, True, cap)
             lk = lk or r["looks"][-1]
             r["verdict"] = "reproduced" if np.sign(lk["mean"]) == part.expected else "contradicted"
             r["decided_at"] = lk["n"]
             if tost:
                 r["note"] = "; ".join(x for x in (r["note"], f"also within ±{part.sesoi:g} {part.unit}") if x)
         elif tost:
-            lk = _decided_at(r["looks"], "p_tost", step_level[2 * k + 1], design, False) or r["looks"][-1]
+            lk = _decided_at(r["looks"], "p_tost", design.alpha / t_tost, design, False, cap) or r["looks"][-1]
             r["verdict"], r["decided_at"] = "equivalent", lk["n"]
-        if r["n"] > design.cap:
-            beyond = " ".join(str(x) for x in part.seeds[design.cap:])
+        if r["n"] > cap:
+            beyond = " ".join(str(x) for x in part.seeds[cap:])
             r["note"] = "; ".join(x for x in (r["note"], f"seeds beyond the cap ({beyond}) are shown, not used to decide") if x)
         last = r["last"]
         r["seeds_needed"] = None
-        if r["verdict"] == "underpowered" and last is not None and last["n"] > 1:
+        if needed and r["verdict"] == "underpowered" and last is not None and last["n"] > 1:
             r["seeds_needed"] = seeds_needed(last["mean"], last["sd"], last["var_problems"], part.sesoi,
                                              design.alpha / max(m, 1), design.power)
         out.append(r)
@@ -227,12 +253,13 @@ def claim_verdict(rule: str, verdicts: list) -> str:
     ("RL lifts Maj@K but not Pass@K": part 1 maj@K gain, predicted > 0; part 2 pass@K gain,
     predicted < 0): reproduced when maj is reproduced and pass is reproduced (below 0) or
     equivalent; contradicted when pass is contradicted (a lift), or maj is contradicted or
-    equivalent (no lift); otherwise underpowered. ``first_part`` (claim 6 with its valid-step
+    equivalent (no lift); otherwise underpowered; further parts (claim 3's valid-step metrics) are
+    tested and shown beside, not decisive. ``first_part`` (claim 6 with its valid-step
     part): the first part's; the others are reported beside it."""
     if rule in ("simple", "first_part"):   # first_part: later parts are tested and shown, not decisive
         return verdicts[0]
-    if rule == "maj_pass":
-        maj, pas = verdicts
+    if rule == "maj_pass":   # parts beyond the first two (the valid-step ones) are shown beside, not decisive
+        maj, pas = verdicts[:2]
         if pas == "contradicted" or maj in ("contradicted", "equivalent"):
             return "contradicted"
         if maj == "reproduced" and pas in ("reproduced", "equivalent"):
@@ -249,16 +276,18 @@ class Status:
     arms: list = field(default_factory=list)   # arms that need more seeds
 
 
-def sequential_status(verdict: str, n_pairs: int, arms: list, design: Design) -> Status:
+def sequential_status(verdict: str, n_pairs: int, arms: list, design: Design, cap: Optional[int] = None) -> Status:
     """Decided (a verdict other than underpowered: stop adding seeds for this claim), or
     continue (the arms need a seed more: the next look is at ``n_pairs + 1`` seeds, or the first
-    look), or the cap is reached (the claim stays underpowered)."""
+    look), or the cap is reached (the claim's own ``cap``, else the design's: it stays
+    underpowered)."""
+    cap = design.cap if cap is None else min(design.cap, cap)
     if verdict != "underpowered":
         return Status(True, "decided: stop")
-    if n_pairs >= design.cap:
-        return Status(False, f"cap of {design.cap} seeds reached: stays underpowered")
+    if n_pairs >= cap:
+        return Status(False, f"cap of {cap} seeds reached: stays underpowered")
     nxt = max(n_pairs + 1, design.first_look)
-    return Status(False, f"continue: next look at {nxt} seeds (cap {design.cap})", list(arms))
+    return Status(False, f"continue: next look at {nxt} seeds (cap {cap})", list(arms))
 
 
 def sequential_plan(claims: list, design: Design) -> dict:
@@ -267,7 +296,7 @@ def sequential_plan(claims: list, design: Design) -> dict:
     count}}`` (an arm listed under several undecided claims needs the most any of them asks)."""
     status, arms = {}, {}
     for c in claims:
-        st = sequential_status(c["verdict"], c["n_pairs"], c["arms"], design)
+        st = sequential_status(c["verdict"], c["n_pairs"], c["arms"], design, c.get("cap"))
         status[c["id"]] = st
         for a in st.arms:
             arms[a] = max(arms.get(a, 0), max(c["n_pairs"] + 1, design.first_look))

@@ -9,7 +9,10 @@ equivalence test within a margin, Student t with n - 1 degrees of freedom), `hol
 step-down adjusted p-values), `hierarchical_bootstrap` (resample seeds, then problems: the
 paired per-problem differences of each seed; draws from a seeded ``numpy.random.Generator``,
 so the same data give the same draws) and `bootstrap_variance` (the same bootstrap's variance
-in closed form, i.e. with infinitely many resamples), `percentile_interval`.
+in closed form, i.e. with infinitely many resamples), `percentile_interval`; `problem_variance`
+(the test set's own term of a mean's variance, from the seed x problem two-way layout: what the
+decisions add to s^2/n) and `holm_parts` (Holm's step-down over parts whose two hypotheses exclude
+each other).
 """
 from __future__ import annotations
 
@@ -150,7 +153,73 @@ def holm(pvalues) -> list[float]:
     return out
 
 
+def holm_parts(pairs) -> tuple:
+    """Holm's step-down over *parts* of two hypotheses each that cannot both be true (a
+    difference null delta = 0 and an equivalence null |delta| >= margin). ``pairs``: one
+    ``(p_a, p_b)`` per part. All 2K p-values are ordered ascending (ties: input order); the one at
+    position j is tested at ``alpha / t_j``, ``t_j`` the number of parts with a hypothesis at
+    position j or later (a part leaves the count only when both its hypotheses are rejected):
+    the most true nulls there can still be, one per part. This is Shaffer's (1986) S1 with the
+    logical constraint "at most one true null per part", the closed test of the Bonferroni
+    intersection tests that the constraint leaves (partitioning principle). Returns
+    ``(adjusted, t)``: per part the adjusted ``(p_a, p_b)`` (``max_{i <= j} min(1, t_i p_(i))``;
+    reject at family-wise level alpha when <= alpha) and per part the ``(t_a, t_b)`` of each
+    hypothesis's step. NaN counts as 1."""
+    flat = [(1.0 if (v is None or not np.isfinite(v)) else float(v), k, h)
+            for k, pr in enumerate(pairs) for h, v in enumerate(pr)]
+    order = sorted(range(len(flat)), key=lambda i: (flat[i][0], i))
+    last = {}
+    for j, i in enumerate(order):
+        last[flat[i][1]] = j                                  # the part's later hypothesis's position
+    adj = [[1.0, 1.0] for _ in pairs]
+    steps = [[0, 0] for _ in pairs]
+    run = 0.0
+    for j, i in enumerate(order):
+        p, k, h = flat[i]
+        t = sum(1 for v in last.values() if v >= j)
+        run = max(run, min(1.0, t * p))
+        adj[k][h], steps[k][h] = run, t
+    return [tuple(a) for a in adj], [tuple(t) for t in steps]
+
+
 # --------------------------------------------------------------------------- bootstrap over seeds x problems
+
+
+def problem_variance(per_seed, crossed: Optional[bool] = None) -> dict:
+    """The test set's own term of the variance of a mean over S seeds and P problems, for the
+    model ``d_sp = mu + a_s + b_p + e_sp`` (seed effect, problem effect, residual):
+    ``Var(mean) = sigma_a^2 / S + sigma_b^2 / P + sigma_e^2 / (S P)``. The sample variance s^2 of
+    the per-seed means estimates ``sigma_a^2 + sigma_e^2 / P``, so ``s^2 / S`` already holds the
+    residual's term; what it lacks is the problem main effect's ``sigma_b^2 / P``.
+
+    - crossed (every seed scored the same P problems, aligned): two-way analysis of variance
+      without replication, ``sigma_b^2`` estimated by ``var_p(Dbar_p) - MS_e / S`` (ddof 1;
+      ``Dbar_p`` problem p's mean over seeds, ``MS_e`` the residual mean square over
+      ``(S - 1)(P - 1)`` degrees of freedom), floored at 0. With one seed the residual cannot be
+      told from the problem effect and all of ``var_p(D_p) / P`` is counted;
+    - nested (seeds scored different problems: each seed's mean is over its own sample of the
+      problem population): 0, since s^2 / S then already holds the problems' sampling (exact for
+      independent problem samples; problem sets that overlap without being equal are not
+      covered, and the study's are crossed).
+
+    Returns ``{"var": sigma_b^2 / P, "sigma_b2", "ms_e", "scheme"}``."""
+    arrs = _as_seed_arrays(per_seed)
+    if all(a.size == 1 for a in arrs):
+        return {"var": 0.0, "sigma_b2": 0.0, "ms_e": float("nan"), "scheme": "seeds"}
+    if not _crossed_ok(arrs, crossed):
+        return {"var": 0.0, "sigma_b2": float("nan"), "ms_e": float("nan"), "scheme": "nested"}
+    d = np.stack(arrs)
+    s, p = d.shape
+    if p < 2:
+        return {"var": 0.0, "sigma_b2": 0.0, "ms_e": float("nan"), "scheme": "crossed"}
+    col = d.mean(axis=0)
+    if s == 1:
+        sb2 = float(col.var(ddof=1))
+        return {"var": sb2 / p, "sigma_b2": sb2, "ms_e": float("nan"), "scheme": "crossed"}
+    resid = d - d.mean(axis=1, keepdims=True) - col[None, :] + d.mean()
+    ms_e = float((resid * resid).sum()) / ((s - 1) * (p - 1))
+    sb2 = max(0.0, float(col.var(ddof=1)) - ms_e / s)
+    return {"var": sb2 / p, "sigma_b2": sb2, "ms_e": ms_e, "scheme": "crossed"}
 
 
 def _as_seed_arrays(per_seed) -> list[np.ndarray]:

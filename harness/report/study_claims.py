@@ -36,9 +36,11 @@ RULES = {
     "first_part": ("the claim's verdict is its first part's (the accuracy); the second part (valid-step "
                    "accuracy) is tested beside it, in the family, and shown with its own part verdict"),
     "maj_pass": ("parts: the maj@n gain (predicted > 0) and the pass@n gain (predicted not > 0: its own "
-                 "'reproduced' means below 0); reproduced when maj@n is reproduced and pass@n is reproduced or "
-                 "equivalent; contradicted when pass@n is contradicted (a lift), or maj@n is contradicted or "
-                 "equivalent (no lift); otherwise underpowered"),
+                 "'reproduced' means below 0), the paper's metrics over all correct answers; reproduced when maj@n "
+                 "is reproduced and pass@n is reproduced or equivalent; contradicted when pass@n is contradicted "
+                 "(a lift), or maj@n is contradicted or equivalent (no lift); otherwise underpowered. The "
+                 "valid-step parts (valid_maj@n, valid_pass@n), where the runs carry them, are tested beside, in "
+                 "the family, and shown with their own part verdicts"),
 }
 
 
@@ -120,16 +122,22 @@ def carries(study: Study, arm: str, metric: str, sides=("final", "initial"), eve
 
 
 def claim_specs(study: Study) -> list:
-    """The study's claims (1-6 always; 7 and 8 when their arms ran). Claim 3 counts valid-step
-    solutions (``valid_maj@n`` / ``valid_pass@n``) when every GRPO run carries both at the start
-    and the end, else the plain metrics with a note; claim 6 adds a second part on the OOD
-    ``valid_acc`` when some GRPO run carries it at both ends (docs/study.md)."""
+    """The study's claims (1-6 always; 7 and 8 when their arms ran). Claim 3 is decided on the
+    paper's plain ``maj@n`` / ``pass@n``; when every GRPO run carries the valid-step
+    ``valid_maj@n`` / ``valid_pass@n`` at the start and the end, those two are parts beside it
+    (tested, shown, not decisive); claim 6 adds a second part on the OOD ``valid_acc`` when some
+    GRPO run carries it at both ends (docs/study.md)."""
     t, o, n = study.task, study.ood or f"{study.task}_ood", study.ks.get(study.task, 0)
     valid3 = n > 0 and all(carries(study, "grpo", f"{t}/valid_{m}@{n}") for m in ("maj", "pass"))
-    v = "valid_" if valid3 else ""
-    note3 = ("counted over valid-step solutions only (valid_maj@n, valid_pass@n: a sample with an invalid step "
+    note3 = ("decided on the paper's maj@n / pass@n (all correct answers); beside them, not decisive, the same "
+             "gains counted over valid-step solutions only (valid_maj@n, valid_pass@n: a sample with an invalid step "
              "counts as wrong)" if valid3 else
              "the runs carry no valid-step maj@n / pass@n (older evaluator): counted over all correct answers")
+    parts3 = [accuracy_part(f"maj@{n}", t, f"maj@{n}", "grpo", "final", "grpo", "initial", 1),
+              accuracy_part(f"pass@{n}", t, f"pass@{n}", "grpo", "final", "grpo", "initial", -1)]
+    if valid3:
+        parts3 += [accuracy_part(f"valid_maj@{n}", t, f"valid_maj@{n}", "grpo", "final", "grpo", "initial", 1),
+                   accuracy_part(f"valid_pass@{n}", t, f"valid_pass@{n}", "grpo", "final", "grpo", "initial", -1)]
     valid6 = carries(study, "grpo", f"{o}/valid_acc", every=False)
     part6 = [accuracy_part(f"{o}/acc", o, "acc", "grpo", "final", "grpo", "initial", 1)]
     if valid6:
@@ -145,10 +153,9 @@ def claim_specs(study: Study) -> list:
         ClaimSpec("2", "GRPO > online RFT", f"grpo − rft: final {acc} (points)", "simple",
                   [accuracy_part(acc, t, "acc", "grpo", "final", "rft", "final", 1)]),
         ClaimSpec("3", "RL lifts Maj@K but not Pass@K (GRPO)",
-                  f"grpo after RL − its start: {t}/{v}maj@{n} and {t}/{v}pass@{n} (points)", "maj_pass",
-                  [accuracy_part(f"{v}maj@{n}", t, f"{v}maj@{n}", "grpo", "final", "grpo", "initial", 1),
-                   accuracy_part(f"{v}pass@{n}", t, f"{v}pass@{n}", "grpo", "final", "grpo", "initial", -1)],
-                  note=note3),
+                  f"grpo after RL − its start: {t}/maj@{n} and {t}/pass@{n} (the verdict)"
+                  + (f"; beside: {t}/valid_maj@{n} and {t}/valid_pass@{n}" if valid3 else "") + " (points)", "maj_pass",
+                  parts3, note=note3),
         ClaimSpec("4", "Iterative RL helps", f"{it[0]} − {it[1]}: final {acc} (points; {it[2]})", "simple",
                   [accuracy_part(acc, t, "acc", it[0], "final", it[1], "final", 1)]),
         ClaimSpec("5", "GRPO needs less memory than PPO at equal policy size",
@@ -177,9 +184,13 @@ def _policy_sizes(study: Study, arms: tuple) -> str:
     return "policy parameters: " + "; ".join(sizes)
 
 
-def part_data(study: Study, claim_id: str, index: int, spec: PartSpec, sesoi: float) -> PartData:
-    """The per-seed (and per-problem) differences of one part."""
+def part_data(study: Study, claim_id: str, index: int, spec: PartSpec, sesoi: float,
+              planned: Optional[dict] = None) -> PartData:
+    """The per-seed (and per-problem) differences of one part; its ``cap`` is the seeds the sweep
+    plans for both its arms (``planned``, `planned_seeds`), None when the plan does not say."""
     ra, rb = study.arms[spec.arm_a], study.arms[spec.arm_b]
+    planned = planned if planned is not None else {}
+    cap = min(planned[spec.arm_a], planned[spec.arm_b]) if spec.arm_a in planned and spec.arm_b in planned else None
     vals = {}
     for s in sorted(set(ra) & set(rb)):
         v = spec.diff(ra[s], rb[s])
@@ -187,7 +198,7 @@ def part_data(study: Study, claim_id: str, index: int, spec: PartSpec, sesoi: fl
             vals[s] = float(v)
     seeds = sorted(vals)
     data = PartData(spec.what, spec.unit, spec.expected, sesoi, seeds, [vals[s] for s in seeds],
-                    key=f"{claim_id}/{index}")
+                    key=f"{claim_id}/{index}", cap=cap)
     if not spec.problems:
         data.note = "no per-problem level (one value per run)"
         return data
@@ -220,6 +231,7 @@ def claims(study: Study, design: Design) -> list:
     """Every claim with its parts' numbers, verdicts and sequential status. A claim whose arms
     did not run, or ran without measuring it on any seed, is 'not run' and outside the family."""
     out, pending = [], []
+    planned = planned_seeds(study)
     for spec in claim_specs(study):
         missing = [a for a in spec.arms if a not in study.arms]
         row = {"id": spec.id, "claim": spec.claim, "comparison": spec.comparison, "rule": spec.rule,
@@ -227,7 +239,7 @@ def claims(study: Study, design: Design) -> list:
         out.append(row)
         if missing:
             continue
-        parts = [part_data(study, spec.id, i, p, _sesoi(design, spec.id, p)) for i, p in enumerate(spec.parts)]
+        parts = [part_data(study, spec.id, i, p, _sesoi(design, spec.id, p), planned) for i, p in enumerate(spec.parts)]
         if not any(d.values for d in parts):   # the arms ran but never measured it (e.g. no OOD set)
             row["not_run"] = [f"no data: {', '.join(d.what for d in parts)} in no seed of {', '.join(spec.arms)}"]
             continue
@@ -242,13 +254,14 @@ def claims(study: Study, design: Design) -> list:
             part["result"] = next(results)
         row["verdict"] = claim_verdict(row["rule"], [p["result"]["verdict"] for p in row["parts"]])
         row["n_pairs"] = min(p["result"]["n"] for p in row["parts"])
+        row["cap"] = min(p["result"].get("cap") or design.cap for p in row["parts"])
     ran = [c for c in out if not c["not_run"]]
     plan = sequential_plan(ran, design)
-    planned = planned_seeds(study)
     for c in ran:
         st = plan["status"][c["id"]]
-        ended = sorted({a for a in st.arms if a in planned and planned[a] <= c["n_pairs"]})
-        if not st.decided and ended:   # the sweep plans no further seed of an arm the claim pairs
+        ended = sorted({a for a in c["arms"] if a in planned and planned[a] <= c["n_pairs"]})
+        if not st.decided and ended and (st.arms or c["n_pairs"] < design.cap):
+            # the sweep plans no further seed of an arm the claim pairs (its own cap, below the design's)
             st = Status(False, f"the sweep plans no more seeds of {', '.join(ended)} ({planned[ended[0]]}): "
                                f"stays underpowered")
         c["status"] = st
@@ -273,9 +286,10 @@ def planned_seeds(study: Study) -> dict:
 
 
 def family(rows: list) -> tuple:
-    """(claim ids in the Holm family, number of hypotheses)."""
+    """(claim ids in the Holm family, number of parts: Holm's divisor, one per part, whose two
+    hypotheses exclude each other)."""
     ran = [c for c in rows if not c["not_run"]]
-    return [c["id"] for c in ran], 2 * sum(len(c["parts"]) for c in ran)
+    return [c["id"] for c in ran], sum(len(c["parts"]) for c in ran)
 
 
 def arms_to_extend(rows: list, design: Design) -> dict:
@@ -377,9 +391,16 @@ def claims_markdown(rows: list, design: Design, amended: list = ()) -> list:
                 notes.append(f"- claim {c['id']} {d.what}: {r['note']}")
         if c.get("note"):
             notes.append(f"- claim {c['id']}: {c['note']}")
-    fr = [n / design.cap for n in design.looks]
-    lv = nominal_levels(fr, design.alpha, design.spending) if design.sequential else [design.alpha]
-    looks = ", ".join(f"{n}: {v:.3g}" for n, v in zip(design.looks, lv))
+    caps = sorted({c.get("cap") or design.cap for c in rows if not c["not_run"]} | {design.cap}, reverse=True)
+    level_text = []
+    for cap in caps:
+        ns = list(range(design.first_look, cap + 1))
+        if not ns:
+            level_text.append(f"cap {cap}: below the first look, never tested")
+            continue
+        lv = nominal_levels([n / cap for n in ns], design.alpha, design.spending)
+        level_text.append(f"cap {cap}: " + ", ".join(f"{n}: {v:.3g}" for n, v in zip(ns, lv)))
+    looks = "; ".join(level_text)
     sesois = sorted({(c['id'], p['data'].sesoi, p['data'].unit) for c in rows if not c["not_run"] for p in c["parts"]})
     sesoi_text = "; ".join(f"claim {i}: ±{_num(s, u, False)} {u}" for i, s, u in sesois)
     plan = arms_to_extend(rows, design)
@@ -391,28 +412,36 @@ def claims_markdown(rows: list, design: Design, amended: list = ()) -> list:
     rules = [f"- claim{'s' if len(v) > 1 else ''} {', '.join(v)}: {RULES[k]}" for k, v in by_rule.items()]
     return ["## Claims", "",
             f"Decision rules, stated before the data (docs/study.md): family-wise error rate α = {design.alpha} "
-            f"(Holm) over the **family** of claims {', '.join(ids) or 'none'}: each part's difference test and its "
-            f"equivalence test, m = {m} hypotheses (claims not run are outside it). **Smallest effects of interest "
-            f"(SESOI):** {sesoi_text or 'none'}. **Tests:** Student t with n − 1 degrees of freedom on the per-seed "
-            "differences, SE² = s²/n (seeds) + the problem part of the hierarchical bootstrap's variance (the test set's "
-            "sampling; exact, in closed form); the difference test is two-sided, the equivalence test is TOST within "
-            f"±SESOI. **Looks:** the tests are made on the first n paired seeds (by seed number) at every n from "
-            f"{design.first_look} to the cap of {design.cap} seeds, with {design.spending.replace('_', '-')}-type "
-            f"α spending (Lan-DeMets); two-sided nominal levels for α = {design.alpha} at n = {looks} (Holm's "
-            "smaller levels follow the same spending); each hypothesis's looks give one sequential p-value, and "
-            "Holm is applied to those. **Intervals shown:** the 95% percentile interval of the hierarchical "
-            f"bootstrap ({design.n_boot:,} resamples: seeds with replacement, then problems; crossed when every "
-            f"seed scored the same problems; numpy default_rng seeded with ({design.seed}, crc32 of claim/part)) and "
-            "the 95% t interval over seeds; per-seed values a − b.", "",
+            f"(Holm) over the **family** of claims {', '.join(ids) or 'none'}: m = {m} parts (claims not run are "
+            "outside it), each with a difference test and an equivalence test whose nulls (δ = 0, |δ| ≥ SESOI) cannot "
+            "both be true, so Holm's step-down divides α by the parts that still hold an unrejected hypothesis, not by "
+            f"the hypotheses (partitioning principle). **Smallest effects of interest (SESOI):** {sesoi_text or 'none'}. "
+            "**Tests:** Student t with n − 1 degrees of freedom on the per-seed differences, SE² = s²/n (seeds; it "
+            "already holds the seed × problem residual) + σ̂²_b/P (the test set's problem main effect, from the seed × "
+            "problem two-way analysis of variance when every seed scored the same P problems); the difference test "
+            "is two-sided, the equivalence test is TOST within ±SESOI. **Looks:** the tests are made on the first n "
+            f"paired seeds (by seed number) at every n from {design.first_look} to the part's cap: the seeds the "
+            f"sweep plans for its arms, at most {design.cap}; {design.spending.replace('_', '-')}-type α spending "
+            "(Lan-DeMets) with information fraction n / that cap, so the last planned look spends all of α; "
+            f"two-sided nominal levels for α = {design.alpha} at n = {looks} (Holm's smaller levels follow the same "
+            "spending); each hypothesis's looks give one sequential p-value, and Holm is applied to those. "
+            "**Intervals shown:** the 95% t interval mean ± t·SE (the decision's SE), the 95% percentile interval of "
+            f"the hierarchical bootstrap ({design.n_boot:,} resamples: seeds with replacement, then problems; crossed "
+            f"when every seed scored the same problems; numpy default_rng seeded with ({design.seed}, crc32 of "
+            "claim/part); it counts the seed × problem residual more than once, so it is wider: shown, not used to "
+            "decide); per-seed values a − b.", "",
             *(["**Amendments to the design after data came in** (the sweep file's report.amendments; the rules above "
-               "are the design as amended):", *[f"- {a}" for a in amended], ""] if amended else []),
+               "are the design as amended):", *[f"- {a}" for a in amended],
+               "- (the report's rules since issue 49, 2026-11-29: each part's spending is measured against its arms' "
+               "own cap, so levels an amendment quotes from a 10-seed plan are no longer the ones applied; the "
+               "levels above are)", ""] if amended else []),
             table(["id", "claim", "comparison", "verdict", "seeds (pairs)", "decided at", "sequential design"],
                   verdicts, style="markdown"), "",
-            table(["id", "part", "predicted", "SESOI", "per seed (a − b)", "mean", "95% bootstrap", "95% t",
+            table(["id", "part", "predicted", "SESOI", "per seed (a − b)", "mean", "95% bootstrap", "95% t (decision's SE)",
                    "Holm p: diff / TOST", "part verdict", "seeds needed (fixed design, 80% power)"],
                   numbers, style="markdown"), "",
             f"Seeds needed: the fewest seeds at which a fixed design would have 80% power at level α/m (Holm's "
-            f"first step) for the observed mean and spread, for the difference test or, when |mean| < SESOI, the "
+            f"first step, m parts) for the observed mean and spread, for the difference test or, when |mean| < SESOI, the "
             f"equivalence test, whichever needs fewer (the test set's part of the variance does not shrink with "
             f"seeds). **Arms that need more seeds** (for the claims still open, up to the cap): {extend}.", "",
             *notes, *([""] if notes else []), "Verdict rules:", *rules, ""]

@@ -46,12 +46,15 @@ def test_each_verdict_with_hand_p_values_and_holm():
         assert r["last"]["p_tost"] == pytest.approx(tost, rel=1e-9)
         assert r["seq_p_diff"] == r["last"]["p_diff"]          # one look at the cap: the fixed test
         ps += [r["seq_p_diff"], r["seq_p_tost"]]
-    # Holm over the 8 hypotheses by hand
-    order = np.argsort(ps, kind="stable")
+    # Holm over the 4 parts by hand: the j-th smallest of the 8 p-values is multiplied by the number
+    # of parts with a hypothesis at position j or later (a part's diff and TOST nulls exclude each other)
+    order = list(np.argsort(ps, kind="stable"))
     adj, run = np.empty(8), 0.0
     for j, i in enumerate(order):
-        run = max(run, min(1.0, (8 - j) * ps[i]))
+        t = len({k // 2 for k in order[j:]})
+        run = max(run, min(1.0, t * ps[i]))
         adj[i] = run
+    assert len({k // 2 for k in order}) == 4
     got = [p for r in res for p in (r["holm_p_diff"], r["holm_p_tost"])]
     assert got == pytest.approx(list(adj), rel=1e-12)
     # the t interval over seeds and the (seed-level) bootstrap interval are shown
@@ -65,7 +68,7 @@ def test_each_verdict_with_hand_p_values_and_holm():
 
 
 def test_holm_can_withhold_a_verdict_a_lone_test_would_give():
-    """p_diff = 0.02 alone is 'reproduced' at 0.05; beside three null parts (m = 8) it is not."""
+    """p_diff = 0.02 alone is 'reproduced' at 0.05; beside three null parts (m = 4 parts) it is not."""
     lone = _part([1.0, 2.0, 1.5, 0.5, 2.5, 0.2])
     p = analyse_part(lone, FIXED6)["last"]["p_diff"]
     assert 0.01 < p < 0.05
@@ -77,14 +80,14 @@ def test_holm_can_withhold_a_verdict_a_lone_test_would_give():
 
 def test_problem_level_widens_the_standard_error():
     """Per-seed differences all +3, but the per-problem differences scatter: SE^2 = 0 + the
-    crossed bootstrap's problem variance, so the difference test sees the test set's noise."""
+    problem main effect's sigma_b^2 / P, so the difference test sees the test set's noise."""
     rng = np.random.default_rng(0)
     base = rng.choice([-100.0, 0.0, 100.0], size=50, p=[0.1, 0.77, 0.13])
     base += 3.0 - base.mean()
     per = [base.copy() for _ in range(6)]
     part = _part([3.0] * 6, problems=per)
     lk = look_stats(part, 6)
-    vp = base.var() / 50 + 0.0                          # identical seeds: no seed-by-problem part
+    vp = base.var(ddof=1) / 50 - 0.0                    # identical seeds: no residual (MS_e = 0)
     assert lk["var_problems"] == pytest.approx(vp) and lk["se"] == pytest.approx(math.sqrt(vp))
     assert lk["p_diff"] == pytest.approx(2 * sps.t.sf(3.0 / math.sqrt(vp), 5))
     seed_only = look_stats(_part([3.0] * 6), 6)
@@ -97,8 +100,8 @@ def test_a_sequential_design_decides_at_the_first_look_whose_p_is_below_its_boun
     part = _part(vals)
     r = decide([(part, analyse_part(part, design))], design)[0]
     assert [lk["n"] for lk in r["looks"]] == [3, 4, 5, 6, 7]
-    # Holm's first step gives this part's diff hypothesis alpha / 2 (m = 2)
-    lv = nominal_levels([n / 10 for n in range(3, 8)], 0.025)
+    # one part: Holm's first step gives its diff hypothesis all of alpha (m = 1 part)
+    lv = nominal_levels([n / 10 for n in range(3, 8)], 0.05)
     first = next(lk["n"] for lk, v in zip(r["looks"], lv) if lk["p_diff"] <= v)
     assert r["verdict"] == "reproduced" and r["decided_at"] == first
     # the same p-values tested at 0.05 at every look without spending would have stopped earlier

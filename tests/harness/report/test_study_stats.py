@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from harness.report.stats import bootstrap_variance, hierarchical_bootstrap, holm, percentile_interval, t_pvalues
+from harness.report.stats import (bootstrap_variance, hierarchical_bootstrap, holm, holm_parts, percentile_interval,
+                                  t_pvalues)
 
 
 # --------------------------------------------------------------------------- Holm
@@ -157,3 +158,19 @@ def test_bootstrap_is_deterministic():
     a = hierarchical_bootstrap(per, 5000, np.random.default_rng([0, 123]))
     b = hierarchical_bootstrap(per, 5000, np.random.default_rng([0, 123]))
     assert a.tobytes() == b.tobytes()
+
+
+def test_holm_over_parts_by_hand():
+    """Parts of two mutually exclusive hypotheses: the j-th smallest p-value is multiplied by the
+    number of parts that still hold a hypothesis (a part leaves the count only when both its
+    hypotheses are behind); Holm over the 2K hypotheses would multiply by 2K - j + 1."""
+    adj, t = holm_parts([(0.01, 0.5), (0.02, 0.003), (0.9, 0.04)])
+    # sorted: 0.003 (part 1), 0.01 (part 0), 0.02 (part 1: its last, so it leaves after), 0.04 (part 2),
+    # 0.5 (part 0: its last), 0.9 (part 2)
+    assert [x for pr in t for x in pr] == [3, 2, 3, 3, 1, 2]
+    assert adj[1][1] == pytest.approx(0.009) and adj[0][0] == pytest.approx(0.03)
+    assert adj[1][0] == pytest.approx(0.06) and adj[2][1] == pytest.approx(0.08)
+    assert adj[0][1] == pytest.approx(1.0) and adj[2][0] == pytest.approx(1.0)
+    # the same p-values under Holm over 6 hypotheses: 0.018, 0.05, 0.08, 0.12, ...
+    assert holm([0.01, 0.5, 0.02, 0.003, 0.9, 0.04])[3] == pytest.approx(0.018)
+    assert holm_parts([(float("nan"), 0.01)])[0] == [(1.0, 0.01)]

@@ -97,17 +97,22 @@ def test_claim3_counts_valid_step_solutions(tmp_path):
     # valid_pass@2: s0 0.75 - 0.25, s1 0.75 - 0.5 (plain pass@2 would be +50 and 0)
     assert [float(v) for v in pas["per_seed"].split()] == pytest.approx([50.0, 25.0])
     # per problem (x100): s0 [0, 100, 0, 0], s1 [0, 0, 100, 0], crossed; problem means [0, 50, 50, 0]:
-    # pvar 625 / 4 + mean over seeds of pvar of the residuals (1250) / (4 x 2) = 156.25 + 156.25
+    # var (ddof 1) 833.3; residuals s0 [0, 50, -50, 0], s1 [0, -50, 50, 0]: MS_e = 10000 / 3; sigma_b^2 =
+    # 833.3 - 3333.3 / 2 < 0 -> 0: the problems' spread is all seed x problem residual, already in s^2 / n (0)
     assert maj["boot_scheme"] == "crossed" and maj["n_problems"] == "4"
-    assert float(maj["var_problems"]) == pytest.approx(312.5) and float(maj["se"]) == pytest.approx(312.5 ** 0.5)
-    assert maj["comparison"] == "grpo after RL − its start: arith/valid_maj@2 and arith/valid_pass@2 (points)"
+    assert float(maj["var_problems"]) == 0.0 and float(maj["se"]) == 0.0
+    assert maj["comparison"] == ("grpo after RL − its start: arith/maj@2 and arith/pass@2 (the verdict); beside: "
+                                 "arith/valid_maj@2 and arith/valid_pass@2 (points)")
+    # the verdict's parts are the paper's plain metrics: maj@2 s0 1.0 - 0.5, s1 0.75 - 0.75
+    assert [float(v) for v in c[("3", "maj@2")]["per_seed"].split()] == pytest.approx([50.0, 0.0])
+    assert [k for k in c if k[0] == "3"] == [("3", "maj@2"), ("3", "pass@2"), ("3", "valid_maj@2"), ("3", "valid_pass@2")]
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "- claim 3: counted over valid-step solutions only (valid_maj@n, valid_pass@n" in md
+    assert "- claim 3: decided on the paper's maj@n / pass@n (all correct answers); beside them, not decisive" in md
     # claim 6 gains a second part on the OOD valid_acc: +6 and +2 points; the family counts it (2 + 2 parts)
     v6 = c[("6", "arith_ood/valid_acc")]
     assert [float(v) for v in v6["per_seed"].split()] == pytest.approx([6.0, 2.0])
     assert c[("6", "arith_ood/acc")]["per_seed"].split() == ["10", "2"]
-    assert "m = 8 hypotheses" in md and "claim 6: the claim's verdict is its first part's" in md
+    assert "m = 6 parts" in md and "claim 6: the claim's verdict is its first part's" in md
 
 
 def test_large_k_and_table5_use_valid_steps(tmp_path):
@@ -176,7 +181,7 @@ def test_older_runs_fall_back_to_plain_counts_with_a_note(tmp_path):
     md = (tmp_path / "out" / "report.md").read_text()
     assert ("- claim 3: the runs carry no valid-step maj@n / pass@n (older evaluator): counted over all correct "
             "answers") in md
-    assert "all correct answers: the runs carry no valid_pass@K" in md and "m = 6 hypotheses" in md  # 2 + 1 parts
+    assert "all correct answers: the runs carry no valid_pass@K" in md and "m = 3 parts" in md  # 2 + 1 parts
     assert "arith valid start" not in md
 
 
