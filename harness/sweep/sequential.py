@@ -26,7 +26,6 @@ from collections import OrderedDict
 from typing import Optional
 
 from harness.report.decisions import Design
-from harness.report.sequential import nominal_levels, spend
 from harness.report.study import DESIGN
 from harness.report.study_claims import arms_to_extend, claim_specs, claims
 from harness.report.study_data import Study, arm_for, load_study
@@ -85,12 +84,11 @@ def decide(sw: Sweep, batch: list[PlannedRun]) -> tuple[dict, list[str]]:
 
 
 def design_warnings(sw: Sweep, design: Design = DESIGN) -> list[str]:
-    """One line per claim that the plan's seeds leave short of the design's cap, said before any run
-    starts: a claim is looked at up to the fewest seeds any of its arms has in the grid, and the
-    spending function gives the looks before the cap only part of the error rate (docs/study.md,
-    Seeds), so such a claim can be decided only by a large effect, and not at all when its arms stop
-    at (or before) the first look. [] when every claim's arms run to the cap; claims whose arms the
-    sweep does not run are left out (the report says "not run")."""
+    """One line per claim that the plan's seeds leave untestable, said before any run starts: a claim is looked at
+    from ``design.first_look`` seeds to the fewest seeds any of its arms has in the grid (each part spends its whole
+    alpha by its arms' own cap, `harness.report.decisions.part_cap`), so a grid that gives an arm fewer seeds than
+    the first look leaves its claims never tested. [] otherwise; claims whose arms the sweep does not run are left
+    out (the report says "not run")."""
     seeds: dict = {}
     for r in sw.runs:
         seeds.setdefault(arm_of_run(r), set()).add(r.config.seed)
@@ -99,24 +97,15 @@ def design_warnings(sw: Sweep, design: Design = DESIGN) -> list[str]:
         return []
     task = sw.runs[0].config.task.name
     study = Study(sweep_dir=sw.sweep_dir, arms=OrderedDict((a, {}) for a in counts), task=task, ood=f"{task}_ood")
-    levels = dict(zip(design.looks, nominal_levels([n / design.cap for n in design.looks], design.alpha,
-                                                   design.spending)))
     out = []
     for spec in claim_specs(study):
         if not all(a in counts for a in spec.arms):
             continue
         n = min(counts[a] for a in spec.arms)
-        if n >= design.cap:
+        if n >= design.first_look:
             continue
         short = ", ".join(f"{a} ({counts[a]} seeds)" for a in spec.arms if counts[a] == n)
-        head = f"claim {spec.id} ({spec.claim}): the grid gives {short}, below the design's cap of {design.cap}"
-        if n < design.first_look:
-            why = f"it is never tested (the first look needs {design.first_look} seeds)"
-        else:
-            spent = spend(n / design.cap, design.alpha, design.spending)
-            why = (f"its last look, at {n} seeds, is tested at {levels[n]:.2g} two-sided before Holm (the "
-                   f"design spends {spent:.2g} of alpha = {design.alpha} by {n} of {design.cap} seeds)")
-            if n == design.first_look:
-                why += ", its first and only look: no realistic data decides it"
-        out.append(f"{head}: {why}; give its arms {design.cap} seeds to test it at the full alpha (docs/study.md, Seeds)")
+        out.append(f"claim {spec.id} ({spec.claim}): the grid gives {short}: it is never tested (the first look "
+                   f"needs {design.first_look} seeds); give its arms at least {design.first_look} (docs/study.md, "
+                   f"Seeds)")
     return out
