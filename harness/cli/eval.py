@@ -42,7 +42,7 @@ from harness.cli.polish import DefaultsOnceFormatter, lazy
 evaluation = lazy("harness.engine.evaluate")
 models = lazy("harness.engine.models")
 
-TASKS = ("gsm8k", "math", "math500", "arith")
+TASKS = ("gsm8k", "math", "math500", "arith", "wordarith")
 RUN_EVAL_BATCH = 256
 """Sequences decoded at once by a run's own evaluation (``harness.train.loop.evaluate``)."""
 DEFAULT_MAX_NEW = 512
