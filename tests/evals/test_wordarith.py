@@ -57,6 +57,7 @@ def test_grader_scores_hand_written_completions(task, prob):
     assert task.reward("The answer is 17.", prob) == 0.0  # no step
     assert task.reward("3 * 4 = 12\n\n5 + 12 = 17\nThe answer is 17.", prob) == 0.0  # a blank line
     assert task.reward("She has 17 stamps.\nThe answer is 17.", prob) == 0.0  # prose
+    assert task.reward("She gets 3 * 4 = 12 stamps.\n5 + 12 = 17\nThe answer is 17.", prob) == 0.0
     assert task.reward("3 * 4 = 12\n5 + 12 = 17", prob) == 0.0  # no final line
     assert task.reward("3 * 4 = 12\n5 + 12 = 17\nThe answer is 17.\nDone.", prob) == 0.0  # text after it
     assert task.reward("", prob) == 0.0 and task.reward(None, prob) == 0.0
