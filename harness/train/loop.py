@@ -155,7 +155,7 @@ def _fresh_copy(cfg: Config, start_info: dict, tok, device):
     src = start_info.get("source")
     if src == "tiny-untrained":
         return build_tiny_model(cfg.model, tok, seed=WARMUP_SEED).to(device)
-    if cfg.model.name_or_path != "tiny":
+    if cfg.model.name_or_path != "tiny" and not uses_warmup_cache(cfg):  # warmup.pretrained: its checkpoint
         model, _ = load_policy(cfg.model.name_or_path, cfg.model.gguf_file, cfg.model.dtype)
     else:
         model, _ = load_policy(src)

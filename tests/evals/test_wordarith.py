@@ -117,3 +117,24 @@ def test_registered_and_configured():
     assert cfg.task.name == "wordarith" and cfg.warmup.pretrained and cfg.warmup.enabled
     with pytest.raises(ValueError, match="demo_error_rate"):
         WordArithTask(TaskSpec(name="wordarith", demo_error_rate=0.5)).sample_train(random.Random(0), 1)
+
+
+def test_pretrained_warmup_is_opt_in_and_keyed_by_what_changes_it(tmp_path):
+    from harness.config.paths import uses_warmup_cache
+    from harness.config.schema import load_config
+    from harness.train.warmup import start_fingerprint, warmup_key
+
+    conf = Path(__file__).parents[2] / "harness" / "configs" / "wordarith_smollm2.yaml"
+    cfg = load_config(conf)
+    assert uses_warmup_cache(cfg)
+    assert not uses_warmup_cache(load_config(conf, ["warmup.pretrained=false"]))  # as before: no warm-up
+    key = warmup_key(cfg)
+    assert key == warmup_key(load_config(conf, ["task.eval_size=7", "train.lr=1e-5"]))
+    for change in ("warmup.steps=3", "warmup.lr=1e-4", "task.max_operand=9", "warmup.examples_per_step=4"):
+        assert warmup_key(load_config(conf, [change])) != key, change
+    weights = tmp_path / "m.gguf"
+    weights.write_bytes(b"x")
+    local = load_config(conf, [f"model.name_or_path={weights}"])
+    before = warmup_key(local), start_fingerprint(str(weights))
+    weights.write_bytes(b"xy")  # another model file, another warm-up
+    assert warmup_key(local) != before[0] and start_fingerprint(str(weights)) != before[1]
