@@ -252,6 +252,16 @@ def held_out_shortfall(cfg, wanted: int) -> Optional[int]:
 class ArithTask(Task):
     name = "arith"
     has_process_rewards = True
+    SEP = ";"
+    """What separates the pieces (steps, final answer) of a worked solution."""
+    STEP_RE = _STEP_RE
+    """A step ``a<op>b=c``: groups a, op, b, c (a subclass may write steps in words around them)."""
+    FINAL_RE = _FINAL_RE
+    """The final answer: group 1 the number."""
+
+    def expression(self, problem: Problem) -> str:
+        """The arith expression behind a problem (arith: its question; evals.wordarith: its id)."""
+        return problem.question
 
     def __init__(self, cfg=None):
         self.cfg = cfg or TaskSpec()
@@ -349,18 +359,17 @@ class ArithTask(Task):
 
     # -- grading ------------------------------------------------------------
     def extract_answer(self, completion: str) -> Optional[str]:
-        parts = completion.strip().split(";")
-        m = _FINAL_RE.match(parts[-1].strip()) if parts else None
+        parts = completion.strip().split(self.SEP)
+        m = self.FINAL_RE.match(parts[-1].strip()) if parts else None
         return m.group(1) if m else None
 
-    @staticmethod
-    def well_formed(completion: str, problem: Problem) -> bool:
+    def well_formed(self, completion: str, problem: Problem) -> bool:
         """Every ``;`` piece but the last parses as a step ``a<op>b=c``, the last as ``#N``, and
         there is at least one step when the expression has an operation (see the module doc)."""
-        parts = [p.strip() for p in completion.strip().split(";")]
-        if not _FINAL_RE.match(parts[-1]) or not all(_STEP_RE.match(p) for p in parts[:-1]):
+        parts = [p.strip() for p in completion.strip().split(self.SEP)]
+        if not self.FINAL_RE.match(parts[-1]) or not all(self.STEP_RE.match(p) for p in parts[:-1]):
             return False
-        return len(parts) > 1 or not parse_expr(problem.question)[1]
+        return len(parts) > 1 or not parse_expr(self.expression(problem))[1]
 
     def is_correct(self, completion: str, problem: Problem, finished: bool = True) -> bool:
         if not finished or not isinstance(completion, str) or not self.well_formed(completion, problem):
@@ -376,12 +385,12 @@ class ArithTask(Task):
         if not finished or not isinstance(completion, str):
             return False
         steps = 0
-        for piece in completion.split(";"):
+        for piece in completion.split(self.SEP):
             text = piece.strip()
-            if _FINAL_RE.match(text):
+            if self.FINAL_RE.match(text):
                 break
-            steps += bool(_STEP_RE.match(text))
-        return steps < len(parse_expr(problem.question)[1])
+            steps += bool(self.STEP_RE.match(text))
+        return steps < len(parse_expr(self.expression(problem))[1])
 
     def step_rewards(self, completion: str, problem: Problem, finished: bool = True) -> list[StepReward]:
         try:
@@ -390,15 +399,15 @@ class ArithTask(Task):
             return [StepReward(0.0, len(completion or ""))]
 
     def _step_rewards(self, completion: str, problem: Problem, finished: bool) -> list[StepReward]:
-        nums, ops = parse_expr(problem.question)
+        nums, ops = parse_expr(self.expression(problem))
         n_ops = len(ops)
         out: list[StepReward] = []
         pos = 0
-        pieces = completion.split(";")
+        pieces = completion.split(self.SEP)
         for j, piece in enumerate(pieces):
-            end = pos + len(piece) + (1 if j < len(pieces) - 1 else 0)  # the ';' closes the step
+            end = pos + len(piece) + (len(self.SEP) if j < len(pieces) - 1 else 0)  # the ';' closes the step
             text = piece.strip()
-            if j == len(pieces) - 1 or _FINAL_RE.match(text):
+            if j == len(pieces) - 1 or self.FINAL_RE.match(text):
                 # the final-answer slot, after j pieces: each of the len(problem's ops) - j steps
                 # not written is a 0 step; the answer scores only with a full reduction (see module doc)
                 out.extend(StepReward(0.0, end) for _ in range(n_ops - j))
@@ -407,7 +416,7 @@ class ArithTask(Task):
                 if j < len(pieces) - 1:  # text after the final answer: malformed, rest is wrong
                     out.append(StepReward(0.0, len(completion)))
                 break
-            m = _STEP_RE.match(text)
+            m = self.STEP_RE.match(text)
             r = 0.0
             if m:
                 a, op, b, c = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))

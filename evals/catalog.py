@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import evals.arith  # noqa: F401  (registers arith)
 import evals.datasets  # noqa: F401  (registers gsm8k, math, math500)
+import evals.wordarith  # noqa: F401  (registers wordarith)
 from evals.tasks import _REGISTRY, Task
 
 
@@ -11,7 +12,7 @@ def available_tasks() -> list[str]:
 
 
 _CLASSES = {"arith": evals.arith.ArithTask, "gsm8k": evals.datasets.GSM8KTask, "math": evals.datasets.MathTask,
-            "math500": evals.datasets.Math500Task}
+            "math500": evals.datasets.Math500Task, "wordarith": evals.wordarith.WordArithTask}
 
 
 def has_step_checker(name: str) -> bool:

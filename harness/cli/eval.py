@@ -42,7 +42,9 @@ from harness.cli.polish import DefaultsOnceFormatter, lazy
 evaluation = lazy("harness.engine.evaluate")
 models = lazy("harness.engine.models")
 
-TASKS = ("gsm8k", "math", "math500", "arith")
+TASKS = ("gsm8k", "math", "math500", "arith", "wordarith")
+GENERATED = ("arith", "wordarith")
+"""Tasks that generate their problems from arith's knobs and seed (no test file)."""
 RUN_EVAL_BATCH = 256
 """Sequences decoded at once by a run's own evaluation (``harness.train.loop.evaluate``)."""
 DEFAULT_MAX_NEW = 512
@@ -180,10 +182,10 @@ def task_spec(args, cfg: Optional[Config]) -> TaskConfig:
     else:
         name = args.task or "gsm8k"
         # --limit 0: the whole test split (arith generates its default held-out set)
-        size = args.limit if args.limit > 0 else (TaskConfig().eval_size if name == "arith" else 10**9)
+        size = args.limit if args.limit > 0 else (TaskConfig().eval_size if name in GENERATED else 10**9)
         spec = TaskConfig(name=name, data_path=args.data, few_shot=args.few_shot or 0, eval_size=size,
                           seed=TaskConfig().seed if args.task_seed is None else args.task_seed)
-    if args.task_seed is not None and spec.name != "arith":
+    if args.task_seed is not None and spec.name not in GENERATED:
         raise ConfigError(f"--task-seed {args.task_seed} is invalid: it seeds arith's problem generator; task "
                           f"'{spec.name}' scores its fixed test set, which no seed changes: remove --task-seed")
     try:
@@ -372,7 +374,7 @@ def run(args) -> int:
     protocol = check_protocol(args.protocol, spec.name, spec.few_shot)  # before the model is loaded
     check_model_arg(model_path, args.gguf_file)
     notes = []  # warnings and notes, printed once nothing can be refused
-    if spec.name == "arith":
+    if spec.name in GENERATED:
         have = held_out_shortfall(spec, spec.eval_size)
         if have is not None:
             notes.append(f"warning: {'--limit ' + str(args.limit) if cfg is None else 'the run config'} asks "

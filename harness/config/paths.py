@@ -177,8 +177,9 @@ def check_input_paths(cfg) -> None:
 
 
 def uses_warmup_cache(cfg) -> bool:
-    """Whether a run of ``cfg`` reads or builds the cached warm-up (the tiny model, warm-up on)."""
-    return cfg.model.name_or_path == "tiny" and cfg.warmup.enabled
+    """Whether a run of ``cfg`` reads or builds the cached warm-up (warm-up on, and the tiny model or
+    ``warmup.pretrained``)."""
+    return cfg.warmup.enabled and (cfg.model.name_or_path == "tiny" or cfg.warmup.pretrained)
 
 
 def warmup_cache_root(cfg) -> Path:

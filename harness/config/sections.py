@@ -166,7 +166,9 @@ class TaskConfig(TaskSpec):
         check(self.max_ops >= self.min_ops, "task.max_ops", self.max_ops, "must be >= task.min_ops")
         check(0 <= self.min_operand <= self.max_operand, "task.max_operand", self.max_operand,
               "need 0 <= min_operand <= max_operand")
-        if self.name == "arith":
+        if self.name in ("arith", "wordarith"):  # wordarith: arith's knobs and splits, told as word problems
+            check(self.name == "arith" or self.demo_error_rate == 0, "task.demo_error_rate", self.demo_error_rate,
+                  "wordarith has no imperfect demonstrations: set it to 0")
             self._validate_arith(evaluate_only)
         else:
             check(not self.disjoint_validation, "task.disjoint_validation", self.disjoint_validation,
@@ -230,8 +232,14 @@ class WarmupConfig:
     config.yaml, run ids and the warm-up's cache key)."""
     long_ops: int = ruled(4, between(1, 16))
     """arith: operations in the warm-up's longer solutions (``long_share``)."""
+    pretrained: bool = False
+    """Warm up a pretrained model too (model.name_or_path not 'tiny'): full fine-tuning of every
+    weight of the loaded model on the task's worked solutions, through its chat template where the
+    task uses one, cached like the tiny model's (the key adds the model file's size and mtime).
+    false: a pretrained model starts RL as loaded, whatever warmup.enabled says (as always). Left
+    out of config.yaml, run ids and cache keys while false."""
 
-    OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("long_share", "long_ops")
+    OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("long_share", "long_ops", "pretrained")
     """Later knobs left out of config.yaml, run ids and cache keys at their defaults
     (:func:`harness.foundation.base.to_dict`)."""
 

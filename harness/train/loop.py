@@ -82,6 +82,7 @@ from harness.train.evalpoints import EVAL_SEED_OFFSET, cached_initial_eval, eval
 from harness.train.flops import drawn_stage_flops
 from harness.train.checkpoint import checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint
 from harness.train.stage import build_models, run_stage, stage_problems, stage_prompt_count, stage_seed
+from harness.config.paths import uses_warmup_cache
 from harness.train.warmup import WARMUP_SEED, ensure_warmup, starting_checkpoint
 from harness.rewards.run import for_run as reward_model_for_run
 
@@ -155,7 +156,7 @@ def _fresh_copy(cfg: Config, start_info: dict, tok, device):
     src = start_info.get("source")
     if src == "tiny-untrained":
         return build_tiny_model(cfg.model, tok, seed=WARMUP_SEED).to(device)
-    if cfg.model.name_or_path != "tiny":
+    if cfg.model.name_or_path != "tiny" and not uses_warmup_cache(cfg):  # warmup.pretrained: its checkpoint
         model, _ = load_policy(cfg.model.name_or_path, cfg.model.gguf_file, cfg.model.dtype)
     else:
         model, _ = load_policy(src)
@@ -166,7 +167,7 @@ def _warmup_on_main(cfg: Config, task, device, progress: bool, dist: Distributed
     """Several processes: the main rank trains the warm-up checkpoint if it is not cached
     yet, while the others wait (transformers writes model files on rank 0 only, and loading
     under ZeRO-3 is collective, so every rank loads only once it exists)."""
-    if cfg.model.name_or_path == "tiny" and cfg.warmup.enabled and dist.is_main:
+    if uses_warmup_cache(cfg) and dist.is_main:
         ensure_warmup(cfg, task, device, progress)
     dist.barrier()
 

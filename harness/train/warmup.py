@@ -1,7 +1,9 @@
 """Supervised warm-up: the starting ('instruct') checkpoint for the tiny model.
 
 Trains the built-in tiny model from scratch on the task's worked solutions (loss on the
-completion only). The result is cached under ``warmup.cache_dir/<hash>`` where the hash
+completion only); with ``warmup.pretrained``, a pretrained model (``model.name_or_path``)
+is fine-tuned the same way from its loaded weights, every weight (the task's prompts go
+through its tokenizer's chat template where the task uses one). The result is cached under ``warmup.cache_dir/<hash>`` where the hash
 covers exactly what determines the checkpoint (model shape, task knobs, warm-up
 settings), not the RL run's seed or algorithm: every run of a sweep starts from the same
 weights, and a second quickstart reuses them. A file lock keeps parallel sweep workers
@@ -149,10 +151,23 @@ def warmup_key(cfg: Config) -> str:
         warm["seed"] = warmup_seed(cfg)
     model = to_dict(cfg.model)
     model.pop("lora", None)  # the warm-up trains every weight; LoRA starts at RL: one warm-up serves both
+    if cfg.model.name_or_path != "tiny":  # warmup.pretrained: the weights it starts from enter the key
+        model["start"] = start_fingerprint(cfg.model.name_or_path)
     # the numerics mode enters the key: a checkpoint built in native mode on one CPU kind is
     # never read by a portable run (warm["threads"] is in it already). v4: portable numerics' kernels changed
     # (matrix products from MKL to OpenBLAS, harness.foundation.portable_blas), so no earlier checkpoint is read
     return config_hash({"model": model, "task": task, "warmup": warm, "numerics": cfg.numerics, "v": 4}, 12)
+
+
+def start_fingerprint(name_or_path: str) -> list:
+    """What identifies a pretrained model's files without reading them: the resolved path, and the
+    size and mtime of the file (a .gguf) or of every file of the folder (a hub name: itself)."""
+    from harness.foundation.modelfiles import resolve_model_path
+
+    p = Path(resolve_model_path(name_or_path))
+    files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p] if p.is_file() else []
+    return [str(p.resolve())] + [[str(f.relative_to(p)) if f != p else f.name, f.stat().st_size,
+                                  f.stat().st_mtime_ns] for f in files]
 
 
 def warmup_dir(cfg: Config) -> Path:
@@ -234,10 +249,14 @@ def train_warmup(cfg: Config, task, out: Path, device, progress: bool = True) ->
 def _train_warmup(cfg: Config, task, out: Path, device, progress: bool) -> dict:
     from tqdm.auto import tqdm
 
-    tok = build_char_tokenizer()
-    task.bind_tokenizer(tok)
     seed = warmup_seed(cfg)
-    model = build_tiny_model(cfg.model, tok, seed=seed).to(device)
+    if cfg.model.name_or_path == "tiny":
+        tok = build_char_tokenizer()
+        model = build_tiny_model(cfg.model, tok, seed=seed).to(device)
+    else:  # warmup.pretrained
+        model, tok = load_policy(cfg.model.name_or_path, cfg.model.gguf_file, cfg.model.dtype)
+        model = model.to(device)
+    task.bind_tokenizer(tok)
     w = cfg.warmup
     opt = torch.optim.AdamW(model.parameters(), lr=w.lr, betas=(0.9, 0.98), weight_decay=0.01)
     warm_steps = max(1, min(50, w.steps // 10))
@@ -332,8 +351,8 @@ def _machine_problem(e: BaseException) -> bool:
 
 def starting_checkpoint(cfg: Config, task, device, progress: bool = True):
     """(model, tokenizer, info) for the start of RL: the cached warm-up checkpoint for the
-    tiny model, or the configured local model."""
-    if cfg.model.name_or_path != "tiny":
+    tiny model (and a pretrained one with ``warmup.pretrained``), or the configured local model."""
+    if cfg.model.name_or_path != "tiny" and not (cfg.warmup.enabled and cfg.warmup.pretrained):
         model, tok = load_policy(cfg.model.name_or_path, cfg.model.gguf_file, cfg.model.dtype)
         return model.to(device), tok, {"source": cfg.model.name_or_path}
     if not cfg.warmup.enabled:
