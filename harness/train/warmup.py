@@ -39,6 +39,7 @@ from harness.engine.models import build_char_tokenizer, build_tiny_model, is_out
 from harness.foundation.base import to_dict
 from harness.foundation.errors import ModelLoadError
 from harness.foundation.files import NO_PERMISSION, NO_SPACE, file_sha256, writing
+from harness.foundation.modelfiles import resolve_model_path
 from harness.rundir.layout import RunFileError, load_json, save_torch
 from harness.rundir.lock import FileLock, file_lock
 from harness.train.flops import forward_flops
@@ -162,8 +163,6 @@ def warmup_key(cfg: Config) -> str:
 def start_fingerprint(name_or_path: str) -> list:
     """What identifies a pretrained model's files without reading them: the resolved path, and the
     size and mtime of the file (a .gguf) or of every file of the folder (a hub name: itself)."""
-    from harness.foundation.modelfiles import resolve_model_path
-
     p = Path(resolve_model_path(name_or_path))
     files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p] if p.is_file() else []
     return [str(p.resolve())] + [[str(f.relative_to(p)) if f != p else f.name, f.stat().st_size,
