@@ -235,8 +235,9 @@ IGNORED_WHEN = (
     (("kl_estimator", "kl_placement"), lambda a: a.kl_coef == 0, "its KL weight is 0 (algorithm.kl_coef)"),
     (("dr_grpo_norm",), lambda a: a.aggregation != "seq-mean-token-sum-norm",
      "only the seq-mean-token-sum-norm aggregation (Dr. GRPO) reads it"),
-    (("prm",), lambda a: a.reward != "process", "its reward is not process (algorithm.reward)"),
 )
+# algorithm.prm is left out: a path given there is checked (and refused in one line) whether or not the reward
+# reads it, and a warning printed before that refusal would make it two lines
 """(algorithm fields, when the resolved algorithm ignores them, why): :func:`ignored_algorithm_fields`."""
 
 
