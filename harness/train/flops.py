@@ -62,15 +62,15 @@ def forward_flops(model, lengths: torch.Tensor) -> float:
     return float(2.0 * matmul_weights(model) * lengths.sum() + 2.0 * width * layers * (lengths * (lengths + 1)).sum())
 
 
-def update_flops(model, lengths: torch.Tensor) -> float:
+def update_flops(model, lengths: torch.Tensor, f: Optional[float] = None) -> float:
     """U summed over rows of ``lengths`` real tokens each: a forward and its backward (see the module doc):
-    F + 2 M T + 2 M_t T + 2 x the attention's forward."""
-    f = forward_flops(model, lengths)
-    if matmul_weights(model, trained_only=True) == matmul_weights(model):
+    F + 2 M T + 2 M_t T + 2 x the attention's forward. ``f``: the rows' F, where the caller has it."""
+    f = forward_flops(model, lengths) if f is None else f
+    m, trained = matmul_weights(model), matmul_weights(model, trained_only=True)
+    if trained == m:
         return 3.0 * f  # every weight trains: as counted before LoRA, to the last bit
     tokens = float(lengths.to(torch.float64).sum())
-    attention = f - 2.0 * matmul_weights(model) * tokens
-    return f + 2.0 * (matmul_weights(model) + matmul_weights(model, trained_only=True)) * tokens + 2.0 * attention
+    return f + 2.0 * (m + trained) * tokens + 2.0 * (f - 2.0 * m * tokens)
 
 
 def stage_flops(cfg, learner, rollouts, kept_fraction: float, fused_critic: bool) -> Optional[float]:
@@ -84,7 +84,7 @@ def stage_flops(cfg, learner, rollouts, kept_fraction: float, fused_critic: bool
     algo, E = cfg.algo, cfg.train.inner_epochs
     lengths = rollouts.prompt_mask.sum(1).cpu() + rollouts.completion_mask.sum(1).cpu()
     f = forward_flops(learner.policy, lengths)
-    u = update_flops(learner.policy, lengths)
+    u = update_flops(learner.policy, lengths, f)
     total = f * (1 + 3 * E * kept_fraction) if u == 3.0 * f else f + u * E * kept_fraction  # generation; update
     if algo.uses_reference and learner.reference is not None:
         total += f
@@ -92,7 +92,7 @@ def stage_flops(cfg, learner, rollouts, kept_fraction: float, fused_critic: bool
         total += f
     if learner.critic is not None:
         fc = forward_flops(learner.critic, lengths)
-        uc = update_flops(learner.critic, lengths)
+        uc = update_flops(learner.critic, lengths, fc)
         total += (fc * (3 * E * kept_fraction + (0 if fused_critic else 1)) if uc == 3.0 * fc
                   else uc * E * kept_fraction + (0 if fused_critic else fc))
     return total
