@@ -29,3 +29,19 @@ def stop_before_stage(cfg, k: int = 2) -> None:
         mp.setattr(loop, "_stage", stage)
         with pytest.raises(KeyboardInterrupt):
             loop.train(cfg, progress=False)
+
+
+def run_result(cfg) -> tuple[list, str]:
+    """(the metrics rows of ``cfg``'s finished run without timings, sha256 of its final model's weights): what a
+    resumed run must reproduce."""
+    import hashlib
+    import json
+
+    from harness.train import loop
+
+    def timing(key: str) -> bool:
+        return key.startswith("perf/") or key in ("time", "seconds") or key.endswith("/seconds")
+
+    out = loop.run_dir(cfg)
+    rows = [{k: v for k, v in json.loads(line).items() if not timing(k)} for line in open(out / "metrics.jsonl")]
+    return rows, hashlib.sha256((out / "final_model" / "model.safetensors").read_bytes()).hexdigest()

@@ -6,12 +6,11 @@ completion's character codes sum to a multiple of 3), so every objective has mix
 uniform ones to drop."""
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
 import torch
-from tiny_runs import TINY_RUN, stop_before_stage  # tests/support
+from tiny_runs import TINY_RUN, run_result, stop_before_stage  # tests/support
 
 from harness.config.schema import load_config
 from harness.train import loop
@@ -34,24 +33,16 @@ def _cfg(root, preset):
                                                "train.prompts_per_step=4", f"algorithm={preset}"])
 
 
-def _result(cfg) -> tuple[list, str]:
-    out = loop.run_dir(cfg)
-    rows = [{k: v for k, v in json.loads(line).items()
-             if not (k.startswith("perf/") or k in ("time", "seconds") or k.endswith("/seconds"))}
-            for line in open(out / "metrics.jsonl")]
-    return rows, hashlib.sha256((out / "final_model" / "model.safetensors").read_bytes()).hexdigest()
-
-
 @pytest.mark.parametrize("preset", ["dapo", "gspo", "cispo", "reinforce_pp", "lite_ppo"])
 def test_a_stopped_and_resumed_run_equals_the_uninterrupted_one(tmp_path, preset):
     whole = _cfg(tmp_path / "whole", preset)
     loop.train(whole, progress=False)
-    want = _result(whole)
+    want = run_result(whole)
     assert len([r for r in want[0] if "loss" in r or "train/loss" in r]) >= 1  # it trained
     stopped = _cfg(tmp_path / "stopped", preset)
     stop_before_stage(stopped, 2)
     loop.train(stopped, progress=False)
-    got = _result(stopped)
+    got = run_result(stopped)
     summary = json.loads((loop.run_dir(stopped) / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["resumed_from_step"] == 2
     assert got == want

@@ -8,8 +8,6 @@ which gives groups with varied rewards and weights that move."""
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import random
 import time
 
@@ -26,7 +24,7 @@ from harness.train import loop
 from harness.train import pipeline as pl
 from harness.train.checkpoint import checkpoint_path
 from harness.train.stage import stage_problems, stage_seed
-from tiny_runs import TINY_RUN, stop_before_stage  # tests/support
+from tiny_runs import TINY_RUN, run_result, stop_before_stage  # tests/support
 
 QUICKSTART = "harness/configs/quickstart.yaml"
 
@@ -46,21 +44,10 @@ def _cfg(root, *extra):
                                                "train.prompts_per_step=4", *extra])
 
 
-def _timing(key: str) -> bool:
-    return key.startswith("perf/") or key in ("time", "seconds") or key.endswith("/seconds")
-
-
-def _result(cfg) -> tuple[list, str]:
-    """(metrics rows without timings, sha256 of the final model)."""
-    out = loop.run_dir(cfg)
-    rows = [{k: v for k, v in json.loads(line).items() if not _timing(k)} for line in open(out / "metrics.jsonl")]
-    return rows, hashlib.sha256((out / "final_model" / "model.safetensors").read_bytes()).hexdigest()
-
-
 def test_k2_twice_and_after_a_kill_gives_the_same_run(tmp_path):
     a = _cfg(tmp_path / "a", "train.staleness=2")
     loop.train(a, progress=False)
-    got_a = _result(a)
+    got_a = run_result(a)
     staleness = [r["offpolicy/staleness"] for r in got_a[0] if "offpolicy/staleness" in r]
     assert staleness == [0, 1, 2, 2]  # min(t, k): the first stages are sampled by the starting weights
     b = _cfg(tmp_path / "b", "train.staleness=2")
@@ -68,13 +55,13 @@ def test_k2_twice_and_after_a_kill_gives_the_same_run(tmp_path):
     saved = torch.load(checkpoint_path(loop.run_dir(b)), weights_only=True)
     assert sorted(saved["pipeline"]["versions"]) == [0, 1]  # stages 2 and 3 are sampled by versions 0 and 1
     loop.train(b, progress=False)
-    assert _result(b) == got_a
+    assert run_result(b) == got_a
     c = _cfg(tmp_path / "c", "train.staleness=2")
     loop.train(c, progress=False)
-    assert _result(c) == got_a
+    assert run_result(c) == got_a
     on = _cfg(tmp_path / "on")
     loop.train(on, progress=False)
-    got_on = _result(on)
+    got_on = run_result(on)
     assert got_on[1] != got_a[1]  # staleness changes what is learned
     assert [r.get("rollout/entropy_est") for r in got_on[0]][:2] == [r.get("rollout/entropy_est") for r in
                                                                       got_a[0]][:2]  # step 1: both from version 0
