@@ -72,9 +72,11 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the figures and per-problem counts here")
     a = p.parse_args(argv)
+    if a.group < 0:
+        p.error(f"--group must be at least 0 (0: greedy only, with --greedy), not {a.group}")
     if a.group == 0 and not a.greedy:
         p.error("--group 0 samples nothing: add --greedy")
-    for name in ("problems", "max_new_tokens", "threads", "batch_size") + (("group",) if a.group else ()):
+    for name in ("problems", "max_new_tokens", "threads", "batch_size"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, not {getattr(a, name)}")
     if a.split == "test" and a.max_calc is not None:

@@ -26,7 +26,8 @@ def test_calculator_step_slices_of_gsm8k_train(data_dir):
 
 @pytest.mark.parametrize("argv,message", [
     (["--problems", "0"], "--problems must be at least 1, not 0"),
-    (["--group", "0"], "--group must be at least 1, not 0"),
+    (["--group", "-1", "--greedy"], "--group must be at least 0 (0: greedy only, with --greedy), not -1"),
+    (["--group", "0"], "--group 0 samples nothing: add --greedy"),
     (["--split", "test", "--max-calc", "1"], "--max-calc slices the training split"),
 ])
 def test_bad_arguments_are_named_before_the_model_loads(argv, message, capsys):
