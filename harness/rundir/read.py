@@ -20,6 +20,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -228,7 +229,9 @@ class RunData:
     def eval_rows(self) -> list[dict]:
         return [r for r in self.rows if any(k.startswith("eval/") for k in r)]
 
-    @property
+    # computed once per run (a study reads each pass@K of each run: K² work per run otherwise); the
+    # summary and rows of a RunData are not changed after it is read, and callers only read these
+    @cached_property
     def initial_eval(self) -> dict[str, float]:
         e = eval_metrics(self.summary.get("initial_eval"), self.task)
         if not e:
@@ -237,7 +240,7 @@ class RunData:
                 e = row_eval_metrics(ev[0])
         return e
 
-    @property
+    @cached_property
     def final_eval(self) -> dict[str, float]:
         e = eval_metrics(self.summary.get("final_eval"), self.task)
         if not e and self.status == "finished":
