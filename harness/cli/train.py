@@ -83,8 +83,8 @@ def output_field(args) -> str:
 
 def cmd_train(args) -> int:
     cfg = load_config(args.config, _overrides(args), values=path_options(args))
-    warn_config(cfg, "train")
     run = admit(cfg, outputs={output_field(args): cfg.output_dir})  # every check, before the run folder is made
+    warn_config(cfg, "train")  # after the gate: a refused config gets its one line, nothing else
     print(f"results: {loop.run_dir(cfg)}")
     prev = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # SIGTERM: "interrupted", like Ctrl-C
     if args.no_progress:
@@ -178,10 +178,10 @@ def only_algorithms(given, sw) -> list[str] | None:
 
 def cmd_warmup(args) -> int:
     cfg = load_config(args.config, _overrides(args), values=path_options(args))
-    warn_config(cfg, "warmup")
     root = (uses_warmup_cache(cfg) and not cfg.warmup.cache_dir) or args.output_dir is not None
     run = admit(cfg, outputs={output_field(args): cfg.output_dir} if root else {},  # the cache's root, or a folder
                 warmup_threads=True, memory=False)  # asked for; the warm-up sets its own thread count
+    warn_config(cfg, "warmup")
     run.enter()
     task = get_task(cfg.task)
     _, _, info = warmup.starting_checkpoint(cfg, task, run.torch_device(), progress=True)

@@ -235,9 +235,10 @@ IGNORED_WHEN = (
     (("kl_estimator", "kl_placement"), lambda a: a.kl_coef == 0, "its KL weight is 0 (algorithm.kl_coef)"),
     (("dr_grpo_norm",), lambda a: a.aggregation != "seq-mean-token-sum-norm",
      "only the seq-mean-token-sum-norm aggregation (Dr. GRPO) reads it"),
+    (("prm",), lambda a: a.reward != "process", "its reward is the outcome only (algorithm.reward is not process)"),
 )
-# algorithm.prm is left out: a path given there is checked (and refused in one line) whether or not the reward
-# reads it, and a warning printed before that refusal would make it two lines
+# a path in algorithm.prm is still checked (and refused in one line) whether or not the reward reads it: the
+# commands print these warnings only once the admission gate has passed the config
 """(algorithm fields, when the resolved algorithm ignores them, why): :func:`ignored_algorithm_fields`."""
 
 

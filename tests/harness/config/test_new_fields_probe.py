@@ -61,6 +61,8 @@ IGNORED = [  # (settings, the one warning's text); probed as `harness train` ran
      "algorithm.correction_cap=3.0: algorithm 'grpo' ignores it: algorithm.correction is none"),
     (["algorithm=dapo", "algorithm.overlong_buffer=0", "algorithm.overlong_penalty=2"],
      "algorithm.overlong_penalty=2.0: algorithm 'dapo' ignores it: the soft overlong penalty is off"),
+    (["algorithm=grpo", "algorithm.prm=prm_dir"],
+     "algorithm.prm='prm_dir': algorithm 'grpo' ignores it: its reward is the outcome only"),
 ]
 
 
@@ -76,6 +78,26 @@ def test_a_field_the_algorithm_ignores_is_said_in_one_line(sets, warning):
     ["algorithm=grpo", "algorithm.kl_estimator=k1", "algorithm.correction=token_tis", "algorithm.correction_cap=3"],
     ["algorithm=gspo", "algorithm.eps_high=0.001", "algorithm.ratio_level=token"],
     ["algorithm=dr_grpo", "algorithm.dr_grpo_norm=32"],
+    ["algorithm=grpo_ps", "algorithm.prm=prm_dir"],
 ])
 def test_fields_the_algorithm_reads_are_not_warned_about(sets):
     assert config_warnings(load_config(QUICKSTART, sets)) == []
+
+
+@pytest.mark.parametrize("command", ["train", "warmup"])
+@pytest.mark.parametrize("sets,refusal", [
+    (["algorithm=grpo", "algorithm.prm=/nonexistent/prm"], "algorithm.prm"),
+    (["algorithm=grpo", "algorithm.gae_lambda=0.9", "device=tpu"], "device"),
+])
+def test_a_refused_config_gets_its_one_line_and_no_warning(command, sets, refusal, tmp_path):
+    """The warnings above are printed once the admission gate has passed the config: a config it refuses
+    (here an ignored field that is also unusable, or beside another field's error) ends in one line."""
+    import subprocess
+    import sys
+    if command == "warmup" and "algorithm.prm" in sets[1]:
+        pytest.skip("the warm-up reads no reward")
+    cmd = [sys.executable, "-m", "harness.cli.main", command, QUICKSTART, "--output-dir", str(tmp_path / "out")]
+    p = subprocess.run(cmd + [a for s in sets for a in ("--set", s)], capture_output=True, text=True, timeout=120)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and refusal in lines[0] and "warning" not in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()
