@@ -40,17 +40,23 @@ def cmd_report(args) -> int:
         print(f"harness report: warning: {bad}: ignored (its report.columns and study settings are not read)",
               file=sys.stderr)
     if getattr(args, "study", False):
+        if getattr(args, "baseline", None) is not None:
+            print("harness report: --baseline is read by the plain report only (the study report's comparisons "
+                  "are its claims)", file=sys.stderr)
+            return 2
         return _cmd_study(args)
     if getattr(args, "selection", None) is not None:
         print("harness report: --selection is read by the study report only (add --study)", file=sys.stderr)
         return 2
+    if getattr(args, "baseline", None) is not None and not args.baseline.strip():
+        raise ConfigError("--baseline is empty: give the algorithm the paired differences are taken from (e.g. grpo)")
     out = Path(args.out) if args.out is not None else Path(args.sweep_dir) / "report"
     why = dir_problem(out) or output_problem(out, "report", "--output-dir")  # every check before anything is
     if why:  # written; the folder is replaced whole: never one that holds what harness report did not write
         raise ConfigError(why if why.startswith("--output-dir=") else f"--output-dir={str(out)!r} is invalid: {why}")
     _check_some_finished(Path(args.sweep_dir).expanduser())
     check_output_dir(out, "--output-dir")
-    res = build.build_report(args.sweep_dir, args.out)
+    res = build.build_report(args.sweep_dir, args.out, baseline=getattr(args, "baseline", None))
     _warn_columns(Path(args.sweep_dir).expanduser())
     print(tables.format_table(res["table"]))
     print(f"\nwrote {res['html']}, {res['markdown']}, {res['csv']}, {res['runs_csv']} and "
@@ -115,4 +121,7 @@ def register(subparsers) -> None:
     p.add_argument("--selection", default=None, metavar="DIR",
                    help="with --study: the learning-rate selection sweep's runs folder (default: <sweep_dir>/selection "
                         "when it exists, else the sweep's report.selection)")
+    p.add_argument("--baseline", default=None, metavar="ALGORITHM",
+                   help="the algorithm every other row's paired difference is taken from (default: the sweep "
+                        "file's report.baseline, else the first row)")
     p.set_defaults(func=cmd_report)

@@ -157,7 +157,7 @@ def _write_report(sw) -> int:
         print(f"\nno report written: {missing} is not installed (it is a dependency of the harness: pip install -e . again)")
         return 0
     try:
-        res = report_build.build_report(sw.sweep_dir, columns=sw.report_columns)
+        res = report_build.build_report(sw.sweep_dir, columns=sw.report_columns, baseline=sw.report_baseline)
     except Exception as e:  # the runs are done; say so and how to retry the report alone
         print(f"harness sweep: every run finished but the report failed ({type(e).__name__}: {e}); "
               f"retry with `harness report {sw.sweep_dir}`", file=sys.stderr)

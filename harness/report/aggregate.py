@@ -204,17 +204,28 @@ def per_seed_values(runs: list[RunData], column: str) -> dict:
     return {s: float(np.mean(v)) for s, v in by_seed.items()}
 
 
-def paired_differences(groups: "OrderedDict[str, list[RunData]]", columns: list[str]) -> tuple[str, dict]:
-    """(the first row's label, {label: {column: paired_diff_ci(row, first)}}) for every other row:
-    the mean over seeds of (row - first), each seed's runs against the same seed's, with the
-    t-interval of those differences (n = the seeds both rows have; no interval for n < 2)."""
+def baseline_label(groups: "OrderedDict[str, list[RunData]]", algorithm: str) -> Optional[str]:
+    """The row of ``algorithm``: the label equal to it, else the first ``"<algorithm> (<settings>)"`` one
+    (None: no row of that algorithm)."""
+    for lab in groups:
+        if lab == algorithm:
+            return lab
+    return next((lab for lab in groups if lab.startswith(f"{algorithm} (")), None)
+
+
+def paired_differences(groups: "OrderedDict[str, list[RunData]]", columns: list[str],
+                       base: Optional[str] = None) -> tuple[str, dict]:
+    """(the base row's label, {label: {column: paired_diff_ci(row, base)}}) for every other row: the
+    mean over seeds of (row - base), each seed's runs against the same seed's, with the t-interval of
+    those differences (n = the seeds both rows have; no interval for n < 2). ``base``: a row's label
+    (default: the first row)."""
     labels = list(groups)
     if len(labels) < 2:
         return (labels[0] if labels else ""), {}
-    base = labels[0]
+    base = labels[0] if base is None else base
     cols = [c for c in columns if c not in PAIRED_SKIP]
     return base, {lab: {c: paired_diff_ci(per_seed_values(groups[lab], c), per_seed_values(groups[base], c))
-                        for c in cols} for lab in labels[1:]}
+                        for c in cols} for lab in labels if lab != base}
 
 
 def seeds_note(groups: "OrderedDict[str, list[RunData]]") -> str:

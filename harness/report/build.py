@@ -34,10 +34,10 @@ import json
 import os
 from pathlib import Path
 
-from harness.foundation.base import flatten
-from harness.report.aggregate import (build_table, differing_settings, group_runs, load_sweep_runs,
-                                      paired_differences, per_seed_initial, seeds_note, select_by_validation,
-                                      selection_notes)
+from harness.foundation.base import ConfigError, flatten
+from harness.report.aggregate import (baseline_label, build_table, differing_settings, group_runs,
+                                      load_sweep_runs, paired_differences, per_seed_initial, seeds_note,
+                                      select_by_validation, selection_notes)
 from harness.report.format import md_safe, number, table
 from harness.report.plots import PLOT_TITLES, figures
 from harness.report.tables import (STAT_NOTE, formatted_table, paired_table, results_html, results_markdown,
@@ -107,6 +107,14 @@ def _notes(runs: list[RunData], done: list[RunData], unit: str, ks: dict, exclud
     return notes
 
 
+def sweep_baseline(sweep_dir: Path) -> str | None:
+    """The sweep file's ``report.baseline`` as ``harness sweep`` recorded it in sweep.json (None without)."""
+    doc = read_json(Path(sweep_dir) / "sweep.json", {}) or {}
+    rep = doc.get("report") if isinstance(doc, dict) else None
+    b = rep.get("baseline") if isinstance(rep, dict) else None
+    return b if isinstance(b, str) and b.strip() else None
+
+
 def sweep_columns(sweep_dir: Path) -> list[str]:
     """The sweep file's ``report.columns`` as ``harness sweep`` recorded them in sweep.json ([] without)."""
     doc = read_json(Path(sweep_dir) / "sweep.json", {}) or {}
@@ -127,15 +135,16 @@ def columns_table(runs: list[RunData], columns: list[str]):
     return ["run id", "status"] + list(columns), rows
 
 
-def _comparison_sections(groups, df) -> list[tuple[str, str, tuple]]:
+def _comparison_sections(groups, df, base: str | None = None) -> list[tuple[str, str, tuple]]:
     """(title, table id, (header, rows)) of the tables that compare rows: the config fields that
-    differ between them, and each row's paired difference over seeds from the first row."""
+    differ between them, and each row's paired difference over seeds from the row ``base`` (a label;
+    default the first row)."""
     out = []
     settings = settings_table(*differing_settings(groups))
     if settings:
         out.append(("Settings that differ between rows", "settings-table", settings))
     cols = [c for c in dict.fromkeys(df.columns.get_level_values(0)) if c != "seeds"]
-    base, diffs = paired_differences(groups, cols)
+    base, diffs = paired_differences(groups, cols, base)
     paired = paired_table(base, diffs, df.attrs.get("budget_unit", "steps"))
     if paired:
         out.append((f"Paired differences vs {base} (mean over seeds of the per-seed difference ± 95% CI)",
@@ -222,10 +231,13 @@ def _html(sweep: str, sweep_dir: Path, df, fdf, notes: list[str], pngs: dict[str
 
 
 def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None,
-                 columns: list[str] | None = None) -> dict:
+                 columns: list[str] | None = None, baseline: str | None = None) -> dict:
     """Write report.md, report.html, table.csv, runs.csv and plots/*.png for one sweep.
 
     ``columns``: the sweep file's ``report.columns`` (default: as recorded in ``sweep.json``).
+    ``baseline``: the algorithm whose row the paired differences are taken from (default: the sweep
+    file's ``report.baseline`` as recorded in ``sweep.json``, else the first row); given here and
+    matching no row of finished runs, it is a ConfigError and nothing is written.
 
     Returns ``{"table": DataFrame, "runs": DataFrame, "markdown": Path, "html": Path,
     "csv": Path, "runs_csv": Path, "plots": {name: Path}, "out_dir": Path,
@@ -236,7 +248,7 @@ def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     out = Path(out_dir) if out_dir is not None else sweep_dir / "report"
     check_output(out, "report", "report folder")  # replaced whole: never a folder of someone else's files
     with staged(out) as stage:  # written beside the old report, moved into place whole (a kill or a full
-        res = _write_report(sweep_dir, stage, columns)  # disk leaves the old one as it was)
+        res = _write_report(sweep_dir, stage, columns, baseline)  # disk leaves the old one as it was)
     for key in ("markdown", "html", "csv", "runs_csv"):
         res[key] = out / res[key].name
     res["plots"] = {name: out / "plots" / p.name for name, p in res["plots"].items()}
@@ -244,7 +256,7 @@ def build_report(sweep_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     return res
 
 
-def _write_report(sweep_dir: Path, out: Path, columns: list[str] | None) -> dict:
+def _write_report(sweep_dir: Path, out: Path, columns: list[str] | None, baseline: str | None = None) -> dict:
     """:func:`build_report` into the folder ``out`` (its stage)."""
     runs = load_sweep_runs(sweep_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
@@ -266,7 +278,17 @@ def _write_report(sweep_dir: Path, out: Path, columns: list[str] | None) -> dict
     notes += selection_notes(selection)
     groups = group_runs(done)
     notes.insert(1, seeds_note(groups))
-    sections = _comparison_sections(groups, df)
+    base = None
+    if baseline is not None or sweep_baseline(sweep_dir):
+        name = baseline if baseline is not None else sweep_baseline(sweep_dir)
+        base = baseline_label(groups, name)
+        if base is None and baseline is not None:
+            raise ConfigError(f"--baseline {baseline!r} matches no row of finished runs (rows: "
+                              f"{', '.join(groups) or 'none'})")
+        if base is None:
+            notes.append(f"report.baseline {name!r}: no finished run of that algorithm; the paired differences "
+                         f"are taken from the first row.")
+    sections = _comparison_sections(groups, df, base)
     runs_table = runs_display(runs_df, tasks)
     md_path, html_path = out / "report.md", out / "report.html"
     cols_table = columns_table(runs, sweep_columns(sweep_dir) if columns is None else columns)

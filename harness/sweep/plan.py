@@ -20,7 +20,7 @@ from typing import Optional
 
 from harness.config.schema import (Config, algorithm_name, config_from_dict, config_warnings, deep_merge,
                                    dir_path_problem, parse_overrides, set_dotted)
-from harness.foundation.base import ConfigError, brief, flatten, to_dict
+from harness.foundation.base import ConfigError, brief, did_you_mean, flatten, to_dict
 from harness.foundation.budget import eval_points, stage_samples
 from harness.report.format import table
 from harness.rundir.ids import NOT_HASHED, run_id
@@ -62,6 +62,8 @@ class Sweep:
     varying: list[str]
     report_columns: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    report_baseline: Optional[str] = None
+    """report.baseline: the algorithm the report's paired differences are taken from (None: the first row)."""
     report_study: bool = False
     """report.study: write the study report (``<sweep_dir>/study``) when every run finished."""
     report_selection: Optional[Path] = None
@@ -140,6 +142,10 @@ def expand_sweep(spec: dict, *, base_dir: str | os.PathLike = ".", source: str =
             raise SweepError(f"--set {k}=...: a sweep's runs take {what} ({src}: {k}); {fix}")
     layers = _Layers(data, per_algo, budget, cli, name, Path(od).expanduser().resolve(), src, algos)
     runs, used_algos = _expand_grids(grids, layers)
+    if report.baseline is not None and report.baseline not in used_algos:
+        raise SweepError(f"{src}: report.baseline={report.baseline!r} names no algorithm of this sweep's runs"
+                         f"{did_you_mean(report.baseline, sorted(used_algos), n=1)} (its algorithms: "
+                         f"{', '.join(sorted(used_algos))})")
     warnings = [f"algorithms.{a} is given but no run uses algorithm {a!r}" for a in per_algo if a not in used_algos]
     warnings += list(dict.fromkeys(w for r in runs for w in config_warnings(r.config)))
     eff_budget = dict(to_dict(runs[0].config.budget)) if runs else budget
@@ -147,7 +153,8 @@ def expand_sweep(spec: dict, *, base_dir: str | os.PathLike = ".", source: str =
                  budget=eff_budget, launcher=launcher, output_dir=layers.out_root,
                  varying=_varying(runs, grid_keys), report_columns=report.columns, warnings=warnings,
                  report_study=report.study, report_selection=report.selection,
-                 report_sequential=report.sequential, report_amendments=report.amendments)
+                 report_sequential=report.sequential, report_amendments=report.amendments,
+                 report_baseline=report.baseline)
 
 
 def _output_dir(cli: Optional[str], spec: dict, data: dict, src: str) -> str:

@@ -145,7 +145,7 @@ def _write_sweep_json(sw: Sweep, results: dict, status: str) -> None:
     doc = {
         "name": sw.name, "source": sw.source, "description": sw.description, "status": status,
         "budget": sw.budget, "varying": sw.varying, "launcher": launcher, "report_columns": list(sw.report_columns),
-        "report": {"study": sw.report_study,
+        "report": {"study": sw.report_study, **({"baseline": sw.report_baseline} if sw.report_baseline else {}),
                    "selection": str(sw.report_selection) if sw.report_selection is not None else None,
                    **({"amendments": list(sw.report_amendments)} if sw.report_amendments else {})},
         "updated": time.time(),

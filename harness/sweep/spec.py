@@ -43,6 +43,8 @@ closest valid key)::
     output_dir: results           # optional (CLI --output-dir wins; default: the config's)
     report:                       # optional: columns of the final table, as dotted paths
       columns: [final_eval.eval/arith/acc, peak.rss_mb, wall_seconds]   # into summary.json
+      baseline: null              #   the algorithm every row's paired difference is taken from
+                                  #   (default: the report's first row)
       study: false                #   true: when every run finished, also write the study report
                                   #   (harness.report.study) to <output_dir>/<name>/study/
       selection: null             #   with study: a folder of learning-rate-selection run folders
@@ -96,7 +98,7 @@ TOP_LEVEL_KEYS = ("name", "description", "base", "config", "grid", "algorithms",
 LAUNCHER_KEYS = ("type", "workers", "address", "cpus", "gpus", "procs", "zero_stage", "deepspeed_config", "env")
 BUDGET_KEYS = ("unit", "amount", "eval_points")
 LAUNCHER_TYPES = ("local", "ray")
-REPORT_KEYS = ("columns", "study", "selection", "sequential", "amendments")
+REPORT_KEYS = ("columns", "baseline", "study", "selection", "sequential", "amendments")
 
 
 class SweepError(ConfigError):
@@ -529,6 +531,8 @@ class ReportOptions:
     """The learning-rate-selection folder the study report reads (resolved; None: none)."""
     sequential: bool = False
     """Run the study seed by seed, adding seeds only for the arms of open claims (`harness.sweep.sequential`)."""
+    baseline: Optional[str] = None
+    """The algorithm the report's paired differences are taken from (None: the first row)."""
     amendments: list = field(default_factory=list)
     """Changes to the study's design made after data came in, each a dated sentence saying what changed
     and why: the study report prints them beside its decision rules."""
@@ -546,6 +550,10 @@ def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
     columns = rep.get("columns") or []
     if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
         raise SweepError(f"{src}: report.columns must be a list of strings, got {columns!r}")
+    baseline = rep.get("baseline")
+    if baseline is not None and (not isinstance(baseline, str) or not baseline.strip() or "\0" in baseline):
+        raise SweepError(f"{src}: report.baseline={baseline!r} is invalid: expected the name of an algorithm of "
+                         f"the sweep (e.g. grpo), the row every other row's paired difference is taken from")
     study = rep.get("study", False)
     if study is None:
         study = False
@@ -579,7 +587,7 @@ def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
     if amend and not study:
         raise SweepError(f"{src}: report.amendments is given but report.study is not true (only the study report "
                          f"prints them): set report.study: true or remove report.amendments")
-    return ReportOptions(columns=list(columns), study=study, selection=selection, sequential=seq,
+    return ReportOptions(columns=list(columns), baseline=baseline, study=study, selection=selection, sequential=seq,
                          amendments=[" ".join(a.split()) for a in amend])
 
 

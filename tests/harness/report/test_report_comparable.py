@@ -145,3 +145,36 @@ def test_a_paired_difference_of_rates_keeps_its_negative_side():
     assert format_diff("final_eval.eval/arith/acc", d) == "+0.0 ± 2.2 (n=3)"
     # an accuracy's own interval is still cut at 0%
     assert format_cell("final_eval.eval/arith/acc", 0.01, 0.03) == "1.0 [0.0, 4.0]"
+
+
+def test_a_baseline_takes_the_paired_differences_from_its_row(sweep, tmp_path):
+    """`harness report --baseline ppo` (or the sweep file's report.baseline, recorded in sweep.json): every
+    other row minus PPO's, paired by seed; a baseline given on the command line that matches no row is refused
+    before anything is written; one recorded in sweep.json that matches no finished run is a note."""
+    from harness.cli.main import main as cli_main
+    from harness.foundation.base import ConfigError
+    res = build_report(sweep, tmp_path / "a", baseline="ppo")
+    title, _, (header, rows) = next(s for s in res["sections"] if s[1] == "paired-table")
+    assert title.startswith("Paired differences vs ppo")
+    by_row = {r[0]: dict(zip(header, r)) for r in rows}
+    assert set(by_row) == {"grpo − ppo", "rft − ppo"}
+    acc = {a: {seed: v["final_eval"]["eval/arith/acc"] for seed, v in runs.items()}
+           for a, runs in _summaries(sweep).items()}
+    d = paired_diff_ci(acc["grpo"], acc["ppo"])
+    want = ("-" if d["mean"] < 0 else "+") + format_cell("arith/acc", abs(d["mean"]), d["half"]) + " (n=3)"
+    assert by_row["grpo − ppo"]["arith acc (points)"] == want
+    with pytest.raises(ConfigError, match="--baseline 'dapo' matches no row of finished runs"):
+        build_report(sweep, tmp_path / "b", baseline="dapo")
+    assert not (tmp_path / "b").exists()
+    assert cli_main(["report", str(sweep), "--output-dir", str(tmp_path / "c"), "--baseline", "ppo"]) == 0
+    assert "Paired differences vs ppo" in (tmp_path / "c" / "report.md").read_text()
+    # recorded by harness sweep
+    (sweep / "sweep.json").write_text(json.dumps({"name": "cmp", "report": {"study": False, "baseline": "rft"}}))
+    try:
+        res = build_report(sweep, tmp_path / "d")
+        assert next(s for s in res["sections"] if s[1] == "paired-table")[0].startswith("Paired differences vs rft")
+        (sweep / "sweep.json").write_text(json.dumps({"name": "cmp", "report": {"study": False, "baseline": "dapo"}}))
+        md = build_report(sweep, tmp_path / "e")["markdown"].read_text()
+        assert "report.baseline 'dapo': no finished run of that algorithm" in md and "Paired differences vs grpo" in md
+    finally:
+        (sweep / "sweep.json").unlink()

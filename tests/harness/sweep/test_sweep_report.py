@@ -27,6 +27,7 @@ budget: {unit: samples, amount: 24, eval_points: 1}
 launcher: {workers: 2}
 report:
   columns: [final_eval.eval/arith/acc, budget.consumed.steps]
+  baseline: rft
 """)
     out = tmp_path / "out"
     env = dict(os.environ, HARNESS_TRAIN_FN=FAKE,
@@ -39,7 +40,9 @@ report:
     assert {f.name for f in report.iterdir()} >= {"report.html", "report.md", "table.csv", "runs.csv", "plots"}
     assert json.loads((out / "rep" / "sweep.json").read_text())["report_columns"] == [
         "final_eval.eval/arith/acc", "budget.consumed.steps"]
+    assert json.loads((out / "rep" / "sweep.json").read_text())["report"]["baseline"] == "rft"
     md = (report / "report.md").read_text()
+    assert "## Paired differences vs rft " in md and "| grpo − rft |" in md
     section = md.split("## Columns of the sweep file (report.columns)")[1].split("## Runs")[0]
     assert "| run id | status | final_eval.eval/arith/acc | budget.consumed.steps |" in section
     assert section.count("| finished |") == 4 and "| 0.23 | 3 |" in section   # 24 samples = 3 steps of 8

@@ -44,6 +44,8 @@ def test_study_and_selection_are_read_and_resolved(tmp_path):
     assert sw.report_selection == tmp_path / "abs" and sw.report_columns == ["a.b"]
     sw = load_sweep(sweep_file(tmp_path, "report: {columns: [wall_seconds]}"))
     assert (sw.report_study, sw.report_selection, sw.report_columns) == (False, None, ["wall_seconds"])
+    assert sw.report_baseline is None
+    assert load_sweep(sweep_file(tmp_path, "report: {baseline: rft}")).report_baseline == "rft"
 
 
 @pytest.mark.parametrize("report, why", [
@@ -51,8 +53,13 @@ def test_study_and_selection_are_read_and_resolved(tmp_path):
     ("report: {study: true, selection: 3}", "report.selection=3 is invalid: expected a folder path"),
     ("report: {study: true, selection: ''}", "report.selection='' is invalid: expected a non-empty folder path"),
     ("report: {selection: ../results/lr_select}", "report.selection is given but report.study is not true"),
-    ("report: {studdy: true}", "unknown key 'report.studdy'; did you mean 'study'? (valid: columns, study, selection, sequential, amendments)"),
-    ("report: [study]", "report must be a mapping with columns, study, selection"),
+    ("report: {studdy: true}", "unknown key 'report.studdy'; did you mean 'study'? (valid: columns, baseline, study, "
+                               "selection, sequential, amendments)"),
+    ("report: {baseline: grpp}", "report.baseline='grpp' names no algorithm of this sweep's runs; did you mean "
+                                 "'grpo'? (its algorithms: grpo, rft)"),
+    ("report: {baseline: 3}", "report.baseline=3 is invalid: expected the name of an algorithm of the sweep"),
+    ("report: {baseline: ''}", "report.baseline='' is invalid"),
+    ("report: [study]", "report must be a mapping with columns, baseline, study, selection"),
 ])
 def test_bad_report_sections_name_the_problem(tmp_path, report, why):
     with pytest.raises(SweepError) as e:
