@@ -5,7 +5,7 @@ import dataclasses
 import math
 from typing import Optional
 
-from algorithms.presets import GROUP_ESTIMATORS
+from algorithms.presets import GROUP_ESTIMATORS, resolve
 from algorithms.registry import UnknownComponentError
 from evals.arith import describe_knobs, held_out_shortfall, problem_space
 from evals.catalog import has_step_checker
@@ -242,20 +242,41 @@ IGNORED_WHEN = (
 """(algorithm fields, when the resolved algorithm ignores them, why): :func:`ignored_algorithm_fields`."""
 
 
-def ignored_algorithm_fields(cfg) -> list[str]:
-    """An algorithm field set (away from its default in the config as given) that the resolved algorithm never
-    reads, e.g. a clip range on online RFT, or GAE's lambda on GRPO: the run goes on, one line says so (the field
-    still enters the run id, as every set field does)."""
+def _ignored_changes(cfg) -> list[tuple[tuple, str]]:
+    """(fields set away from their default that the resolved algorithm never reads, why) per rule of
+    :data:`IGNORED_WHEN` that holds for ``cfg``."""
     given, default = cfg.algorithm, type(cfg.algorithm)()
     out = []
     for fields, ignored, why in IGNORED_WHEN:
-        if not ignored(cfg.algo):
-            continue
-        changed = [f for f in fields if getattr(given, f) != getattr(default, f)]
-        if changed:
-            names = ", ".join(f"algorithm.{f}={getattr(given, f)!r}" for f in changed)
-            out.append(f"{names}: algorithm {cfg.algo.name!r} ignores {'them' if len(changed) > 1 else 'it'}: "
-                       f"{why}")
+        if ignored(cfg.algo):
+            changed = tuple(f for f in fields if getattr(given, f) != getattr(default, f))
+            if changed:
+                out.append((changed, why))
+    return out
+
+
+def identity_algorithm(cfg):
+    """The resolved algorithm section a run id hashes: :attr:`Config.algo` with every field the algorithm
+    ignores (:data:`IGNORED_WHEN`) back at its default, so that a field which changes nothing a run computes
+    does not change its id either (a run's config.yaml, which writes every field out, names the same run)."""
+    changes = _ignored_changes(cfg)
+    if not changes:
+        return cfg.algo
+    default = type(cfg.algorithm)()
+    reset = {f: getattr(default, f) for fields, _ in changes for f in fields}
+    return resolve(dataclasses.replace(cfg.algorithm, **reset))
+
+
+def ignored_algorithm_fields(cfg) -> list[str]:
+    """An algorithm field set (away from its default in the config as given) that the resolved algorithm never
+    reads, e.g. a clip range on online RFT, or GAE's lambda on GRPO: the run goes on, one line says so, and the
+    field is left out of the run id (:func:`identity_algorithm`)."""
+    given = cfg.algorithm
+    out = []
+    for changed, why in _ignored_changes(cfg):
+        names = ", ".join(f"algorithm.{f}={getattr(given, f)!r}" for f in changed)
+        out.append(f"{names}: algorithm {cfg.algo.name!r} ignores {'them' if len(changed) > 1 else 'it'} (and so "
+                   f"does the run id): {why}")
     return out
 
 

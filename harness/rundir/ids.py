@@ -1,25 +1,26 @@
 """Run ids, defined once: ``<algorithm>-s<seed>-<hash8>`` made from a loaded config, and parsed back.
 
 The hash covers every field that changes what a run computes; ``name``, ``output_dir`` and
-``tracking`` (and ``warmup.cache_dir``, ``train.checkpoint_minutes``, and a ``reward_model``
-section left at its defaults or without a ``type``, whose fields a run then never reads) do not, so the same cell in two sweeps (or a re-launch with a
-tracker switched on) is the same run. The algorithm is hashed resolved, its components with their
-preset values filled in (``cfg.effective_dict()``: the config with ``cfg.algo``, which config.yaml
+``tracking`` (and ``warmup.cache_dir``, ``train.checkpoint_minutes``, a ``reward_model``
+section left at its defaults or without a ``type``, whose fields a run then never reads, and an algorithm
+field its algorithm ignores, :func:`harness.config.validation.identity_algorithm`) do not, so the same cell
+in two sweeps (or a re-launch with a tracker switched on) is the same run. The algorithm is hashed
+resolved, its components with their preset values filled in (``cfg.effective_dict()``: the config with ``cfg.algo``, which config.yaml
 writes out), so a run's own ``config.yaml`` names the same run as the config it was made from. It
 is the first 8 hex digits of the SHA-256 of the remaining config as sorted JSON, integral floats
 written as ints (:func:`harness.foundation.base.stable_hash`, which the cache keys'
 :func:`harness.config.schema.config_hash` also uses, without that step).
 
 :func:`parse_run_id` is the inverse used wherever only the id is at hand (a run directory
-without a summary, a tracker given a bare id). Imports nothing of the project but
-:func:`harness.foundation.base.stable_hash` (the config is resolved when it is loaded, not here).
+without a summary, a tracker given a bare id).
 """
 from __future__ import annotations
 
 import re
 from typing import NamedTuple, Optional
 
-from harness.foundation.base import stable_hash
+from harness.config.validation import identity_algorithm
+from harness.foundation.base import stable_hash, to_dict
 
 __all__ = ["run_id", "format_run_id", "parse_run_id", "RunIdParts", "HASH_LENGTH", "NOT_HASHED"]
 
@@ -67,6 +68,7 @@ def format_run_id(algorithm: str, seed: int, digest: str) -> str:
 def run_id(cfg) -> str:
     """Run id of a loaded :class:`~harness.config.schema.Config` (its algorithm, seed and hash)."""
     d = cfg.effective_dict()  # the algorithm preset-filled: a config.yaml written out is the same run
+    d["algorithm"] = to_dict(identity_algorithm(cfg))  # less the fields its algorithm ignores
     for k in NOT_HASHED:
         d.pop(k, None)
     if isinstance(d.get("warmup"), dict):

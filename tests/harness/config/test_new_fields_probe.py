@@ -49,20 +49,23 @@ def test_their_edges_load():
 
 IGNORED = [  # (settings, the one warning's text); probed as `harness train` ran them: exit 0, nothing said
     (["algorithm=rft", "algorithm.eps_high=0.28", "algorithm.clip_eps=0.1"],
-     "algorithm.clip_eps=0.1, algorithm.eps_high=0.28: algorithm 'rft' ignores them: its policy loss, sft_nll "
+     "algorithm.clip_eps=0.1, algorithm.eps_high=0.28: algorithm 'rft' ignores them (and so does the run id): "
+     "its policy loss, sft_nll "
      "(online RFT), has no importance ratio to clip"),
     (["algorithm=grpo", "algorithm.gae_lambda=0.9"],
-     "algorithm.gae_lambda=0.9: algorithm 'grpo' ignores it: it trains no critic"),
+     "algorithm.gae_lambda=0.9: algorithm 'grpo' ignores it (and so does the run id): it trains no critic"),
     (["algorithm=dapo", "algorithm.kl_estimator=k1"],
-     "algorithm.kl_estimator='k1': algorithm 'dapo' ignores it: its KL weight is 0"),
+     "algorithm.kl_estimator='k1': algorithm 'dapo' ignores it (and so does the run id): its KL weight is 0"),
     (["algorithm=grpo", "algorithm.max_resample=4"],
-     "algorithm.max_resample=4: algorithm 'grpo' ignores it: dynamic sampling is off"),
+     "algorithm.max_resample=4: algorithm 'grpo' ignores it (and so does the run id): dynamic sampling is off"),
     (["algorithm=grpo", "algorithm.correction_cap=3"],
-     "algorithm.correction_cap=3.0: algorithm 'grpo' ignores it: algorithm.correction is none"),
+     "algorithm.correction_cap=3.0: algorithm 'grpo' ignores it (and so does the run id): "
+     "algorithm.correction is none"),
     (["algorithm=dapo", "algorithm.overlong_buffer=0", "algorithm.overlong_penalty=2"],
-     "algorithm.overlong_penalty=2.0: algorithm 'dapo' ignores it: the soft overlong penalty is off"),
+     "algorithm.overlong_penalty=2.0: algorithm 'dapo' ignores it (and so does the run id): "
+     "the soft overlong penalty is off"),
     (["algorithm=grpo", "algorithm.prm=prm_dir"],
-     "algorithm.prm='prm_dir': algorithm 'grpo' ignores it: its reward is the outcome only"),
+     "algorithm.prm='prm_dir': algorithm 'grpo' ignores it (and so does the run id): its reward is the outcome only"),
 ]
 
 
@@ -70,6 +73,28 @@ IGNORED = [  # (settings, the one warning's text); probed as `harness train` ran
 def test_a_field_the_algorithm_ignores_is_said_in_one_line(sets, warning):
     (got,) = config_warnings(load_config(QUICKSTART, sets))
     assert got.startswith(warning), got
+
+
+@pytest.mark.parametrize("sets,warning", IGNORED, ids=[" ".join(s) for s, _ in IGNORED])
+def test_a_field_the_algorithm_ignores_leaves_the_run_id_as_it_was(sets, warning, tmp_path):
+    """A field that changes nothing a run computes changes nothing of its id (issue 48 item 5): the id is the one of
+    the same config without it, and the run's config.yaml (every field written out) names the same run."""
+    import yaml
+    from harness.rundir.ids import run_id
+    cfg = load_config(QUICKSTART, sets)
+    named = warning.split(": algorithm ")[0]  # the fields the warning names, before "algorithm 'x' ignores"
+    without = [s for s in sets if s.split("=")[0] == "algorithm" or s.split("=")[0] + "=" not in named]
+    assert without != sets
+    assert run_id(cfg) == run_id(load_config(QUICKSTART, without))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg.effective_dict()))
+    assert run_id(load_config(str(tmp_path / "config.yaml"))) == run_id(cfg)
+
+
+def test_a_field_the_algorithm_reads_changes_the_run_id():
+    from harness.rundir.ids import run_id
+    for base, field in ((["algorithm=ppo"], "algorithm.gae_lambda=0.9"), (["algorithm=rft"], "algorithm.kl_coef=0.1"),
+                        (["algorithm=dapo"], "algorithm.max_resample=4"), (["algorithm=grpo_ps"], "algorithm.prm=x")):
+        assert run_id(load_config(QUICKSTART, base)) != run_id(load_config(QUICKSTART, base + [field]))
 
 
 @pytest.mark.parametrize("sets", [
