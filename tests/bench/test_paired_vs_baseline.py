@@ -1,0 +1,51 @@
+"""bench/paired_vs_baseline.py against a hand computation: per-seed mean differences, the seed term s^2/n and the
+test set's term sigma_b^2 / P of a two-way decomposition written out here, the t half-width."""
+import json
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from support_paths import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+import paired_vs_baseline as pvb  # noqa: E402
+
+
+def _run(root, arm, seed, correct):
+    d = root / f"{arm}-s{seed}-x"
+    (d / "eval").mkdir(parents=True)
+    (d / "summary.json").write_text(json.dumps({"algorithm": arm, "seed": seed, "status": "finished"}))
+    (d / "eval" / "arith_0.jsonl").write_text("")  # the start: not the final evaluation
+    (d / "eval" / "arith_validation.jsonl").write_text("")
+    (d / "eval" / "arith_8.jsonl").write_text("".join(
+        json.dumps({"id": f"p{i}", "greedy": {"correct": bool(c)}}) + "\n" for i, c in enumerate(correct)))
+
+
+def test_interval_equals_a_hand_computation(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 2, size=(3, 40))
+    arm = rng.integers(0, 2, size=(3, 40))
+    for s in range(3):
+        _run(tmp_path, "grpo", s, base[s])
+        _run(tmp_path, "dapo", s, arm[s])
+    assert pvb.main([str(tmp_path), "--baseline", "grpo"]) == 0
+    row = capsys.readouterr().out.splitlines()[1].split()
+    d = 100.0 * (arm - base)                                   # seeds x problems
+    means = d.mean(1)
+    resid = d - d.mean(1, keepdims=True) - d.mean(0, keepdims=True) + d.mean()
+    ms_e = (resid ** 2).sum() / (2 * 39)
+    sb2 = max(0.0, d.mean(0).var(ddof=1) - ms_e / 3)
+    se = np.sqrt(means.var(ddof=1) / 3 + sb2 / 40)
+    assert row[0] == "dapo" and row[1] == "3"
+    assert float(row[5]) == pytest.approx(means.mean(), abs=0.005)
+    assert float(row[7]) == pytest.approx(np.sqrt(sb2 / 40), abs=0.005)
+    assert float(row[9]) == pytest.approx(stats.t.ppf(0.975, 2) * se, abs=0.005)
+
+
+def test_an_unknown_baseline_is_named(tmp_path, capsys):
+    _run(tmp_path, "grpo", 0, [1, 0])
+    with pytest.raises(SystemExit):
+        pvb.main([str(tmp_path), "--baseline", "ppo"])
+    assert "--baseline 'ppo': no finished run of it" in capsys.readouterr().err
