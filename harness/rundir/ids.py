@@ -5,8 +5,8 @@ The hash covers every field that changes what a run computes; ``name``, ``output
 section left at its defaults or without a ``type``, whose fields a run then never reads, and an algorithm
 field its algorithm ignores, :func:`harness.config.validation.identity_algorithm`) do not, so the same cell
 in two sweeps (or a re-launch with a tracker switched on) is the same run. The algorithm is hashed
-resolved, its components with their preset values filled in (``cfg.effective_dict()``: the config with ``cfg.algo``, which config.yaml
-writes out), so a run's own ``config.yaml`` names the same run as the config it was made from. It
+resolved, its components with their preset values filled in (``cfg.effective_dict()``: the config with
+``cfg.algo``, which config.yaml writes out), so a run's own ``config.yaml`` names the same run as the config it was made from. It
 is the first 8 hex digits of the SHA-256 of the remaining config as sorted JSON, integral floats
 written as ints (:func:`harness.foundation.base.stable_hash`, which the cache keys'
 :func:`harness.config.schema.config_hash` also uses, without that step).
