@@ -107,18 +107,22 @@ def _notes(runs: list[RunData], done: list[RunData], unit: str, ks: dict, exclud
     return notes
 
 
+def _sweep_json(sweep_dir: Path) -> dict:
+    """The sweep's ``sweep.json`` as ``harness sweep`` wrote it ({} without, or not an object)."""
+    doc = read_json(Path(sweep_dir) / "sweep.json", {})
+    return doc if isinstance(doc, dict) else {}
+
+
 def sweep_baseline(sweep_dir: Path) -> str | None:
     """The sweep file's ``report.baseline`` as ``harness sweep`` recorded it in sweep.json (None without)."""
-    doc = read_json(Path(sweep_dir) / "sweep.json", {}) or {}
-    rep = doc.get("report") if isinstance(doc, dict) else None
+    rep = _sweep_json(sweep_dir).get("report")
     b = rep.get("baseline") if isinstance(rep, dict) else None
     return b if isinstance(b, str) and b.strip() else None
 
 
 def sweep_columns(sweep_dir: Path) -> list[str]:
     """The sweep file's ``report.columns`` as ``harness sweep`` recorded them in sweep.json ([] without)."""
-    doc = read_json(Path(sweep_dir) / "sweep.json", {}) or {}
-    cols = doc.get("report_columns") if isinstance(doc, dict) else None
+    cols = _sweep_json(sweep_dir).get("report_columns")
     return [str(c) for c in cols] if isinstance(cols, list) else []
 
 
@@ -278,16 +282,14 @@ def _write_report(sweep_dir: Path, out: Path, columns: list[str] | None, baselin
     notes += selection_notes(selection)
     groups = group_runs(done)
     notes.insert(1, seeds_note(groups))
-    base = None
-    if baseline is not None or sweep_baseline(sweep_dir):
-        name = baseline if baseline is not None else sweep_baseline(sweep_dir)
-        base = baseline_label(groups, name)
-        if base is None and baseline is not None:
+    name = baseline if baseline is not None else sweep_baseline(sweep_dir)  # the command line's, else the sweep's
+    base = baseline_label(groups, name) if name else None
+    if name and base is None:
+        if baseline is not None:
             raise ConfigError(f"--baseline {baseline!r} matches no row of finished runs (rows: "
                               f"{', '.join(groups) or 'none'})")
-        if base is None:
-            notes.append(f"report.baseline {name!r}: no finished run of that algorithm; the paired differences "
-                         f"are taken from the first row.")
+        notes.append(f"report.baseline {name!r}: no finished run of that algorithm; the paired differences "
+                     f"are taken from the first row.")
     sections = _comparison_sections(groups, df, base)
     runs_table = runs_display(runs_df, tasks)
     md_path, html_path = out / "report.md", out / "report.html"

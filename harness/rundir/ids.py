@@ -6,9 +6,9 @@ section left at its defaults or without a ``type``, whose fields a run then neve
 field its algorithm ignores, :func:`harness.config.validation.identity_algorithm`) do not, so the same cell
 in two sweeps (or a re-launch with a tracker switched on) is the same run. The algorithm is hashed
 resolved, its components with their preset values filled in (``cfg.effective_dict()``: the config with
-``cfg.algo``, which config.yaml writes out), so a run's own ``config.yaml`` names the same run as the config it was made from. It
-is the first 8 hex digits of the SHA-256 of the remaining config as sorted JSON, integral floats
-written as ints (:func:`harness.foundation.base.stable_hash`, which the cache keys'
+``cfg.algo``, which config.yaml writes out), so a run's own ``config.yaml`` names the same run as the
+config it was made from. It is the first 8 hex digits of the SHA-256 of the remaining config as sorted
+JSON, integral floats written as ints (:func:`harness.foundation.base.stable_hash`, which the cache keys'
 :func:`harness.config.schema.config_hash` also uses, without that step).
 
 :func:`parse_run_id` is the inverse used wherever only the id is at hand (a run directory
