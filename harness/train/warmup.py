@@ -3,9 +3,9 @@
 Trains the built-in tiny model from scratch on the task's worked solutions (loss on the
 completion only); with ``warmup.pretrained``, a pretrained model (``model.name_or_path``)
 is fine-tuned the same way from its loaded weights, every weight (the task's prompts go
-through its tokenizer's chat template where the task uses one). The result is cached under ``warmup.cache_dir/<hash>`` where the hash
-covers exactly what determines the checkpoint (model shape, task knobs, warm-up
-settings), not the RL run's seed or algorithm: every run of a sweep starts from the same
+through its tokenizer's chat template where the task uses one). The result is cached under
+``warmup.cache_dir/<hash>`` where the hash covers exactly what determines the checkpoint (model
+shape, task knobs, warm-up settings), not the RL run's seed or algorithm: every run of a sweep starts from the same
 weights, and a second quickstart reuses them. A file lock keeps parallel sweep workers
 from training it twice.
 
@@ -33,7 +33,7 @@ from typing import Optional
 import torch
 
 from evals.catalog import get_task
-from harness.config.paths import warmup_cache_root
+from harness.config.paths import uses_warmup_cache, warmup_cache_root
 from harness.config.schema import Config, config_hash, warmup_long_spec
 from harness.engine.models import build_char_tokenizer, build_tiny_model, is_out_of_memory, load_policy, save_policy
 from harness.foundation.base import to_dict
@@ -351,7 +351,7 @@ def _machine_problem(e: BaseException) -> bool:
 def starting_checkpoint(cfg: Config, task, device, progress: bool = True):
     """(model, tokenizer, info) for the start of RL: the cached warm-up checkpoint for the
     tiny model (and a pretrained one with ``warmup.pretrained``), or the configured local model."""
-    if cfg.model.name_or_path != "tiny" and not (cfg.warmup.enabled and cfg.warmup.pretrained):
+    if cfg.model.name_or_path != "tiny" and not uses_warmup_cache(cfg):
         model, tok = load_policy(cfg.model.name_or_path, cfg.model.gguf_file, cfg.model.dtype)
         return model.to(device), tok, {"source": cfg.model.name_or_path}
     if not cfg.warmup.enabled:
