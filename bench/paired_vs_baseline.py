@@ -4,7 +4,8 @@
 report adds the term of the fixed test set, sigma_b^2 / P (the problem main effect of the seed x problem
 differences, `harness.report.stats.problem_variance`). This script gives a plain sweep's arms that interval: for
 every arm and seed the final evaluation's per-problem greedy correctness (eval/<task>_<step>.jsonl, the test split,
-the same problems in every run) minus the baseline's on the same seed, then
+the same problems in every run) minus the baseline's on the same seed, then the study's own standard error
+(`harness.report.decisions.look_stats`)
 
     SE^2 = s^2 / n (per-seed mean differences) + sigma_b^2 / P,  half-width = t_{0.975, n-1} * SE,
 
@@ -20,10 +21,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness.report.stats import problem_variance  # noqa: E402
+from harness.report.decisions import PartData, look_stats  # noqa: E402
+from harness.report.stats import t_quantile  # noqa: E402
 
 
 def final_records(run: Path, task: str) -> dict[str, float]:
@@ -69,14 +70,15 @@ def main(argv=None) -> int:
                 p.error(f"{arm} seed {s} was scored on other problems than {a.baseline} seed {s}")
             diffs.append(np.array([100 * (rec[i] - base[s][i]) for i in ids]))
         n = len(diffs)
-        means = np.array([d.mean() for d in diffs])
-        seed_var = means.var(ddof=1) / n if n > 1 else float("nan")
-        prob_var = problem_variance(diffs, crossed=True)["var"]
-        se = float(np.sqrt(seed_var + prob_var))
-        half = stats.t.ppf(1 - alpha / 2, n - 1) * se if n > 1 else float("nan")
-        half_b = stats.t.ppf(1 - alpha / (2 * len(others)), n - 1) * se if n > 1 else float("nan")
+        means = [float(d.mean()) for d in diffs]
+        st = look_stats(PartData(what=f"{arm} - {a.baseline}", unit="points", expected=0, sesoi=0.0, seeds=seeds,
+                                 values=means, problems=diffs, crossed=True), n)
+        se = st["se"]
+        half = t_quantile(1 - alpha / 2, n - 1) * se if n > 1 else float("nan")
+        half_b = t_quantile(1 - alpha / (2 * len(others)), n - 1) * se if n > 1 else float("nan")
         per = ", ".join(f"{m:+.1f}" for m in means)
-        print(f"{arm:<16} {n:>5} {per:<26} {means.mean():>+6.2f} {np.sqrt(seed_var):>8.2f} {np.sqrt(prob_var):>11.2f} "
+        print(f"{arm:<16} {n:>5} {per:<26} {st['mean']:>+6.2f} {st['sd'] / np.sqrt(n):>8.2f} "
+              f"{np.sqrt(st['var_problems']):>11.2f} "
               f"{f'± {half:.2f}':>14} {f'± {half_b:.2f}':>16}")
     return 0
 
