@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from harness.rundir.read import load_run
 from support_paths import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -19,9 +20,16 @@ def _records(path, correct, ids=None):
 
 
 def _run(root, name, start, final, last_step=96):
+    """A run folder as the trainer leaves it, as far as the reader looks: per-problem records at the start, a
+    middle point and the end (and the validation half), the evaluation rows, the summary's start and end."""
     d = root / name
     (d / "eval").mkdir(parents=True)
-    (d / "summary.json").write_text(json.dumps({"status": "finished"}))
+    acc = {0: float(np.mean(start)), 32: 0.0, last_step: float(np.mean(final))}
+    (d / "summary.json").write_text(json.dumps({
+        "run_id": name, "status": "finished", "config": {"task": {"name": "wordarith"}},
+        "initial_eval": {"eval/wordarith/acc": acc[0]}, "final_eval": {"eval/wordarith/acc": acc[last_step]}}))
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "eval/wordarith/acc": v}) + "\n"
+                                             for k, v in acc.items()))
     _records(d / "eval" / "wordarith_0.jsonl", start)
     _records(d / "eval" / "wordarith_32.jsonl", [0] * len(start))  # a middle point: not the final one
     _records(d / "eval" / "wordarith_validation.jsonl", [1] * len(start))
@@ -51,13 +59,19 @@ def test_the_gain_and_its_interval_equal_a_hand_computation(tmp_path, capsys):
 
 
 def test_problems_are_paired_by_id_not_by_line(tmp_path):
-    d = _run(tmp_path, "r", [1, 0, 0], [0, 0, 0])
+    d = _run(tmp_path, "r", [1, 0, 0], [0, 0, 1])
     _records(d / "eval" / "wordarith_96.jsonl", [0, 0, 1], ids=["p2", "p1", "p0"])   # p0 right in both
-    g = gbp.gain(d, "wordarith")
+    g = gbp.gain(load_run(d), "wordarith")
     assert g["gain"] == 0.0 and g["gained"] == 0 and g["lost"] == 0
 
 
 def test_a_run_scored_on_other_problems_is_named(tmp_path):
     d = _run(tmp_path, "r", [1, 0], [1, 0])
     _records(d / "eval" / "wordarith_96.jsonl", [1, 0], ids=["p0", "q9"])
-    assert gbp.gain(d, "wordarith") == {"why": "the start and the final evaluation scored other problems"}
+    assert gbp.gain(load_run(d), "wordarith") == {"why": "the start and the final evaluation scored other problems"}
+
+
+def test_records_that_disagree_with_the_summary_are_not_used(tmp_path):
+    d = _run(tmp_path, "r", [1, 0], [1, 1])
+    _records(d / "eval" / "wordarith_96.jsonl", [0, 0])               # the summary says 100% at the end
+    assert "differs from the summary" in gbp.gain(load_run(d), "wordarith")["why"]
