@@ -342,7 +342,14 @@ class TrainConfig:
     k >= 1: one process only, not with algorithm.drop_zero_variance or reward_model.type; logs the offpolicy/*
     diagnostics (docs/offpolicy.md)."""
 
-    OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("staleness",)
+    heap_mmap_threshold_kib: int = ruled(0, at_least(0), at_most(32 * 1024, " (glibc's largest mmap threshold)"))
+    """Memory, not values: with glibc, allocations of at least this many KiB get a mapping of their own, returned
+    to the system when freed, and the heap's free top is returned at once (`harness.engine.heap.
+    limit_heap_retention`), in the run's process from its start. 0: glibc's defaults, which keep freed memory
+    for reuse: a pretrained model's evaluations then peak well above their live tensors. The SmolLM2 recipe
+    sets 64 (docs/results.md)."""
+
+    OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("staleness", "heap_mmap_threshold_kib")
     """Later settings left out of config.yaml and run ids at their defaults (earlier runs keep their ids)."""
 
     def validate(self):

@@ -15,6 +15,11 @@ per allocation (as ``MALLOC_MMAP_THRESHOLD_`` would do). Values are never touche
 
 ``RELEASE_FREED_HEAP`` switches it (see its comment for the default). Without glibc (macOS, musl,
 Windows) it does nothing.
+
+:func:`limit_heap_retention` is the other lever, for a run that asks for it (``train.heap_mmap_threshold_kib``): glibc's
+``mallopt`` then gives every allocation of at least that size a mapping of its own, unmapped when freed, and
+returns the heap's free top at every free, so freed activations and KV caches leave the resident set at once.
+It costs a ``mmap``/``munmap`` and fresh page faults per large allocation.
 """
 from __future__ import annotations
 
@@ -43,6 +48,37 @@ def _malloc_trim():
         return None
     fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
     return fn
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+
+
+@functools.lru_cache(maxsize=1)
+def _mallopt():
+    """glibc's ``mallopt`` (int mallopt(int param, int value)), or None where the C library is not glibc."""
+    if _malloc_trim() is None:
+        return None
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return fn
+
+
+def limit_heap_retention(mmap_threshold_kib: int) -> bool:
+    """In this process from now on, allocations of at least ``mmap_threshold_kib`` KiB are mapped on their own
+    and unmapped when freed, and the heap's free top is returned at every free (glibc's ``mallopt``
+    M_MMAP_THRESHOLD and M_TRIM_THRESHOLD 0, as the ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``
+    variables would set them at start-up; either disables glibc's rising threshold). 0 changes nothing (glibc's
+    defaults: a threshold that rises with each freed mapping, up to 32 MiB). True when the settings took effect;
+    False for 0 or without glibc. Values are never touched."""
+    if mmap_threshold_kib <= 0:
+        return False
+    fn = _mallopt()
+    if fn is None:
+        return False
+    return bool(fn(_M_MMAP_THRESHOLD, int(mmap_threshold_kib) * 1024)) and bool(fn(_M_TRIM_THRESHOLD, 0))
 
 
 def release_freed_heap() -> bool:

@@ -25,8 +25,9 @@ and, with ``report.study``, the study report (``<output_dir>/<name>/study/``), a
 Setup jobs
 ==========
 
-Runs of the built-in tiny model start from a cached supervised warm-up and share a cached start
-evaluation (one per seed and evaluation setting). Before its runs, the sweep builds each of
+Runs with ``warmup.enabled`` (the built-in tiny model, or a pretrained model with ``warmup.pretrained``) start
+from a cached supervised warm-up and share a cached start evaluation (one per evaluation setting, and per seed
+where it draws samples). Before its runs, the sweep builds each of
 those its unfinished runs need in a *setup job*: a worker process of its own
 (``harness.train.loop:prepare``, folder ``<output_dir>/<name>/setup/<job>/``: its summary's
 ``setup_seconds`` are the setup's time, which the study report counts) that fills the caches and exits. Without it, the first run of each seed would build them in-process, and its
@@ -66,7 +67,7 @@ from harness.sweep import sequential
 from harness.sweep.progress import Progress
 from harness.sweep.spec import LaunchOptions, SweepError, fmt_value, refresh_problem
 from harness.train.evalpoints import initial_eval_settings
-from harness.config.paths import warmup_cache_root
+from harness.config.paths import uses_warmup_cache, warmup_cache_root
 from harness.train.warmup import warmup_key
 
 __all__ = ["run_sweep", "format_results", "summary_value", "unfinished_runs", "DEFAULT_TRAIN", "TRAIN_FN_ENV",
@@ -224,18 +225,20 @@ def setup_key(cfg) -> str:
 
 def setup_jobs(sweep_dir: Path, todo: list[PlannedRun], opts: LaunchOptions) -> list[RunSpec]:
     """One setup job (see the module doc) per distinct `setup_key` among the runs of ``todo``
-    that start from the tiny model's warm-up and have no checkpoint yet; [] when the launcher
-    runs another trainer (a test seam) or several processes per run."""
+    that start from a warm-up (the tiny model's or a pretrained model's) and have no checkpoint yet; [] when the
+    launcher runs another trainer (a test seam) or several processes per run."""
     if opts.train != DEFAULT_TRAIN or opts.procs > 1:
         return []
     jobs: dict = {}
+    seeds: dict = {}
     for r in todo:
         cfg = r.config
-        if cfg.model.name_or_path != "tiny" or not cfg.warmup.enabled:
+        if not uses_warmup_cache(cfg):
             continue
         if (r.run_dir / "checkpoint").is_dir():  # resumes past its start evaluation
             continue
         key = setup_key(cfg)
+        seeds.setdefault(key, set()).add(cfg.seed)
         if key in jobs:
             continue
         d = to_dict(cfg)
@@ -244,7 +247,10 @@ def setup_jobs(sweep_dir: Path, todo: list[PlannedRun], opts: LaunchOptions) -> 
         d["tracking"] = dict(d["tracking"], mlflow=False, wandb=False)  # a setup job is not a run to mirror
         job = config_from_dict(d)
         jobs[key] = RunSpec(run_id=f"setup-{key}", run_dir=str(Path(job.output_dir) / job.name / config_run_id(job)),
-                            config=d, label=f"seed {cfg.seed}")
+                            config=d, label="")
+    for key, job in jobs.items():  # a greedy-only start evaluation serves every seed of its warm-up
+        ss = sorted(seeds[key])
+        job.label = f"seed {ss[0]}" if len(ss) == 1 else "seeds " + ", ".join(map(str, ss))
     return list(jobs.values())
 
 

@@ -90,11 +90,16 @@ def evaluate_point(model, tok, task, cfg: Config, step: int, out_dir: Path, fina
 
 def initial_eval_settings(cfg: Config) -> dict:
     """What the start evaluation depends on besides the checkpoint and the thread count in force:
-    the task, the evaluation settings, the completion limit, the seed (sampling seeds) and the
-    numerics (mode, device, dtype)."""
-    return {"task": to_dict(cfg.task), "eval": to_dict(cfg.eval), "seed": cfg.seed,
-            "max_new_tokens": cfg.sampling.max_new_tokens, "device": cfg.device,
-            "numerics": cfg.numerics, "dtype": cfg.model.dtype}
+    the task, the evaluation settings, the completion limit, the seed where samples are drawn (``eval.n``; a
+    greedy-only evaluation draws nothing, so every seed of a shared warm-up reads one entry) and the numerics
+    (mode, device, dtype). Not LoRA: its adapters start at B = 0, so they add exact zeros to every projection and
+    the start's values are the checkpoint's, bit for bit."""
+    settings = {"task": to_dict(cfg.task), "eval": to_dict(cfg.eval),
+                "max_new_tokens": cfg.sampling.max_new_tokens, "device": cfg.device,
+                "numerics": cfg.numerics, "dtype": cfg.model.dtype}
+    if cfg.eval.n:
+        settings["seed"] = cfg.seed
+    return settings
 
 
 def initial_eval_key(cfg: Config) -> str:
@@ -103,9 +108,10 @@ def initial_eval_key(cfg: Config) -> str:
 
 
 def _cache_dir(cfg: Config, start_info: dict) -> Optional[Path]:
-    """Where the start evaluation is cached: beside a cached warm-up checkpoint, else nowhere."""
+    """Where the start evaluation is cached: beside a cached warm-up checkpoint (the tiny model's or a pretrained
+    model's), else nowhere."""
     src = start_info.get("source")
-    if cfg.model.name_or_path != "tiny" or not src or not (Path(src) / "warmup.json").exists():
+    if not src or not (Path(src) / "warmup.json").exists():
         return None
     return Path(src) / "initial_eval" / initial_eval_key(cfg)
 

@@ -55,6 +55,7 @@ from evals.catalog import get_task
 from harness.admission import gate
 from harness.admission.gate import Admitted
 from harness.config.schema import Config, save_config
+from harness.engine import heap
 from harness.engine.distributed import Distributed
 from harness.engine.evaluate import evaluate as run_evaluation
 from harness.engine.learner import Learner
@@ -233,6 +234,7 @@ def train(cfg: Config | Admitted, *, resume: bool = True, progress: bool = True,
     admitted = gate.admitted(cfg)
     cfg = admitted.cfg
     nstate = admitted.enter()  # numerics first: the pins must be in force before torch runs a kernel here
+    heap.limit_heap_retention(cfg.train.heap_mmap_threshold_kib)
     dist = make_distributed(cfg)  # before any model is loaded (ZeRO-3: partitioned loading)
     out = make_run_dir(run_dir(cfg))
     lock, busy = None, None

@@ -13,11 +13,21 @@ sys.path.insert(0, str(REPO / "bench"))
 import paired_vs_baseline as pvb  # noqa: E402
 
 
-def _run(root, arm, seed, correct):
-    d = root / f"{arm}-s{seed}-x"
+def _run(root, arm, seed, correct, config=None, name=None):
+    """A finished run folder as far as the report's reader looks: the evaluation rows, the summary's final
+    accuracy, the start's and the final evaluation's per-problem records (and the validation half's)."""
+    d = root / (name or f"{arm}-s{seed}-x")
     (d / "eval").mkdir(parents=True)
-    (d / "summary.json").write_text(json.dumps({"algorithm": arm, "seed": seed, "status": "finished"}))
-    (d / "eval" / "arith_0.jsonl").write_text("")  # the start: not the final evaluation
+    acc = float(np.mean(correct))
+    cfg = {"seed": seed, "algorithm": {"name": arm}, **(config or {})}
+    (d / "summary.json").write_text(json.dumps({
+        "run_id": d.name, "algorithm": arm, "seed": seed, "status": "finished", "config": cfg,
+        "budget": {"unit": "steps", "amount": 8, "consumed": {"steps": 8}},
+        "initial_eval": {"eval/arith/acc": 0.0}, "final_eval": {"eval/arith/acc": acc}}))
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": k, "eval/arith/acc": v}) + "\n"
+                                             for k, v in ((0, 0.0), (8, acc))))
+    (d / "eval" / "arith_0.jsonl").write_text("".join(  # the start: not the final evaluation
+        json.dumps({"id": f"p{i}", "greedy": {"correct": False}}) + "\n" for i in range(len(correct))))
     (d / "eval" / "arith_validation.jsonl").write_text("")
     (d / "eval" / "arith_8.jsonl").write_text("".join(
         json.dumps({"id": f"p{i}", "greedy": {"correct": bool(c)}}) + "\n" for i, c in enumerate(correct)))
@@ -49,3 +59,22 @@ def test_an_unknown_baseline_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         pvb.main([str(tmp_path), "--baseline", "ppo"])
     assert "--baseline 'ppo': no finished run of it" in capsys.readouterr().err
+
+
+def test_arms_by_config_keys_with_defaults_filled_in(tmp_path, capsys):
+    """--arm: runs told apart by config values; a file that leaves train.staleness out is the default (0), and the
+    algorithm's correction is read resolved (none where the config names none)."""
+    rng = np.random.default_rng(2)
+    base, late = rng.integers(0, 2, size=(2, 30)), rng.integers(0, 2, size=(2, 30))
+    for s in range(2):
+        _run(tmp_path, "grpo", s, base[s], name=f"grpo-s{s}-a")
+        _run(tmp_path, "grpo", s, late[s], config={"train": {"staleness": 4},
+                                                   "algorithm": {"name": "grpo", "correction": "token_tis"}},
+             name=f"grpo-s{s}-b")
+    assert pvb.main([str(tmp_path), "--arm", "train.staleness", "--arm", "algorithm.correction",
+                     "--baseline", "train.staleness=0,algorithm.correction=none"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 2
+    row = rows[1].split()
+    assert row[0] == "train.staleness=4,algorithm.correction=token_tis" and row[1] == "2"
+    assert float(row[4]) == pytest.approx(100 * (late - base).mean(), abs=0.005)

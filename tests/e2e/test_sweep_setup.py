@@ -21,6 +21,7 @@ from harness.rundir.layout import SETUP_DIR, read_json, read_jsonl
 from harness.sweep.plan import load_sweep
 from harness.sweep.run import run_sweep, setup_jobs, setup_key
 from harness.sweep.spec import LaunchOptions
+from harness.train.evalpoints import _cache_dir, initial_eval_key
 
 
 def _sweep(path: Path, cache: Path) -> Path:
@@ -108,3 +109,33 @@ def test_setup_jobs_one_per_seed_and_none_where_they_do_not_apply(tmp_path):
     for r in seed0:
         (r.run_dir / "checkpoint").mkdir(parents=True)
     assert [j.label for j in setup_jobs(sw.sweep_dir, sw.runs, real)] == ["seed 1"]
+
+
+def test_a_greedy_only_start_evaluation_is_one_setup_job_for_every_seed(tmp_path):
+    """The start evaluation draws nothing when eval.n is 0, so seeds sharing a warm-up share one setup job (and one
+    cache entry); with samples drawn each seed has its own."""
+    path = _sweep(tmp_path / "s.yaml", tmp_path / "warm")
+    real = LaunchOptions(train="harness.train.loop:train")
+    greedy = load_sweep(path, output_dir=str(tmp_path / "out"), overrides=["warmup.per_seed=false", "eval.n=0"])
+    assert [j.label for j in setup_jobs(greedy.sweep_dir, greedy.runs, real)] == ["seeds 0, 1"]
+    assert len({initial_eval_key(r.config) for r in greedy.runs}) == 1
+    sampled = load_sweep(path, output_dir=str(tmp_path / "out"), overrides=["warmup.per_seed=false"])
+    assert sorted(j.label for j in setup_jobs(sampled.sweep_dir, sampled.runs, real)) == ["seed 0", "seed 1"]
+    assert len({initial_eval_key(r.config) for r in sampled.runs}) == 2
+
+
+def test_the_smollm2_recipe_sweep_has_one_setup_job_and_a_pretrained_start_is_cached(tmp_path):
+    """A pretrained model's warm-up (warmup.pretrained) gets the setup job and the start evaluation's cache the tiny
+    model's has: the recipe's 3 seeds (greedy only) one job; without warmup.pretrained there is nothing to set up."""
+    root = Path(__file__).resolve().parents[2]
+    real = LaunchOptions(train="harness.train.loop:train")
+    sw = load_sweep(root / "sweeps" / "wordarith_lora.yaml", output_dir=str(tmp_path / "out"))
+    assert [j.label for j in setup_jobs(sw.sweep_dir, sw.runs, real)] == ["seeds 0, 1, 2"]
+    start = tmp_path / "warm" / "entry"
+    start.mkdir(parents=True)
+    (start / "warmup.json").write_text("{}")
+    cfg = sw.runs[0].config
+    assert _cache_dir(cfg, {"source": str(start)}) == start / "initial_eval" / initial_eval_key(cfg)
+    plain = load_sweep(root / "sweeps" / "wordarith_lora.yaml", output_dir=str(tmp_path / "out"),
+                       overrides=["warmup.pretrained=false"])
+    assert setup_jobs(plain.sweep_dir, plain.runs, real) == []

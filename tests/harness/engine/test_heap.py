@@ -73,3 +73,56 @@ def test_fastlm_releases_per_recomputed_layer_same_bits(monkeypatch, mode):
     for out in (got, real):
         assert torch.equal(out[0], ref[0])
         assert len(out[1]) == len(ref[1]) and all(torch.equal(a, b) for a, b in zip(out[1], ref[1]))
+
+
+_GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+# A child process: one 256 KiB block malloc'd and freed (glibc then raises its mmap threshold above 256 KiB),
+# then 400 more written to, and all but the last freed; prints the resident KiB this left behind.
+_RETAINED = r"""
+import ctypes, ctypes.util, os, sys
+sys.path.insert(0, {root!r})
+from harness.engine import heap
+print("set", heap.limit_heap_retention({kib}))
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+rss = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+n = 256 * 1024
+libc.free(libc.malloc(n))
+before = rss()
+blocks = [libc.malloc(n) for _ in range(400)]
+for b in blocks:
+    ctypes.memset(b, 1, n)
+for b in blocks[:-1]:
+    libc.free(b)
+print("kept", rss() - before)
+"""
+
+
+def _retained_kib(kib: int) -> tuple[str, int]:
+    import pathlib
+    import subprocess
+    import sys
+
+    root = str(pathlib.Path(heap.__file__).resolve().parents[2])
+    out = subprocess.run([sys.executable, "-c", _RETAINED.format(root=root, kib=kib)], capture_output=True,
+                         text=True, check=True).stdout.split("\n")
+    return out[0], int(out[1].split()[1])
+
+
+@pytest.mark.skipif(not _GLIBC, reason="glibc's mallopt")
+def test_limit_heap_retention_returns_freed_blocks():
+    """With glibc's defaults the 399 freed blocks (about 100 MiB) stay resident below the last one; with a 64 KiB
+    threshold each was its own mapping and left with its free."""
+    said, kept = _retained_kib(0)
+    assert said == "set False" and kept > 90 * 1024
+    said, kept = _retained_kib(64)
+    assert said == "set True" and kept < 2 * 1024
+
+
+def test_limit_heap_retention_no_op_without_glibc(monkeypatch):
+    monkeypatch.setattr(heap, "_mallopt", lambda: None)
+    assert heap.limit_heap_retention(64) is False
+    monkeypatch.setattr(heap, "_mallopt", lambda: pytest.fail("looked up for 0"))
+    assert heap.limit_heap_retention(0) is False
