@@ -226,18 +226,19 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default
 
 
-def to_dict(obj) -> Any:
+def to_dict(obj, every_field: bool = False) -> Any:
     """Plain nested dict (lists, not tuples) for YAML/JSON. A dataclass's fields named in its
     ``OMITTED_AT_DEFAULT`` class attribute are left out while they hold their default (knobs that
-    came later: configs without them keep their run ids, cache keys and config.yaml)."""
+    came later: configs without them keep their run ids, cache keys and config.yaml), unless
+    ``every_field`` (what a reader comparing configs needs: the value in force, never a gap)."""
     if dataclasses.is_dataclass(obj):
-        omit = getattr(obj, "OMITTED_AT_DEFAULT", ())
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+        omit = () if every_field else getattr(obj, "OMITTED_AT_DEFAULT", ())
+        return {f.name: to_dict(getattr(obj, f.name), every_field) for f in dataclasses.fields(obj)
                 if not (f.name in omit and getattr(obj, f.name) == _default(f))}
     if isinstance(obj, (list, tuple)):
-        return [to_dict(v) for v in obj]
+        return [to_dict(v, every_field) for v in obj]
     if isinstance(obj, dict):
-        return {k: to_dict(v) for k, v in obj.items()}
+        return {k: to_dict(v, every_field) for k, v in obj.items()}
     return obj
 
 

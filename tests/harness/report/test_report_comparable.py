@@ -178,3 +178,24 @@ def test_a_baseline_takes_the_paired_differences_from_its_row(sweep, tmp_path):
         assert "report.baseline 'dapo': no finished run of that algorithm" in md and "Paired differences vs grpo" in md
     finally:
         (sweep / "sweep.json").unlink()
+
+
+def test_a_knob_left_out_at_its_default_reads_as_the_default(tmp_path):
+    """config.yaml leaves the later knobs out at their defaults (train.staleness 0, algorithm.correction none): rows
+    are labelled, ordered and compared by the value in force, never by a gap (None)."""
+    from harness.report.aggregate import differing_settings
+    from harness.rundir.read import RunData
+
+    def run(name, config):
+        return RunData(run_dir=tmp_path / name, run_id=name, sweep="s", algorithm="grpo", seed=0, status="finished",
+                       error=None, summary={}, config={"algorithm": {"name": "grpo"}, **config})
+
+    late = {"train": {"staleness": 4}, "algorithm": {"name": "grpo", "correction": "seq_mask"}}
+    runs = [run("a", {}), run("b", late)]
+    groups = group_runs(runs)
+    assert list(groups) == ["grpo (algorithm.correction=none, train.staleness=0)",
+                            "grpo (algorithm.correction=seq_mask, train.staleness=4)"]
+    keys, rows = differing_settings(groups)
+    assert keys == ["algorithm.correction", "train.staleness"]
+    assert rows["grpo (algorithm.correction=none, train.staleness=0)"] == {"algorithm.correction": "none",
+                                                                         "train.staleness": "0"}
