@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from harness.config.schema import effective_dict
+from harness.config.schema import Config, effective_dict
 from harness.foundation.base import flatten, to_dict
 from harness.report.format import value_text
 from harness.report.stats import mean_ci, paired_diff_ci
@@ -36,7 +36,6 @@ def _ignored(key: str) -> bool:
 @functools.lru_cache(maxsize=1)
 def _defaults() -> dict:
     """Every field of a config at its default, flattened (the later knobs config.yaml leaves out included)."""
-    from harness.config.schema import Config
     cfg = Config()
     return flatten({**to_dict(cfg, every_field=True), "algorithm": to_dict(cfg.algo, every_field=True)},
                    keep_empty=True)
