@@ -4,6 +4,7 @@ wall-clock of a pipelined run (train.staleness = 1) against the on-policy loop (
     python bench/offpolicy.py mismatch                 # quickstart start checkpoint: samplers vs the float32 learner
     python bench/offpolicy.py timing --pairs 2         # k = 0 vs k = 1 quickstart runs, alternating, fresh processes
     python bench/offpolicy.py overlap                  # how much a sampler thread and the learner overlap in-process
+    python bench/offpolicy.py diagnostics results/reference/offpolicy   # the sweep's mismatch and time per arm
 
 mismatch: the quickstart's starting checkpoint (its warm-up, cached under --output-dir; built there if absent)
 samples the quickstart's first stage (32 prompts x 8, 40 new tokens, T = 1) with each sampler: ``hf`` on a
@@ -20,6 +21,12 @@ with its own --sampler-threads, the learner on --threads, as harness.train.pipel
 overlap = (sampler alone + learner alone) / both at once (2 = perfect overlap, 1 = none). --process: the sampler
 in a spawned process instead (what a sampler process of the pipeline would get: no shared interpreter).
 
+diagnostics: per arm (train.staleness x algorithm.correction) of a finished sweep (sweeps/offpolicy.yaml, or its
+export), over its seeds: final greedy accuracy, the run's mean and largest mismatch KL per token (the mean over its
+steps of ``offpolicy/mismatch_kl``; the largest step), the largest raw ratio of any step, the mean share of tokens
+truncated or masked, training seconds (the budget's ``seconds`` counter: evaluation excluded) and wall-clock; each
+as the mean over seeds with the seeds' range. Reads run folders only (nothing is trained).
+
 timing: ``harness train`` of the quickstart config at a short budget (--samples, default 2,048 = 8 stages),
 evaluation only at the end, no model saved, in fresh processes, k = 0 and k = 1 alternating (the order flips
 every pair). Per run: training seconds (the budget's ``seconds`` counter: the stages' wall-clock, evaluation
@@ -32,7 +39,6 @@ import argparse
 import copy
 import json
 import multiprocessing
-import os
 import subprocess
 import sys
 import tempfile
@@ -204,9 +210,57 @@ def overlap(a) -> dict:
     return {"sampler_threads": a.sampler_threads, "process": a.process, "reps": reps}
 
 
+def _run_diagnostics(run) -> dict:
+    rows = run.rows
+    def col(k):
+        return [float(r[k]) for r in rows if isinstance(r.get(k), (int, float))]
+    kl, rmax = col("offpolicy/mismatch_kl"), col("offpolicy/ratio_max")
+    trunc, masked = col("offpolicy/truncated_frac"), col("offpolicy/masked_frac")
+    consumed = (run.summary.get("budget") or {}).get("consumed") or {}
+    return {"acc": 100 * float(run.final_eval.get(f"{run.task}/acc", float("nan"))),
+            "kl_mean": sum(kl) / len(kl) if kl else float("nan"), "kl_max": max(kl, default=float("nan")),
+            "ratio_max": max(rmax, default=float("nan")),
+            "truncated": 100 * sum(trunc) / len(trunc) if trunc else float("nan"),
+            "masked": 100 * sum(masked) / len(masked) if masked else float("nan"),
+            "train_s": float(consumed.get("seconds", float("nan"))), "wall_s": float(run.summary.get("wall_seconds"))}
+
+
+def diagnostics(a) -> dict:
+    from paired_vs_baseline import config_value
+    from harness.config.loading import config_from_dict
+    from harness.rundir.read import find_run_dirs, load_run
+
+    arms: dict = {}
+    for d in find_run_dirs(a.runs):
+        run = load_run(d)
+        if run.status != "finished":
+            print(f"left out: {run.run_id}: {run.status}", file=sys.stderr)
+            continue
+        cfg = config_from_dict(run.config)
+        key = (config_value(cfg, "train.staleness"), config_value(cfg, "algorithm.correction"))
+        arms.setdefault(key, {})[run.seed] = _run_diagnostics(run)
+    cols = ("acc", "kl_mean", "kl_max", "ratio_max", "truncated", "masked", "train_s", "wall_s")
+    fmt = {"acc": "{:.1f}", "kl_mean": "{:.1e}", "kl_max": "{:.1e}", "ratio_max": "{:.3g}", "truncated": "{:.3f}",
+           "masked": "{:.3f}", "train_s": "{:.0f}", "wall_s": "{:.0f}"}
+    print("k  correction  seeds  " + "  ".join(f"{c} mean [min, max]" for c in cols))
+    out = []
+    for (k, corr), by_seed in sorted(arms.items()):
+        row = {"staleness": k, "correction": corr, "seeds": sorted(by_seed)}
+        cells = []
+        for c in cols:
+            v = [by_seed[s][c] for s in sorted(by_seed)]
+            row[c] = v
+            f = fmt[c]
+            cells.append(f"{f.format(sum(v) / len(v))} [{f.format(min(v))}, {f.format(max(v))}]")
+        print(f"{k:<2} {corr:<11} {len(by_seed):>5}  " + "  ".join(cells))
+        out.append(row)
+    return {"arms": out}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("mismatch", "timing", "overlap"))
+    p.add_argument("what", choices=("mismatch", "timing", "overlap", "diagnostics"))
+    p.add_argument("runs", nargs="?", help="diagnostics: a sweep's results folder or its export")
     p.add_argument("--output-dir", default=str(ROOT / "results" / "bench" / "offpolicy"),
                    help="where the quickstart's warm-up is cached (and built if absent)")
     p.add_argument("--threads", type=int, default=2)
@@ -218,9 +272,12 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--json")
     a = p.parse_args(argv)
+    if (a.what == "diagnostics") != bool(a.runs):
+        p.error("a runs folder goes with diagnostics, and only with it")
     print(numerics_line(), f"| load {loadavg()}", flush=True)
     out = {"what": a.what, "numerics": NUMERICS, "threads": a.threads, "load_before": loadavg(),
-           **{"mismatch": mismatch, "timing": timing, "overlap": overlap}[a.what](a), "load_after": loadavg()}
+           **{"mismatch": mismatch, "timing": timing, "overlap": overlap, "diagnostics": diagnostics}[a.what](a),
+           "load_after": loadavg()}
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
     return 0
