@@ -13,11 +13,14 @@ run's summary) minus the baseline's on the same seed, then the study's own stand
 and the same with the level split over the arms compared (Bonferroni). Prints one row per arm, in points.
 
 An arm is the algorithm by default; ``--arm KEY`` (repeatable: a config path, read with the defaults filled in) makes
-it the values of those keys instead, written ``key=value,key=value`` as ``--baseline`` must name it.
+it the values of those keys instead, written ``key=value,key=value`` as ``--baseline`` must name it; ``--where
+KEY=VALUE`` (repeatable) keeps only the runs with that value (the corrections at one staleness, say).
 
     python bench/paired_vs_baseline.py results/reference/objectives --baseline grpo
     python bench/paired_vs_baseline.py results/reference/offpolicy --arm train.staleness --arm algorithm.correction \
         --baseline train.staleness=0,algorithm.correction=none
+    python bench/paired_vs_baseline.py results/reference/offpolicy --where train.staleness=8 \
+        --arm algorithm.correction --baseline algorithm.correction=none
 """
 from __future__ import annotations
 
@@ -55,9 +58,10 @@ def config_value(cfg, key: str):
     return cur
 
 
-def runs_by_arm(root: Path, task: str, keys: list[str]) -> tuple[dict[str, dict[int, dict]], list[str]]:
-    """{arm: {seed: {problem id: final greedy correctness}}} of the finished runs under ``root``, and why any other
-    run was left out."""
+def runs_by_arm(root: Path, task: str, keys: list[str], where: tuple = ()) -> tuple[dict[str, dict[int, dict]],
+                                                                                    list[str]]:
+    """{arm: {seed: {problem id: final greedy correctness}}} of the finished runs under ``root`` whose config has
+    every ``(key, value text)`` of ``where``, and why any other finished-or-not run was left out."""
     out: dict[str, dict[int, dict]] = {}
     skipped = []
     for d in find_run_dirs(root):
@@ -65,6 +69,10 @@ def runs_by_arm(root: Path, task: str, keys: list[str]) -> tuple[dict[str, dict[
         if run.status != "finished" or run.seed is None:
             skipped.append(f"{run.run_id}: {run.status}" + (f" ({run.error})" if run.error else ""))
             continue
+        if where:
+            cfg = config_from_dict(run.config)
+            if any(str(config_value(cfg, k)) != v for k, v in where):
+                continue
         values, why = problem_values(run, task, "acc", "final")
         if values is None:
             skipped.append(why)
@@ -82,12 +90,18 @@ def main(argv=None) -> int:
     p.add_argument("--baseline", required=True, help="the arm every other arm is compared with")
     p.add_argument("--arm", action="append", default=[], metavar="KEY",
                    help="a config key whose value tells the arms apart (repeatable; default: the algorithm)")
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                   help="keep only runs whose config has this value (repeatable), e.g. train.staleness=8")
     p.add_argument("--task", default="arith")
     p.add_argument("--level", type=float, default=0.95)
     a = p.parse_args(argv)
     if not Path(a.runs).is_dir():
         p.error(f"no such directory: {a.runs}")
-    arms, skipped = runs_by_arm(Path(a.runs), a.task, a.arm)
+    bad = [w for w in a.where if "=" not in w]
+    if bad:
+        p.error(f"--where {bad[0]!r}: give KEY=VALUE")
+    where = tuple(tuple(w.split("=", 1)) for w in a.where)
+    arms, skipped = runs_by_arm(Path(a.runs), a.task, a.arm, where)
     for why in skipped:
         print(f"paired_vs_baseline: left out: {why}", file=sys.stderr)
     if a.baseline not in arms:

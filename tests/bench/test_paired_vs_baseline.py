@@ -78,3 +78,19 @@ def test_arms_by_config_keys_with_defaults_filled_in(tmp_path, capsys):
     row = rows[1].split()
     assert row[0] == "train.staleness=4,algorithm.correction=token_tis" and row[1] == "2"
     assert float(row[4]) == pytest.approx(100 * (late - base).mean(), abs=0.005)
+
+
+def test_where_keeps_only_the_runs_with_that_value(tmp_path, capsys):
+    """--where: the corrections compared at one staleness; runs at another staleness are not arms at all."""
+    rng = np.random.default_rng(3)
+    for s in range(2):
+        for k, corr, name in ((0, "none", "a"), (8, "none", "b"), (8, "token_tis", "c")):
+            algo = {"name": "grpo", "correction": corr}
+            _run(tmp_path, "grpo", s, rng.integers(0, 2, 20), config={"train": {"staleness": k}, "algorithm": algo},
+                 name=f"grpo-s{s}-{name}")
+    argv = [str(tmp_path), "--arm", "algorithm.correction", "--baseline", "algorithm.correction=none"]
+    assert pvb.main(argv + ["--where", "train.staleness=8"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert [r.split()[0] for r in rows[1:]] == ["algorithm.correction=token_tis"]
+    with pytest.raises(SystemExit, match="two finished runs of arm algorithm.correction=none seed 0"):
+        pvb.main(argv)   # without the filter k = 0 and k = 8 would be one arm
