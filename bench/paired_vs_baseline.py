@@ -50,11 +50,11 @@ def config_value(cfg, key: str):
     """``key`` (``train.staleness``) of a loaded config, its default where the file left it out; ``algorithm.*``
     reads the algorithm resolved (its preset's values filled in)."""
     head, *rest = key.split(".")
-    cur = cfg.algo if head == "algorithm" else getattr(cfg, head, None)
-    for part in rest:
-        cur = getattr(cur, part, None)
-    if cur is None and not hasattr(cfg, head) and head != "algorithm":
-        raise SystemExit(f"paired_vs_baseline: --arm {key}: the config has no {head!r} section")
+    cur = cfg.algo if head == "algorithm" else cfg
+    for part in (rest if head == "algorithm" else [head, *rest]):
+        if not hasattr(cur, part):
+            raise SystemExit(f"paired_vs_baseline: {key}: a run config has no field {part!r} there")
+        cur = getattr(cur, part)
     return cur
 
 

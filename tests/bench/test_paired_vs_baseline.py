@@ -94,3 +94,9 @@ def test_where_keeps_only_the_runs_with_that_value(tmp_path, capsys):
     assert [r.split()[0] for r in rows[1:]] == ["algorithm.correction=token_tis"]
     with pytest.raises(SystemExit, match="two finished runs of arm algorithm.correction=none seed 0"):
         pvb.main(argv)   # without the filter k = 0 and k = 8 would be one arm
+
+
+def test_an_unknown_config_key_is_named(tmp_path):
+    _run(tmp_path, "grpo", 0, [1, 0])
+    with pytest.raises(SystemExit, match="train.stalenes: a run config has no field 'stalenes'"):
+        pvb.main([str(tmp_path), "--arm", "train.stalenes", "--baseline", "x"])
