@@ -53,6 +53,7 @@ import torch
 from algorithms.corrections import log_sequence_ratio, mismatch_stats
 from algorithms.presets import resolve
 from evals.catalog import get_task
+from harness.config.loading import config_from_dict
 from harness.config.schema import load_config
 from harness.engine.learner import Learner, make_batch, token_logprobs
 from harness.engine.models import build_char_tokenizer, build_tiny_model
@@ -60,7 +61,9 @@ from harness.engine.perf import PerfTracker
 from harness.engine.sampling import sample
 from harness.train.pipeline import own_threads
 from harness.train.stage import stage_problems, stage_seed
+from harness.rundir.read import find_run_dirs, load_run
 from harness.train.warmup import starting_checkpoint
+from paired_vs_baseline import config_value
 
 QUICKSTART = str(ROOT / "harness/configs/quickstart.yaml")
 
@@ -226,10 +229,6 @@ def _run_diagnostics(run) -> dict:
 
 
 def diagnostics(a) -> dict:
-    from paired_vs_baseline import config_value
-    from harness.config.loading import config_from_dict
-    from harness.rundir.read import find_run_dirs, load_run
-
     arms: dict = {}
     for d in find_run_dirs(a.runs):
         run = load_run(d)

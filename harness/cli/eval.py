@@ -45,7 +45,6 @@ models = lazy("harness.engine.models")
 TASKS = ("gsm8k", "math", "math500", "arith", "wordarith")
 GENERATED = ("arith", "wordarith")
 """Tasks that generate their problems from arith's knobs and seed (no test file)."""
-RUN_EVAL_BATCH = 256
 """Sequences decoded at once by a run's own evaluation (``harness.train.loop.evaluate``)."""
 DEFAULT_MAX_NEW = 512
 """Completion limit without a protocol's, a run's or ``--max-new-tokens`` (lowered to what the
@@ -86,7 +85,7 @@ def register(subparsers) -> None:
                         f"run's evaluation limit, else {DEFAULT_MAX_NEW}; a default is lowered to what the model's "
                         "context holds after the longest prompt)")
     p.add_argument("--batch-size", type=int, default=None,
-                   help=f"sequences decoded at once (default: {RUN_EVAL_BATCH} as a run's evaluation, else 64)")
+                   help="sequences decoded at once (default: the run's eval.batch_size, as its evaluation, else 64)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the --n sampled completions (not of the problems: see --task-seed)")
     p.add_argument("--task-seed", type=int, default=None,
@@ -399,7 +398,7 @@ def run(args) -> int:
                                     longest_prompt(tok, task, problems, protocol))
         notes += [note] if note else []
         counted = True
-    batch_size = args.batch_size or (RUN_EVAL_BATCH if cfg is not None else 64)
+    batch_size = args.batch_size or (cfg.eval.batch_size if cfg is not None else 64)
     dtype = args.dtype or (cfg.model.dtype if cfg is not None else "float32")
     model_name = Path(args.gguf_file or model_path.rstrip("/")).stem
     if run_source is not None and model_name == "final_model":

@@ -423,6 +423,13 @@ class EvalConfig:
     """Also score the final model (greedy) on the task's validation split, disjoint from the
     training and test problems (summary.json ``final_val_eval``), to choose hyper-parameters
     such as the learning rate without looking at the test set (a sweep's ``select``)."""
+    batch_size: int = ruled(256, at_least(1), at_most(4096))
+    """Sequences the evaluations decode at once (greedy rows, or samples: the n samples' seeds go by chunk of this
+    many, so it is part of what a sampled evaluation computes). Peak memory grows with it through the KV cache: a
+    pretrained model's evaluation holds rows x tokens x its per-token cache (SmolLM2-135M: 45 KiB a token)."""
+
+    OMITTED_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("batch_size",)
+    """Later settings left out of config.yaml, run ids and the start evaluation's cache key at their defaults."""
 
     def validate(self):
         check_fields(self, "eval")

@@ -56,7 +56,7 @@ def _score(model, tok, task, cfg: Config, seed: int, out_dir: Path, step: int, n
     """Greedy over every held-out problem; the n samples over the first eval.sample_problems."""
     ec = cfg.eval
     kw = dict(temperature=ec.temperature, max_new_tokens=ec.max_new_tokens or cfg.sampling.max_new_tokens,
-              seed=seed, batch_size=256, progress=progress)
+              seed=seed, batch_size=ec.batch_size, progress=progress)
     problems = list(task.eval_problems())
     subset = problems[:ec.sample_problems] if ec.sample_problems else problems
     if not n or len(subset) == len(problems):

@@ -744,7 +744,7 @@ def _validation_eval(run: _Run) -> dict:
             with run.perf.phase("eval"):
                 ev = run_evaluation(m, run.tok, run.task, run.task.validation_problems(), greedy=True, n=0,
                                     max_new_tokens=cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens,
-                                    seed=stage_seed(cfg.seed, 2 * 10**6), batch_size=256,
+                                    seed=stage_seed(cfg.seed, 2 * 10**6), batch_size=cfg.eval.batch_size,
                                     out_path=run.out / "eval" / f"{run.task.name}_validation.jsonl")
         dist.barrier()
     return dist.broadcast_object(ev)

@@ -73,3 +73,30 @@ def test_warmup_examples_with_a_long_share():
     a = _warmup_examples(task, None, random.Random(3), off)
     b = task.sample_train(random.Random(3), 400)
     assert [p.question for p in a] == [p.question for p in b]
+
+
+def test_eval_batch_size_default_is_todays_and_set_it_is_another_run():
+    """eval.batch_size: 256 (what every evaluation decoded before the knob) is left out of config.yaml, the run id and
+    the start evaluation's key; another value enters all three (a sampled evaluation's seeds go by chunk)."""
+    cfg = load_config(QS)
+    assert cfg.eval.batch_size == 256 and "batch_size" not in cfg.effective_dict()["eval"]
+    assert run_id(load_config(QS, ["eval.batch_size=256"])) == run_id(cfg) == "grpo-s0-22f487ed"
+    small = load_config(QS, ["eval.batch_size=64"])
+    assert run_id(small) != run_id(cfg) and initial_eval_key(small) != initial_eval_key(cfg)
+    for bad in ("0", "5000", "1.5"):
+        with pytest.raises(ConfigError, match="eval.batch_size"):
+            load_config(QS, [f"eval.batch_size={bad}"])
+
+
+def test_eval_batch_size_reaches_the_evaluations(monkeypatch, tmp_path):
+    """Every evaluation point decodes eval.batch_size sequences at once (greedy and sampled passes alike)."""
+    from harness.train import evalpoints
+
+    seen = []
+    monkeypatch.setattr(evalpoints, "run_evaluation",
+                        lambda *a, **kw: seen.append(kw["batch_size"]) or {"eval/arith/seconds": 0.0,
+                                                                             "eval/arith/num_problems": 1})
+    cfg = load_config(QS, ["eval.batch_size=48", "eval.sample_problems=4"])
+    task = type("T", (), {"name": "arith", "eval_problems": lambda self: list(range(10))})()
+    evalpoints.evaluate_point(None, None, task, cfg, 0, tmp_path, final=True, seed=0)
+    assert seen == [48, 48]
