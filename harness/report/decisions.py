@@ -103,7 +103,7 @@ class PartData:
     """One paired difference of a claim, per seed (and per problem when records allow)."""
     what: str
     unit: str
-    expected: int                     # +1: a - b > 0 predicted; -1: a - b < 0
+    expected: int                     # +1: a - b > 0 predicted; -1: a - b < 0; 0: no difference (equivalent)
     sesoi: float
     seeds: list                       # paired seeds, ascending
     values: list                      # per-seed difference a - b (summary values, in the unit)
@@ -255,9 +255,13 @@ def claim_verdict(rule: str, verdicts: list) -> str:
     equivalent; contradicted when pass is contradicted (a lift), or maj is contradicted or
     equivalent (no lift); otherwise underpowered; further parts (claim 3's valid-step metrics) are
     tested and shown beside, not decisive. ``first_part`` (claim 6 with its valid-step
-    part): the first part's; the others are reported beside it."""
+    part): the first part's; the others are reported beside it. ``equivalence`` (one part predicted 0):
+    reproduced when the part is equivalent, contradicted when its difference test rejects, else underpowered."""
     if rule in ("simple", "first_part"):   # first_part: later parts are tested and shown, not decisive
         return verdicts[0]
+    if rule == "equivalence":   # the one part predicts no difference: its "equivalent" reproduces the claim
+        return {"equivalent": "reproduced", "contradicted": "contradicted", "reproduced": "contradicted"}.get(
+            verdicts[0], "underpowered")
     if rule == "maj_pass":   # parts beyond the first two (the valid-step ones) are shown beside, not decisive
         maj, pas = verdicts[:2]
         if pas == "contradicted" or maj in ("contradicted", "equivalent"):

@@ -35,6 +35,9 @@ RULES = {
                "underpowered"),
     "first_part": ("the claim's verdict is its first part's (the accuracy); the second part (valid-step "
                    "accuracy) is tested beside it, in the family, and shown with its own part verdict"),
+    "equivalence": ("the claim predicts no difference: reproduced when the TOST (H0: |difference| >= SESOI) is "
+                    "rejected after Holm and the difference test is not; contradicted when the difference test is "
+                    "rejected (either sign); otherwise underpowered"),
     "maj_pass": ("parts: the maj@n gain (predicted > 0) and the pass@n gain (predicted not > 0: its own "
                  "'reproduced' means below 0), the paper's metrics over all correct answers; reproduced when maj@n "
                  "is reproduced and pass@n is reproduced or equivalent; contradicted when pass@n is contradicted "
@@ -122,11 +125,14 @@ def carries(study: Study, arm: str, metric: str, sides=("final", "initial"), eve
 
 
 def claim_specs(study: Study) -> list:
-    """The study's claims (1-6 always; 7 and 8 when their arms ran). Claim 3 is decided on the
+    """The study's claims: a sweep with LoRA arms is the SmolLM2 family (claims 15-18, `_smollm2_specs`);
+    otherwise the arithmetic family: 1-6 always, 7, 8 and v3's 9-14 when their arms ran. Claim 3 is decided on the
     paper's plain ``maj@n`` / ``pass@n``; when every GRPO run carries the valid-step
     ``valid_maj@n`` / ``valid_pass@n`` at the start and the end, those two are parts beside it
     (tested, shown, not decisive); claim 6 adds a second part on the OOD ``valid_acc`` when some
     GRPO run carries it at both ends (docs/study.md)."""
+    if any(a.endswith("_lora") for a in study.arms):
+        return _smollm2_specs(study)
     t, o, n = study.task, study.ood or f"{study.task}_ood", study.ks.get(study.task, 0)
     valid3 = n > 0 and all(carries(study, "grpo", f"{t}/valid_{m}@{n}") for m in ("maj", "pass"))
     note3 = ("decided on the paper's maj@n / pass@n (all correct answers); beside them, not decisive, the same "
@@ -173,7 +179,41 @@ def claim_specs(study: Study) -> list:
         specs.append(ClaimSpec("8", "GRPO+PS: the exact step checker beats a learned PRM",
                                f"grpo_ps − grpo_ps_prm: final {acc} (points)", "simple",
                                [accuracy_part(acc, t, "acc", "grpo_ps", "final", "grpo_ps_prm", "final", 1)]))
-    return specs
+    return specs + [c for c in _v3_arith_specs(t) if all(a in study.arms for a in c.arms)]
+
+
+def _pair(cid: str, claim: str, t: str, a: str, b: str, expected: int) -> ClaimSpec:
+    """A claim of one part: final ``<t>/acc`` of arm a minus arm b, paired by seed and problem (points);
+    ``expected`` 0: predicted equivalent (rule ``equivalence``)."""
+    acc = f"{t}/acc"
+    said = {1: "expected > 0", -1: "expected < 0", 0: "expected within ±SESOI"}[expected]
+    rule = "equivalence" if expected == 0 else "simple"
+    return ClaimSpec(cid, claim, f"{a} − {b}: final {acc} (points; {said})", rule,
+                     [accuracy_part(acc, t, "acc", a, "final", b, "final", expected)])
+
+
+def _v3_arith_specs(t: str) -> list:
+    """Study v3's claims on the arithmetic family (docs/study.md, "Study v3"): the 2026 objectives and
+    off-policy training against GRPO. Listed when their arms ran (a v2 sweep has none of them)."""
+    return [_pair("9", "DAPO beats GRPO", t, "dapo", "grpo", 1),
+            _pair("10", "GSPO beats GRPO", t, "gspo", "grpo", 1),
+            _pair("11", "CISPO beats GRPO", t, "cispo", "grpo", 1),
+            _pair("12", "one step of staleness costs nothing", t, "grpo_k1", "grpo", 0),
+            _pair("13", "staleness 8 without a correction costs accuracy", t, "grpo_k8", "grpo", -1),
+            _pair("14", "token-level TIS buys accuracy back at staleness 8", t, "grpo_k8_token_tis", "grpo_k8", 1)]
+
+
+def _smollm2_specs(study: Study) -> list:
+    """Study v3's claims on the SmolLM2 family (LoRA arms; docs/study.md, "Study v3"): every one listed, a
+    claim whose arms did not run as not run. "GRPO" there is Dr. GRPO."""
+    t = study.task
+    return [_pair("15", "GRPO beats online RFT (LoRA, SmolLM2)", t, "dr_grpo_lora", "rft_lora", 1),
+            _pair("16", "GRPO matches PPO without a critic (LoRA, SmolLM2)", t, "dr_grpo_lora", "ppo_lora", 0),
+            _pair("17", "LoRA matches full fine-tuning for GRPO (SmolLM2)", t, "dr_grpo_lora", "dr_grpo", 0),
+            ClaimSpec("18", "GRPO needs less memory than PPO (LoRA, SmolLM2)",
+                      f"dr_grpo_lora − ppo_lora: peak RSS (MiB; expected < 0); "
+                      f"{_policy_sizes(study, ('dr_grpo_lora', 'ppo_lora'))}", "simple",
+                      [_memory_part("dr_grpo_lora", "ppo_lora")])]
 
 
 def _policy_sizes(study: Study, arms: tuple) -> str:
@@ -327,7 +367,7 @@ def claims_csv_rows(rows: list) -> list:
         for p in c["parts"]:
             d, r = p["data"], p["result"]
             last = r["last"] or {}
-            out.append({**base, "what": d.what, "unit": d.unit, "expected": "> 0" if d.expected > 0 else "< 0",
+            out.append({**base, "what": d.what, "unit": d.unit, "expected": expected_text(d.expected),
                         "sesoi": _g(d.sesoi), "n_pairs": r["n"], "seeds": " ".join(str(s) for s in d.seeds),
                         "per_seed": " ".join(_g(v, ".6g") for v in d.values), "mean_diff": _g(r["mean"]),
                         "boot_lo": _g(r["boot_lo"]), "boot_hi": _g(r["boot_hi"]), "boot_scheme": r["scheme"],
@@ -339,6 +379,11 @@ def claims_csv_rows(rows: list) -> list:
                         "part_verdict": r["verdict"], "decided_at": r["decided_at"] or "",
                         "seeds_needed": r["seeds_needed"] or "", "status": c["status"].text, "note": r["note"]})
     return out
+
+
+def expected_text(expected: int) -> str:
+    """A part's prediction as the report writes it: ``> 0``, ``< 0``, or ``within ±SESOI`` (predicted equivalent)."""
+    return "> 0" if expected > 0 else ("< 0" if expected < 0 else "within ±SESOI")
 
 
 def _num(v: float, unit: str, sign: bool = True) -> str:
@@ -383,7 +428,7 @@ def claims_markdown(rows: list, design: Design, amended: list = ()) -> list:
             per = ", ".join(f"s{s}: {_num(v, d.unit)}" for s, v in zip(d.seeds, d.values)) or "—"
             scheme = {"crossed": f"seeds × {r['n_problems']} problems (crossed)",
                       "nested": f"seeds, problems within seeds ({r['n_problems']})", "seeds": "seeds only"}[r["scheme"]]
-            numbers.append([c["id"], d.what, ("> 0" if d.expected > 0 else "< 0"), f"±{_num(d.sesoi, d.unit, False)}",
+            numbers.append([c["id"], d.what, expected_text(d.expected), f"±{_num(d.sesoi, d.unit, False)}",
                             per, _num(r["mean"], d.unit), f"[{_num(r['boot_lo'], d.unit)}, {_num(r['boot_hi'], d.unit)}] "
                             f"({scheme})", f"[{_num(r['t_lo'], d.unit)}, {_num(r['t_hi'], d.unit)}]",
                             f"{_p(r['holm_p_diff'])} / {_p(r['holm_p_tost'])}", r["verdict"], _needed(r)])

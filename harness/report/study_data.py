@@ -3,8 +3,10 @@
 Runs are grouped into study arms by `arm_of`: the algorithm name; ``<name>_iter`` for an
 algorithm run with ``algorithm.ref_reset_every > 0`` (GRPO with reference resets is
 ``grpo_iter``); a learned reward model adds ``_<type>`` (``grpo_ps_prm``) and, for iterative RL
-with R > 1 rounds, ``_r<R>`` (``grpo_ps_prm_r4``); PRIME's own implicit PRM adds nothing. One
-finished run per arm and seed.
+with R > 1 rounds, ``_r<R>`` (``grpo_ps_prm_r4``); PRIME's own implicit PRM adds nothing. Off-policy
+training adds ``_k<k>`` for ``train.staleness`` k > 0 and ``_<correction>`` for an ``algorithm.correction``
+other than none (``grpo_k8_token_tis``); LoRA adapters add ``_lora`` (``dr_grpo_lora``; full fine-tuning of
+the same model is the plain name). One finished run per arm and seed.
 
 Compute axes (`axes_of`): ``samples`` always; ``flops`` when every evaluation row of the arm's
 runs carries a FLOP counter (`FLOP_KEYS`), or every training row its own model FLOPs (`STAGE_FLOPS`,
@@ -35,7 +37,8 @@ from harness.rundir.layout import SUMMARY, read_json
 from harness.rundir.read import RunData, is_number, k_of, setup_records, split_metric
 
 ARM_ORDER = ("grpo", "grpo_ps", "rft", "ppo", "grpo_iter", "dr_grpo", "rloo", "grpo_ps_prm", "grpo_ps_prm_r4",
-             "prime")
+             "prime", "dapo", "gspo", "cispo", "grpo_k1", "grpo_k8", "grpo_k8_token_tis", "dr_grpo_lora", "ppo_lora",
+             "rft_lora")
 FLOP_KEYS = ("flops",)
 """Row keys read as a cumulative FLOP counter on the evaluation rows."""
 STAGE_FLOPS = "perf/flops"
@@ -43,6 +46,9 @@ STAGE_FLOPS = "perf/flops"
 cumulative counter of the evaluation rows when every training row carries it."""
 CUMULATIVE_FLOPS = "flops (cumulative perf/flops)"
 RM_NAMES = {"prm": "learned PRM", "orm": "learned ORM", "implicit": "implicit PRM"}
+CORRECTION_NAMES = {"token_tis": "token-level TIS", "token_mask": "token-level mask", "seq_tis": "sequence-level TIS",
+                    "seq_mask": "sequence-level mask"}
+"""The off-policy corrections other than none (`algorithms.presets.CORRECTIONS`) as reports name them."""
 SELECTION_DIR = "selection"
 """The learning-rate selection's runs inside a study sweep folder (`find_selection_dir`)."""
 
@@ -80,6 +86,16 @@ def arm_for(algorithm: str, config: dict) -> str:
         alg = config.get("algorithm")
         reset = alg.get("ref_reset_every") if isinstance(alg, dict) else None
         arm = f"{algorithm}_iter" if is_number(reset) and reset > 0 else algorithm
+    train, alg, model = (config.get(k) if isinstance(config.get(k), dict) else {}
+                         for k in ("train", "algorithm", "model"))
+    k = train.get("staleness")
+    if is_number(k) and k > 0:
+        arm += f"_k{int(k)}"
+    if alg.get("correction") in CORRECTION_NAMES:
+        arm += f"_{alg['correction']}"
+    lora = model.get("lora")
+    if isinstance(lora, dict) and is_number(lora.get("rank")) and lora["rank"] > 0:
+        arm += "_lora"
     rm = config.get("reward_model")
     rm = rm if isinstance(rm, dict) else {}
     kind, rounds = rm.get("type"), rm.get("rounds")
@@ -98,8 +114,21 @@ def arm_name(arm: str) -> str:
     parts = arm.split("_")
     rounds = parts.pop()[1:] if len(parts) > 1 and parts[-1].startswith("r") and parts[-1][1:].isdigit() else None
     kind = parts.pop() if len(parts) > 1 and parts[-1] in RM_NAMES else None
+    lora = len(parts) > 1 and parts[-1] == "lora"
+    if lora:
+        parts.pop()
+    correction = next((c for c in CORRECTION_NAMES if len(parts) > 2 and "_".join(parts[-2:]) == c), None)
+    if correction:
+        del parts[-2:]
+    k = parts.pop()[1:] if len(parts) > 1 and parts[-1].startswith("k") and parts[-1][1:].isdigit() else None
     base = "_".join(parts)
     name = DISPLAY_NAMES.get(base, base)
+    if k:
+        name += f", staleness {k}"
+    if correction:
+        name += f", {CORRECTION_NAMES[correction]}"
+    if lora:
+        name += ", LoRA"
     if kind:
         name += f" + {RM_NAMES[kind]}"
     if rounds:

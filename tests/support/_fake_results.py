@@ -223,7 +223,7 @@ def make_study_run(root: Path, algo: str, seed: int, *, start: dict, final: dict
                    records: bool = True, spread: float = 0.01, flops_per_sample: float | None = None,
                    uncontended: bool = False, arm_key: str | None = None, lr: float | None = None,
                    kl_coef: float | None = None, val_acc: float | None = None, provenance: dict | None = None,
-                   started: float | None = None, wall: float | None = None) -> Path:
+                   started: float | None = None, wall: float | None = None, config: dict | None = None) -> Path:
     """One finished study run: summary.json, metrics.jsonl (evaluation rows at ``samples``,
     accuracy rising from ``start`` to ``final`` along a saturating curve) and, with ``records``,
     the per-problem records of the start and final evaluations of both tasks, consistent with
@@ -235,7 +235,8 @@ def make_study_run(root: Path, algo: str, seed: int, *, start: dict, final: dict
     greedy ``valid`` flags, the first correct problems in order). ``lr`` / ``kl_coef``: config
     ``train.lr`` / ``algorithm.kl_coef``; ``val_acc``: a ``final_val_eval`` (a selection run, with
     ``task.disjoint_validation``); ``provenance``: the summary's; ``started`` / ``wall``: the
-    summary's ``started`` and ``ended = started + wall``."""
+    summary's ``started`` and ``ended = started + wall``; ``config``: sections merged into the run's config
+    (``{"train": {"staleness": 8}}``)."""
     ks = tuple(range(1, len(final["pass"]) + 1))
     initial, fin = _study_evals(start, ks), _study_evals(final, ks)
     arm_key = arm_key or f"{algo}{iterative}{reward_model}"
@@ -271,6 +272,7 @@ def make_study_run(root: Path, algo: str, seed: int, *, start: dict, final: dict
                     valid = [i in set(right) for i in range(STUDY_PROBLEMS)]
                 recs = eval_records(task, correct, curves, spread, valid=valid)
                 (d / "eval" / f"{task}_{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    extra = config or {}
     config = {"name": "study", "seed": seed, "algorithm": {"name": algo, "ref_reset_every": 4 if iterative else 0},
               "task": {"name": "arith"}, "budget": {"unit": "samples", "amount": samples[-1]}}
     if reward_model:
@@ -281,6 +283,8 @@ def make_study_run(root: Path, algo: str, seed: int, *, start: dict, final: dict
         config["algorithm"]["kl_coef"] = kl_coef
     if val_acc is not None:
         config["task"]["disjoint_validation"] = True
+    for section, values in extra.items():
+        config[section] = {**config.get(section, {}), **values}
     summary = {"run_id": d.name, "name": "study", "algorithm": algo, "seed": seed, "status": "finished",
                "config": config, "initial_eval": initial, "final_eval": fin,
                "budget": {"unit": "samples", "amount": samples[-1],
