@@ -56,6 +56,12 @@ N_MAX = 1000
 """Largest seed count `seeds_needed` searches."""
 
 
+MAX_CAP = 100
+"""The most seeds a study's design may plan for an arm (a sweep file's ``report.cap``)."""
+DESIGN_FIRST_LOOK = 3
+"""The study's first look (`Design.first_look`'s default)."""
+
+
 @dataclass(frozen=True)
 class Design:
     """The pre-stated decision rules of a study report (docs/study.md)."""
@@ -65,7 +71,7 @@ class Design:
     """Smallest effect of interest of an accuracy part, in accuracy points."""
     sesoi: tuple = ()
     """Per-claim overrides: ``(("1", 3.0), ...)``, claim id -> SESOI in the part's unit."""
-    first_look: int = 3
+    first_look: int = DESIGN_FIRST_LOOK
     """Seeds at the first look (the tests are made at every seed count from here to ``cap``)."""
     cap: int = 10
     """Seeds at the last look: a claim still undecided there stays underpowered."""

@@ -17,6 +17,7 @@ same run folders they are byte-identical.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime
 import sys
 from importlib import metadata
@@ -26,7 +27,7 @@ import numpy as np
 
 from harness.report.aggregate import per_seed_initial
 from harness.report.curvefit import N_BOOT, TOLERANCE, study_curves
-from harness.report.decisions import Design
+from harness.report.decisions import MAX_CAP, Design
 from harness.report.format import md_safe, plus_minus, table, value_text, with_interval
 from harness.report.problems import gold_keys, guessing_floor
 from harness.report.stats import mean_ci, mean_curve, paired_diff_ci
@@ -43,6 +44,17 @@ __all__ = ["build_study_report", "load_study", "table5", "large_k_check", "compu
 LEVEL = 0.95
 DESIGN = Design()
 """The study's pre-stated decision rules (docs/study.md)."""
+
+
+def design_of(sweep_json: dict) -> Design:
+    """`DESIGN` with the cap the sweep file states (``report.cap``, recorded in sweep.json): the most seeds any arm
+    is looked at. `DESIGN` itself when sweep.json states none (or something that is not a whole number from the
+    first look to `decisions.MAX_CAP`, as the sweep file would have been refused)."""
+    rep = sweep_json.get("report") if isinstance(sweep_json, dict) else None
+    cap = rep.get("cap") if isinstance(rep, dict) else None
+    if isinstance(cap, bool) or not isinstance(cap, int) or not DESIGN.first_look <= cap <= MAX_CAP:
+        return DESIGN
+    return dataclasses.replace(DESIGN, cap=cap)
 
 
 # --------------------------------------------------------------------------- where the time went
@@ -687,11 +699,11 @@ def build_study_report(sweep_dir, out_dir=None, n_boot: int = N_BOOT, seed: int 
     """Write the study report of a finished sweep into ``out_dir`` (default
     ``<sweep_dir>/study``): report.md, claims.csv, table5.csv, compute_curves.csv and
     plots/*.png. ``n_boot``/``seed``: the compute curves' bootstrap; ``design``: the claims'
-    decision rules (default `DESIGN`); ``selection_dir``: the learning-rate selection's runs
+    decision rules (default: `design_of` the sweep.json, `DESIGN` with the sweep file's ``report.cap``); ``selection_dir``: the learning-rate selection's runs
     (default: ``<sweep_dir>/selection``, else sweep.json's ``report.selection``; see
     `study_data.find_selection_dir`). Returns the path of report.md."""
-    design = design or DESIGN
     study = load_study(sweep_dir)
+    design = design or design_of(study.sweep_json)
     if not study.arms:
         raise FileNotFoundError(f"no finished runs with a seed in {sweep_dir}")
     sel_dir, where = find_selection_dir(sweep_dir, selection_dir, study.sweep_json)

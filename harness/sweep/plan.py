@@ -72,6 +72,8 @@ class Sweep:
     """report.sequential: seed by seed, only the arms of open claims (`harness.sweep.sequential`)."""
     report_amendments: list = field(default_factory=list)
     """report.amendments: dated changes to the study's design (recorded in sweep.json for the study report)."""
+    report_cap: Optional[int] = None
+    """report.cap: the study design's cap, the most seeds any arm is looked at (recorded in sweep.json)."""
     not_needed: dict = field(default_factory=dict)
     """Run id -> why: runs the sequential design left out (filled by `harness.sweep.run.run_sweep`)."""
 
@@ -153,7 +155,7 @@ def expand_sweep(spec: dict, *, base_dir: str | os.PathLike = ".", source: str =
                  budget=eff_budget, launcher=launcher, output_dir=layers.out_root,
                  varying=_varying(runs, grid_keys), report_columns=report.columns, warnings=warnings,
                  report_study=report.study, report_selection=report.selection,
-                 report_sequential=report.sequential, report_amendments=report.amendments,
+                 report_sequential=report.sequential, report_amendments=report.amendments, report_cap=report.cap,
                  report_baseline=report.baseline)
 
 

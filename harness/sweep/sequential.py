@@ -8,8 +8,8 @@ runs that rule instead of the whole grid:
 - the plan's seeds are taken in ascending order, one seed at a time (its runs in parallel, as many
   as the launcher's workers); the runs of the first ``first_look`` seeds all run;
 - before each later seed, the study's claims are computed on the finished runs
-  (`harness.report.study_claims.claims` with `harness.report.study.DESIGN`, exactly what the study
-  report prints); only the runs of that seed whose arm an open claim needs
+  (`harness.report.study_claims.claims` with the sweep's design, `harness.report.study.design_of`:
+  exactly what the study report prints); only the runs of that seed whose arm an open claim needs
   (`harness.report.study_claims.arms_to_extend`) run, and the others are *not needed* (recorded in
   sweep.json and the results table with the looks that decided it);
 - a decided claim stays decided when shared arms get more seeds (the design's sequential p-values
@@ -26,17 +26,23 @@ from collections import OrderedDict
 from typing import Optional
 
 from harness.report.decisions import Design
-from harness.report.study import DESIGN
+from harness.report.study import design_of
 from harness.report.study_claims import arms_to_extend, claim_specs, claims
 from harness.report.study_data import Study, arm_for, load_study
 from harness.sweep.plan import PlannedRun, Sweep
 
-__all__ = ["seed_batches", "arm_of_run", "needed_arms", "decide", "design_warnings"]
+__all__ = ["sweep_design", "seed_batches", "arm_of_run", "needed_arms", "decide", "design_warnings"]
 
 
 def arm_of_run(run: PlannedRun) -> str:
     """The study arm of a planned run (as the report names it: `harness.report.study_data.arm_for`)."""
     return arm_for(run.config.algo.name, run.config_dict)
+
+
+def sweep_design(sw: Sweep) -> Design:
+    """The study design the sweep file states (`harness.report.study.design_of` of its ``report.cap``): the one the
+    study report applies to the sweep.json it writes."""
+    return design_of({"report": {"cap": sw.report_cap}})
 
 
 def seed_batches(runs: list[PlannedRun]) -> list[tuple[int, list[PlannedRun]]]:
@@ -52,14 +58,14 @@ def _look(sw: Sweep) -> Optional[tuple[Study, list]]:
         study = load_study(sw.sweep_dir)
     except FileNotFoundError:  # no run folder yet
         return None
-    return (study, claims(study, DESIGN)) if study.arms else None
+    return (study, claims(study, sweep_design(sw))) if study.arms else None
 
 
 def needed_arms(sw: Sweep) -> Optional[dict]:
     """``{arm: seed count it needs}`` for the claims still open on the sweep's finished runs
     (`harness.report.study_claims.arms_to_extend`); None when there is nothing to decide from yet."""
     look = _look(sw)
-    return None if look is None else arms_to_extend(look[1], DESIGN)
+    return None if look is None else arms_to_extend(look[1], sweep_design(sw))
 
 
 def decide(sw: Sweep, batch: list[PlannedRun]) -> tuple[dict, list[str]]:
@@ -71,7 +77,7 @@ def decide(sw: Sweep, batch: list[PlannedRun]) -> tuple[dict, list[str]]:
     if look is None:
         return {}, []
     study, rows = look
-    need = arms_to_extend(rows, DESIGN)
+    need = arms_to_extend(rows, sweep_design(sw))
     drop = {}
     for r in batch:
         arm = arm_of_run(r)
@@ -83,12 +89,13 @@ def decide(sw: Sweep, batch: list[PlannedRun]) -> tuple[dict, list[str]]:
     return drop, lines
 
 
-def design_warnings(sw: Sweep, design: Design = DESIGN) -> list[str]:
+def design_warnings(sw: Sweep, design: Optional[Design] = None) -> list[str]:
     """One line per claim that the plan's seeds leave untestable, said before any run starts: a claim is looked at
     from ``design.first_look`` seeds to the fewest seeds any of its arms has in the grid (each part spends its whole
     alpha by its arms' own cap, `harness.report.decisions.part_cap`), so a grid that gives an arm fewer seeds than
     the first look leaves its claims never tested. [] otherwise; claims whose arms the sweep does not run are left
     out (the report says "not run")."""
+    design = design or sweep_design(sw)
     seeds: dict = {}
     for r in sw.runs:
         seeds.setdefault(arm_of_run(r), set()).add(r.config.seed)

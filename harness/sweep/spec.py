@@ -84,6 +84,7 @@ from harness.config.rules import MAX_THREADS, NAME, THREADS
 from harness.config.schema import BudgetConfig, Config, config_from_dict, deep_merge, load_yaml, read_yaml_file
 from harness.foundation.base import ConfigError, brief, did_you_mean, flatten, from_dict, invalid
 from harness.foundation.budget import BUDGET_UNITS
+from harness.report.decisions import DESIGN_FIRST_LOOK, MAX_CAP
 from harness.report.format import number
 
 __all__ = [
@@ -98,7 +99,7 @@ TOP_LEVEL_KEYS = ("name", "description", "base", "config", "grid", "algorithms",
 LAUNCHER_KEYS = ("type", "workers", "address", "cpus", "gpus", "procs", "zero_stage", "deepspeed_config", "env")
 BUDGET_KEYS = ("unit", "amount", "eval_points")
 LAUNCHER_TYPES = ("local", "ray")
-REPORT_KEYS = ("columns", "baseline", "study", "selection", "sequential", "amendments")
+REPORT_KEYS = ("columns", "baseline", "study", "selection", "sequential", "amendments", "cap")
 
 
 class SweepError(ConfigError):
@@ -536,6 +537,9 @@ class ReportOptions:
     amendments: list = field(default_factory=list)
     """Changes to the study's design made after data came in, each a dated sentence saying what changed
     and why: the study report prints them beside its decision rules."""
+    cap: Optional[int] = None
+    """The study design's cap: the most seeds any arm is looked at (None: the design's default, 10); each part's
+    own cap is the seeds the grid gives its arms, at most this."""
 
 
 def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
@@ -587,8 +591,17 @@ def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
     if amend and not study:
         raise SweepError(f"{src}: report.amendments is given but report.study is not true (only the study report "
                          f"prints them): set report.study: true or remove report.amendments")
+    cap = rep.get("cap")
+    if cap is not None:
+        if isinstance(cap, bool) or not isinstance(cap, int) or not DESIGN_FIRST_LOOK <= cap <= MAX_CAP:
+            raise SweepError(f"{src}: report.cap={cap!r} is invalid: expected a whole number of seeds from "
+                             f"{DESIGN_FIRST_LOOK} (the design's first look) to {MAX_CAP}: the most seeds any arm of "
+                             f"the study is looked at")
+        if not study:
+            raise SweepError(f"{src}: report.cap is given but report.study is not true (only the study's design has "
+                             f"a cap): set report.study: true or remove report.cap")
     return ReportOptions(columns=list(columns), baseline=baseline, study=study, selection=selection, sequential=seq,
-                         amendments=[" ".join(a.split()) for a in amend])
+                         amendments=[" ".join(a.split()) for a in amend], cap=cap)
 
 
 def report_section(rep: Any, src: str) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 
 from _fake_results import make_study_run
 from harness.report.decisions import Design, PartData, analyse_part, claim_verdict, decide
-from harness.report.study import build_study_report, load_study
+from harness.report.study import DESIGN, build_study_report, design_of, load_study
 from harness.report.study_data import arm_for, arm_name
 
 DESIGN2 = Design(first_look=2, cap=2, n_boot=200)
@@ -116,3 +116,25 @@ def test_a_claim_predicting_no_difference_is_reproduced_when_equivalent():
     assert _equivalence_verdict([-5.1, -4.8, -5.3, -4.9, -5.0, -5.2]) == ("contradicted", "contradicted")
     # three noisy seeds decide neither
     assert _equivalence_verdict([1.5, -2.0, 3.0]) == ("underpowered", "underpowered")
+
+
+def test_the_sweep_files_cap_lets_arms_be_looked_at_past_ten_seeds(tmp_path):
+    """sweep.json's report.cap (the sweep file's) sets the design's cap: 12 seeds of GRPO and online RFT are all
+    used to decide claim 2 under cap 12; under the default (10) seeds 10 and 11 are shown, not used."""
+    assert design_of({}) is DESIGN and DESIGN.cap == 10
+    assert design_of({"report": {"cap": 20}}).cap == 20 and design_of({"report": {"cap": 20}}).first_look == 3
+    assert design_of({"report": {"cap": True}}) is DESIGN and design_of({"report": {"cap": 2}}) is DESIGN
+    sweep = tmp_path / "s"
+    for seed in range(12):
+        start = {"acc": 0.40, "ood": 0.20, "pass": [0.40, 0.60], "maj": [0.40, 0.42]}
+        for algo, acc in (("grpo", 0.60 + 0.002 * seed), ("rft", 0.62)):
+            fin = {"acc": acc, "ood": 0.25, "pass": [acc, acc + 0.1], "maj": [acc, acc + 0.01]}
+            make_study_run(sweep, algo, seed, start=start, final=fin, rss=300.0)
+    for cap, used in ((None, 10), (12, 12)):
+        (sweep / "sweep.json").write_text(json.dumps({"name": "s", "report": {"study": True, "cap": cap}}))
+        build_study_report(sweep, tmp_path / f"out{cap}", n_boot=5)
+        row = _claims(tmp_path / f"out{cap}")["2"]
+        assert row["n_pairs"] == "12"
+        beyond = "seeds beyond the cap (10 11) are shown, not used to decide"
+        assert (beyond in row["note"]) == (used == 10)
+        assert row["holm_p_diff"] != ""

@@ -12,6 +12,7 @@ import pytest
 import harness.cli.sweep as sweep_cli
 from harness.cli.main import main
 from harness.sweep.plan import load_sweep
+from harness.sweep.sequential import sweep_design
 from harness.sweep.spec import SweepError
 from sweep_testing import env, run_cli
 
@@ -54,7 +55,7 @@ def test_study_and_selection_are_read_and_resolved(tmp_path):
     ("report: {study: true, selection: ''}", "report.selection='' is invalid: expected a non-empty folder path"),
     ("report: {selection: ../results/lr_select}", "report.selection is given but report.study is not true"),
     ("report: {studdy: true}", "unknown key 'report.studdy'; did you mean 'study'? (valid: columns, baseline, study, "
-                               "selection, sequential, amendments)"),
+                               "selection, sequential, amendments, cap)"),
     ("report: {baseline: grpp}", "report.baseline='grpp' names no algorithm of this sweep's runs; did you mean "
                                  "'grpo'? (its algorithms: grpo, rft)"),
     ("report: {baseline: 3}", "report.baseline=3 is invalid: expected the name of an algorithm of the sweep"),
@@ -188,3 +189,23 @@ def test_amendments_are_checked_and_recorded_in_sweep_json(tmp_path, study):
     doc = json.loads((out.resolve() / "st" / "sweep.json").read_text())
     assert doc["report"] == {"study": True, "selection": None,
                              "amendments": ["2026-11-27: arm X from 3 to 5 seeds (a cap at the first look cannot decide)."]}
+
+
+def test_cap_is_checked_and_recorded_in_sweep_json(tmp_path, study):
+    """report.cap: the study design's cap (the most seeds any arm is looked at), a whole number from the first look
+    to 100, only with report.study; the sequential design and the study report use it (sweep.json keeps it)."""
+    for bad in ("0", "2", "101", "true", "ten", "12.5"):
+        with pytest.raises(SweepError, match=r"report.cap=.* is invalid: expected a whole number of seeds from 3 "):
+            load_sweep(sweep_file(tmp_path, "report: {study: true, cap: " + bad + "}"),
+                       output_dir=str(tmp_path / "o"))
+    with pytest.raises(SweepError, match="report.cap is given but report.study is not true"):
+        load_sweep(sweep_file(tmp_path, "report: {cap: 20}"), output_dir=str(tmp_path / "o"))
+    sw = load_sweep(sweep_file(tmp_path, "report: {study: true, cap: 20}"), output_dir=str(tmp_path / "o"))
+    assert sw.report_cap == 20 and sweep_design(sw).cap == 20
+    plain = load_sweep(sweep_file(tmp_path, "report: {study: true}"), output_dir=str(tmp_path / "o"))
+    assert sweep_design(plain).cap == 10
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep_file(tmp_path, "report: {study: true, cap: 12}")), "--output-dir", str(out),
+                 "--no-progress"]) == 0
+    doc = json.loads((out.resolve() / "st" / "sweep.json").read_text())
+    assert doc["report"] == {"study": True, "selection": None, "cap": 12}
