@@ -47,6 +47,7 @@ from typing import Optional
 import numpy as np
 from scipy.stats import t as student_t
 
+from harness.report.limits import DESIGN_FIRST_LOOK
 from harness.report.sequential import SPENDING, nominal_levels, sequential_p
 from harness.report.stats import (hierarchical_bootstrap, holm_parts, mean_ci, percentile_interval, problem_variance,
                                   t_pvalues)
@@ -54,12 +55,6 @@ from harness.report.stats import (hierarchical_bootstrap, holm_parts, mean_ci, p
 VERDICTS = ("reproduced", "contradicted", "equivalent", "underpowered")
 N_MAX = 1000
 """Largest seed count `seeds_needed` searches."""
-
-
-MAX_CAP = 100
-"""The most seeds a study's design may plan for an arm (a sweep file's ``report.cap``)."""
-DESIGN_FIRST_LOOK = 3
-"""The study's first look (`Design.first_look`'s default)."""
 
 
 @dataclass(frozen=True)

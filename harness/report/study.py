@@ -27,7 +27,8 @@ import numpy as np
 
 from harness.report.aggregate import per_seed_initial
 from harness.report.curvefit import N_BOOT, TOLERANCE, study_curves
-from harness.report.decisions import MAX_CAP, Design
+from harness.report.decisions import Design
+from harness.report.limits import MAX_CAP
 from harness.report.format import md_safe, plus_minus, table, value_text, with_interval
 from harness.report.problems import gold_keys, guessing_floor
 from harness.report.stats import mean_ci, mean_curve, paired_diff_ci
@@ -699,7 +700,8 @@ def build_study_report(sweep_dir, out_dir=None, n_boot: int = N_BOOT, seed: int 
     """Write the study report of a finished sweep into ``out_dir`` (default
     ``<sweep_dir>/study``): report.md, claims.csv, table5.csv, compute_curves.csv and
     plots/*.png. ``n_boot``/``seed``: the compute curves' bootstrap; ``design``: the claims'
-    decision rules (default: `design_of` the sweep.json, `DESIGN` with the sweep file's ``report.cap``); ``selection_dir``: the learning-rate selection's runs
+    decision rules (default: `design_of` the sweep.json, `DESIGN` with the sweep file's ``report.cap``);
+    ``selection_dir``: the learning-rate selection's runs
     (default: ``<sweep_dir>/selection``, else sweep.json's ``report.selection``; see
     `study_data.find_selection_dir`). Returns the path of report.md."""
     study = load_study(sweep_dir)

@@ -84,7 +84,7 @@ from harness.config.rules import MAX_THREADS, NAME, THREADS
 from harness.config.schema import BudgetConfig, Config, config_from_dict, deep_merge, load_yaml, read_yaml_file
 from harness.foundation.base import ConfigError, brief, did_you_mean, flatten, from_dict, invalid
 from harness.foundation.budget import BUDGET_UNITS
-from harness.report.decisions import DESIGN_FIRST_LOOK, MAX_CAP
+from harness.report.limits import DESIGN_FIRST_LOOK, MAX_CAP
 from harness.report.format import number
 
 __all__ = [
