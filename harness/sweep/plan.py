@@ -218,10 +218,9 @@ def _varying(runs: list[PlannedRun], grid_keys: list[str]) -> list[str]:
     """Dotted config fields that differ between runs: the grid's first, in grid order, then the rest."""
     flats = [flatten({k: v for k, v in r.config_dict.items() if k not in NOT_HASHED}) for r in runs]
     varying = []
-    if flats:
-        for k in flats[0]:
-            if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flats}) > 1:
-                varying.append(k)
+    for k in dict.fromkeys(k for f in flats for k in f):  # every run's keys: one the first run omits at its default
+        if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flats}) > 1:  # (staleness 0) varies too
+            varying.append(k)
     order = [k for g in grid_keys for k in varying
              if (k == "algorithm.name" if g == "algorithm" else (k == g or k.startswith(g + ".")))]
     order = list(dict.fromkeys(order))
@@ -343,6 +342,9 @@ def format_plan(sw: Sweep, *, workers: Optional[int] = None) -> str:
     rows = []
     for r in sw.runs:
         flat = flatten(r.config_dict)
+        if any(c not in flat for c in cols):  # a field config.yaml leaves out at its default (staleness 0): that value
+            full = {**to_dict(r.config, every_field=True), "algorithm": to_dict(r.config.algo, every_field=True)}
+            flat = {**flatten(full, keep_empty=True), **flat}
         rows.append([r.run_id, r.config.algo.name, str(r.config.seed)] + [fmt_value(flat.get(c)) for c in cols]
                     + [per_step(r.config), _STATE_NOTE.get(r.state, r.state)])
     out.append(table(headers, rows))

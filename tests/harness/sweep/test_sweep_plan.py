@@ -327,3 +327,17 @@ def test_the_plan_prints_the_evaluation_points_that_happen(tmp_path):
     plan = format_plan(sw)
     assert "evaluated before training and at 2 point(s): 256, 512 samples" in plan
     assert f"warning: {w}" in plan
+
+
+def test_a_field_the_first_run_omits_at_its_default_still_varies(tmp_path):
+    """sweeps/offpolicy.yaml's first run is on-policy: its config leaves train.staleness and algorithm.correction out
+    (their defaults, 0 and none). They vary across the sweep all the same: the plan has their columns, and the runs
+    that leave them out show the defaults, not None."""
+    sw = load_sweep(REPO / "sweeps" / "offpolicy.yaml", output_dir=str(tmp_path))
+    assert "train.staleness" not in json.dumps(sw.runs[0].config_dict)
+    assert {"train.staleness", "algorithm.correction"} <= set(sw.varying)
+    lines = format_plan(sw).splitlines()
+    head = next(ln for ln in lines if ln.startswith("run id")).split()
+    row = next(ln for ln in lines if ln.startswith(sw.runs[0].run_id)).split()
+    i = head.index("train.staleness") - 1          # "run id" is two words in the header
+    assert (row[i], row[i + 1]) == ("0", "none")
