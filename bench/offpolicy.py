@@ -53,8 +53,7 @@ import torch
 from algorithms.corrections import log_sequence_ratio, mismatch_stats
 from algorithms.presets import resolve
 from evals.catalog import get_task
-from harness.config.loading import config_from_dict
-from harness.config.schema import load_config
+from harness.config.schema import load_config, settings
 from harness.engine.learner import Learner, make_batch, token_logprobs
 from harness.engine.models import build_char_tokenizer, build_tiny_model
 from harness.engine.perf import PerfTracker
@@ -63,7 +62,6 @@ from harness.train.pipeline import own_threads
 from harness.train.stage import stage_problems, stage_seed
 from harness.rundir.read import find_run_dirs, load_run
 from harness.train.warmup import starting_checkpoint
-from paired_vs_baseline import config_value
 
 QUICKSTART = str(ROOT / "harness/configs/quickstart.yaml")
 
@@ -235,8 +233,8 @@ def diagnostics(a) -> dict:
         if run.status != "finished":
             print(f"left out: {run.run_id}: {run.status}", file=sys.stderr)
             continue
-        cfg = config_from_dict(run.config)
-        key = (config_value(cfg, "train.staleness"), config_value(cfg, "algorithm.correction"))
+        flat = settings(run.config)
+        key = (flat["train.staleness"], flat["algorithm.correction"])
         arms.setdefault(key, {})[run.seed] = _run_diagnostics(run)
     cols = ("acc", "kl_mean", "kl_max", "ratio_max", "truncated", "masked", "train_s", "wall_s")
     fmt = {"acc": "{:.1f}", "kl_mean": "{:.1e}", "kl_max": "{:.1e}", "ratio_max": "{:.3g}", "truncated": "{:.3f}",

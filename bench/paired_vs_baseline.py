@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness.config.loading import config_from_dict  # noqa: E402
+from harness.config.schema import settings  # noqa: E402
 from harness.report.decisions import PartData, look_stats  # noqa: E402
 from harness.report.problems import problem_values  # noqa: E402
 from harness.report.stats import t_quantile  # noqa: E402
@@ -42,20 +42,17 @@ def arm_of(run, keys: list[str]) -> str:
     """The run's arm: its algorithm, or ``key=value,...`` of ``keys`` in its config with the defaults filled in."""
     if not keys:
         return run.algorithm
-    cfg = config_from_dict(run.config)
-    return ",".join(f"{k}={config_value(cfg, k)}" for k in keys)
+    return ",".join(f"{k}={config_value(run.config, k)}" for k in keys)
 
 
-def config_value(cfg, key: str):
-    """``key`` (``train.staleness``) of a loaded config, its default where the file left it out; ``algorithm.*``
-    reads the algorithm resolved (its preset's values filled in)."""
-    head, *rest = key.split(".")
-    cur = cfg.algo if head == "algorithm" else cfg
-    for part in (rest if head == "algorithm" else [head, *rest]):
-        if not hasattr(cur, part):
-            raise SystemExit(f"paired_vs_baseline: {key}: a run config has no field {part!r} there")
-        cur = getattr(cur, part)
-    return cur
+def config_value(config: dict, key: str):
+    """``key`` (``train.staleness``) of a run's config (a mapping, as config.yaml), read as the report reads it
+    (`harness.config.schema.settings`): its default where the file left it out, ``algorithm.*`` with the preset's
+    values filled in."""
+    flat = settings(config)
+    if key not in flat:
+        raise SystemExit(f"paired_vs_baseline: {key}: a run config has no field {key.split('.')[-1]!r} there")
+    return flat[key]
 
 
 def runs_by_arm(root: Path, task: str, keys: list[str], where: tuple = ()) -> tuple[dict[str, dict[int, dict]],
@@ -70,8 +67,7 @@ def runs_by_arm(root: Path, task: str, keys: list[str], where: tuple = ()) -> tu
             skipped.append(f"{run.run_id}: {run.status}" + (f" ({run.error})" if run.error else ""))
             continue
         if where:
-            cfg = config_from_dict(run.config)
-            if any(str(config_value(cfg, k)) != v for k, v in where):
+            if any(str(config_value(run.config, k)) != v for k, v in where):
                 continue
         values, why = problem_values(run, task, "acc", "final")
         if values is None:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import functools
+
 import yaml
 
 from algorithms.presets import ALGORITHMS, COMPONENTS, resolve
@@ -10,7 +12,7 @@ from algorithms.registry import UnknownComponentError
 from harness.config.algorithm import AlgorithmConfig
 from harness.config.fields import Config
 from harness.foundation import yamlsafe
-from harness.foundation.base import ConfigError, brief, expand_shorthand
+from harness.foundation.base import ConfigError, brief, expand_shorthand, flatten, to_dict
 from harness.foundation.yamlsafe import DuplicateKeyError, YamlBadValue, YamlTooLarge
 
 
@@ -102,6 +104,32 @@ def effective_dict(cfg: Config | dict) -> dict:
     if "algorithm" in d:
         d["algorithm"] = _effective_section(d["algorithm"])
     return d
+
+
+@functools.lru_cache(maxsize=1)
+def _default_settings() -> dict:
+    """Every field of a config at its default, flattened (the knobs config.yaml leaves out at their defaults too)."""
+    cfg = Config()
+    return flatten({**to_dict(cfg, every_field=True), "algorithm": to_dict(cfg.algo, every_field=True)},
+                   keep_empty=True)
+
+
+def settings(cfg: dict) -> dict:
+    """A run's config (config.yaml or a summary's ``config``, as a mapping) as the flat ``{"train.lr": ...}`` of
+    every setting in force: :func:`effective_dict` (the algorithm's preset filled in; the mapping as written when
+    it cannot be resolved: never an error), then each field the file leaves out because it holds its default
+    (``train.staleness`` 0, ``algorithm.correction`` none) at that default, unless the file writes its section
+    as something else (a shorthand). The one reader of "a run's value of a setting" for reports and bench
+    scripts."""
+    try:
+        eff = effective_dict(cfg)
+    except Exception:  # a hand-edited config: read as written
+        eff = cfg if isinstance(cfg, dict) else {}
+    flat = flatten(eff, keep_empty=True)
+    for k, v in _default_settings().items():
+        if k not in flat and not any(k.startswith(p + ".") for p in flat):
+            flat[k] = v
+    return flat
 
 
 def _effective_section(section: Any) -> Any:

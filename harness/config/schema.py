@@ -14,7 +14,7 @@ from harness.config.fields import Config
 from harness.config.loading import (config_from_dict, config_hash, describe, load_config, load_yaml, read_yaml_file,
                                     save_config, strict_yaml_load)
 from harness.config.overrides import (NAMED_SECTIONS, algorithm_name, deep_merge, effective_dict, parse_overrides,
-                                      rename_section, set_dotted)
+                                      rename_section, set_dotted, settings)
 from harness.config.rules import (MAX_NEW_TOKENS, MAX_PER_STEP, MAX_SAMPLES_PER_PROMPT, MAX_SEED, MAX_THREADS,
                                   MAX_TINY_PARAMS, NAME_RULE, TINY_VOCAB_SIZE, WANDB_MODES, dir_path_problem,
                                   is_safe_name, mlflow_uri_problem)
@@ -28,7 +28,7 @@ __all__ = [
     "AlgorithmConfig", "BudgetConfig", "EvalConfig", "OodEvalConfig", "TrackingConfig", "RewardModelConfig",
     "ConfigError",
     "load_config", "save_config", "config_hash", "config_from_dict", "field_docs", "algorithm_name", "ood_task_spec",
-    "warmup_long_spec", "config_warnings", "dir_path_problem", "effective_dict", "deep_merge", "set_dotted",
+    "warmup_long_spec", "config_warnings", "dir_path_problem", "effective_dict", "settings", "deep_merge", "set_dotted",
     "rename_section", "parse_overrides", "describe", "load_yaml", "read_yaml_file", "strict_yaml_load",
     "NAMED_SECTIONS", "NAME_RULE", "is_safe_name", "MAX_THREADS", "MAX_PER_STEP", "MAX_SAMPLES_PER_PROMPT",
     "MAX_NEW_TOKENS", "MAX_SEED", "MAX_TINY_PARAMS", "TINY_VOCAB_SIZE", "WANDB_MODES", "tiny_param_count",

@@ -10,7 +10,6 @@ difference over seeds from the first algorithm's row (`harness.report.stats.pair
 """
 from __future__ import annotations
 
-import functools
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -18,8 +17,8 @@ from typing import Optional
 
 import numpy as np
 
-from harness.config.schema import Config, effective_dict
-from harness.foundation.base import flatten, to_dict
+from harness.config.schema import settings
+from harness.foundation.base import flatten
 from harness.report.format import value_text
 from harness.report.stats import mean_ci, paired_diff_ci
 from harness.rundir.read import RunData, is_number, is_run_dir, k_of, load_run, split_metric
@@ -33,28 +32,12 @@ def _ignored(key: str) -> bool:
     return key.endswith("seed") or any(key == p or (p.endswith(".") and key.startswith(p)) for p in _IGNORED_CFG)
 
 
-@functools.lru_cache(maxsize=1)
-def _defaults() -> dict:
-    """Every field of a config at its default, flattened (the later knobs config.yaml leaves out included)."""
-    cfg = Config()
-    return flatten({**to_dict(cfg, every_field=True), "algorithm": to_dict(cfg.algo, every_field=True)},
-                   keep_empty=True)
-
-
 def run_settings(r: RunData) -> dict:
     """The run's effective config, flattened, less seeds, names, paths and tracking (its config
     as written when it cannot be resolved, e.g. a hand-edited summary: never an error). A field the file
     leaves out because it holds its default (``train.staleness`` 0, ``algorithm.correction`` none: the
     knobs that came later) reads as that default, so rows are never told apart by a gap."""
-    try:
-        eff = effective_dict(r.config)
-    except Exception:
-        eff = r.config if isinstance(r.config, dict) else {}
-    flat = flatten(eff, keep_empty=True)
-    for k, v in _defaults().items():
-        if k not in flat and not any(k.startswith(p + ".") for p in flat):
-            flat[k] = v
-    return {k: v for k, v in flat.items() if not _ignored(k)}
+    return {k: v for k, v in settings(r.config).items() if not _ignored(k)}
 
 
 def load_sweep_runs(sweep_dir: str | os.PathLike) -> list[RunData]:

@@ -6,7 +6,7 @@ import yaml
 
 from algorithms.presets import COMPONENTS
 from harness.cli.main import main
-from harness.config.schema import config_from_dict, effective_dict, load_config, save_config
+from harness.config.schema import config_from_dict, effective_dict, load_config, save_config, settings
 from harness.foundation.base import flatten, to_dict
 from harness.rundir.ids import run_id
 from harness.tracking.base import TrackerSet, config_dict
@@ -81,3 +81,16 @@ def test_the_algorithm_is_resolved_once_when_the_config_is_loaded():
     assert cfg.algorithm.advantage is None and to_dict(cfg)["algorithm"]["advantage"] is None  # as given
     rft = load_config(None, ["algorithm=rft"]).algo
     assert not rft.critic and not rft.uses_reference and rft.filter == "correct"
+
+
+def test_settings_reads_every_setting_in_force_from_a_run_config():
+    """`settings`: the one reader of a run's settings (the report's rows, bench/paired_vs_baseline.py,
+    bench/offpolicy.py): the preset's components filled in, the knobs config.yaml leaves out at their defaults read as those defaults, a
+    config it cannot resolve read as written (never an error)."""
+    flat = settings({"algorithm": {"name": "grpo"}, "train": {"lr": 1e-4}})
+    assert flat["train.lr"] == 1e-4 and flat["train.staleness"] == 0 and flat["algorithm.correction"] == "none"
+    assert flat["algorithm.advantage"] == "grpo" and flat["train.heap_mmap_threshold_kib"] == 0
+    assert settings({"algorithm": {"name": "grpo", "correction": "token_tis"}, "train": {"staleness": 8}})[
+        "algorithm.correction"] == "token_tis"
+    odd = settings({"algorithm": {"name": "no_such_algorithm"}, "train": "garbage"})
+    assert odd["algorithm.name"] == "no_such_algorithm" and odd["train"] == "garbage" and "train.lr" not in odd
