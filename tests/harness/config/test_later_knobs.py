@@ -3,6 +3,7 @@ config.yaml, run ids and cache keys at their defaults, enter them when set, and 
 they cannot apply, before any work."""
 import dataclasses
 import random
+import re
 
 import pytest
 
@@ -100,3 +101,13 @@ def test_eval_batch_size_reaches_the_evaluations(monkeypatch, tmp_path):
     task = type("T", (), {"name": "arith", "eval_problems": lambda self: list(range(10))})()
     evalpoints.evaluate_point(None, None, task, cfg, 0, tmp_path, final=True, seed=0)
     assert seen == [48, 48]
+
+
+@pytest.mark.parametrize("bad, why", [("-1", "must be >= 0"), ("1.5", "expected an integer"),
+                                      ("true", "expected an integer"), ("abc", "expected an integer"),
+                                      ("99999999", "must be <= 32768 (glibc's largest mmap threshold)")])
+def test_heap_threshold_refuses_what_glibc_cannot_take(bad, why):
+    """train.heap_mmap_threshold_kib: a whole number of KiB from 0 (off) to glibc's largest threshold, 32 MiB."""
+    with pytest.raises(ConfigError, match=f"train.heap_mmap_threshold_kib.*{re.escape(why)}"):
+        load_config(QS, [f"train.heap_mmap_threshold_kib={bad}"])
+    assert load_config(QS, ["train.heap_mmap_threshold_kib=64"]).train.heap_mmap_threshold_kib == 64
