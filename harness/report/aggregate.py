@@ -131,7 +131,7 @@ def _run_values(r: RunData) -> dict[str, Optional[float]]:
     v: dict[str, Optional[float]] = dict(r.final_eval)
     p = r.peak
     v.update({"peak_rss_mb": p["rss_mb"], "peak_rss_above_base_mb": p["rss_above_base_mb"],
-              "peak_cuda_mb": p["cuda_mb"], "wall_seconds": r.wall_seconds,
+              "peak_cuda_mb": p["cuda_mb"], "wall_seconds": r.whole_wall_seconds,
               "train_seconds": r.train_seconds, "budget_consumed": r.budget_consumed,
               "warmup_seconds": warmup_cost(r.summary)})
     return v

@@ -99,6 +99,11 @@ def _notes(runs: list[RunData], done: list[RunData], unit: str, ks: dict, exclud
              budget_line + "."]
     if excluded:
         notes.append(f"excluded from aggregates (not finished): {', '.join(excluded)}.")
+    resumed = sorted(r.run_id for r in done if r.resumed)
+    if resumed:
+        notes.append(f"wall-clock leaves out {len(resumed)} run(s) resumed after an interruption "
+                     f"({', '.join(resumed)}): a resumed run's summary holds only its last attempt's wall-clock; its "
+                     "train time counts every attempt.")
     bad = unusable_runs(runs)
     if bad:
         notes.append("runs whose files could not be used (listed, not aggregated): " + "; ".join(bad) + ".")

@@ -250,7 +250,7 @@ def plot_wall_clock(groups, colors):
         return None
     fig = _figure(8.4, 3.6)
     axes = fig.subplots(1, 2, squeeze=False)[0]
-    _bars(axes[0], labels, [[r.wall_seconds for r in groups[lab]] for lab in labels], colors, "wall-clock (s)",
+    _bars(axes[0], labels, [[r.whole_wall_seconds for r in groups[lab]] for lab in labels], colors, "wall-clock (s)",
           "wall-clock (total)")
     _bars(axes[1], labels, [[r.train_seconds for r in groups[lab]] for lab in labels], colors, "wall-clock (s)",
           "training time (evaluation excluded)")

@@ -268,6 +268,17 @@ class RunData:
         return float(v) if is_number(v) and v >= 0 else None
 
     @property
+    def resumed(self) -> bool:
+        """Whether the run was resumed after an interruption (the summary's ``resumed_from_step``)."""
+        return is_number(self.summary.get("resumed_from_step"))
+
+    @property
+    def whole_wall_seconds(self) -> Optional[float]:
+        """The run's wall-clock from start to end: `wall_seconds`, or None for a resumed run, whose summary holds
+        only its last attempt's (tables and plots that compare runs' wall-clock leave it out and say so)."""
+        return None if self.resumed else self.wall_seconds
+
+    @property
     def train_seconds(self) -> Optional[float]:
         v = _d(_d(self.summary.get("budget")).get("consumed")).get("seconds")
         if is_number(v):

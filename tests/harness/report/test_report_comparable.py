@@ -199,3 +199,22 @@ def test_a_knob_left_out_at_its_default_reads_as_the_default(tmp_path):
     assert keys == ["algorithm.correction", "train.staleness"]
     assert rows["grpo (algorithm.correction=none, train.staleness=0)"] == {"algorithm.correction": "none",
                                                                          "train.staleness": "0"}
+
+
+def test_a_resumed_runs_partial_wall_clock_is_left_out_and_said(tmp_path):
+    """A run resumed after an interruption keeps only its last attempt's wall_seconds (train time counts every attempt):
+    the table's wall-clock is the other seeds' mean, the report names the run, and its train time still counts."""
+    for seed in (0, 1, 2):
+        d = make_run(tmp_path, "rs", "grpo", seed, 0)
+        s = json.loads((d / "summary.json").read_text())
+        s["wall_seconds"] = {0: 100.0, 1: 10.0, 2: 120.0}[seed]
+        if seed == 1:
+            s["resumed_from_step"] = 40
+            resumed_id = s["run_id"]
+        (d / "summary.json").write_text(json.dumps(s))
+    res = build_report(tmp_path / "rs")
+    df = res["table"]
+    assert df.at["grpo", ("wall_seconds", "mean")] == pytest.approx(110.0) and df.at["grpo", ("wall_seconds", "n")] == 2
+    assert df.at["grpo", ("train_seconds", "n")] == 3
+    md = (tmp_path / "rs" / "report" / "report.md").read_text()
+    assert f"wall-clock leaves out 1 run(s) resumed after an interruption ({resumed_id})" in md
