@@ -85,8 +85,8 @@ def test_the_algorithm_is_resolved_once_when_the_config_is_loaded():
 
 def test_settings_reads_every_setting_in_force_from_a_run_config():
     """`settings`: the one reader of a run's settings (the report's rows, bench/paired_vs_baseline.py,
-    bench/offpolicy.py): the preset's components filled in, the knobs config.yaml leaves out at their defaults read as those defaults, a
-    config it cannot resolve read as written (never an error)."""
+    bench/offpolicy.py): the preset's components filled in, the knobs config.yaml leaves out at their defaults
+    read as those defaults, a config it cannot resolve read as written (never an error)."""
     flat = settings({"algorithm": {"name": "grpo"}, "train": {"lr": 1e-4}})
     assert flat["train.lr"] == 1e-4 and flat["train.staleness"] == 0 and flat["algorithm.correction"] == "none"
     assert flat["algorithm.advantage"] == "grpo" and flat["train.heap_mmap_threshold_kib"] == 0
