@@ -58,9 +58,9 @@ from harness.engine.learner import Learner, make_batch, token_logprobs
 from harness.engine.models import build_char_tokenizer, build_tiny_model
 from harness.engine.perf import PerfTracker
 from harness.engine.sampling import sample
+from harness.rundir.read import find_run_dirs, load_run
 from harness.train.pipeline import own_threads
 from harness.train.stage import stage_problems, stage_seed
-from harness.rundir.read import find_run_dirs, load_run
 from harness.train.warmup import starting_checkpoint
 
 QUICKSTART = str(ROOT / "harness/configs/quickstart.yaml")

@@ -45,7 +45,6 @@ models = lazy("harness.engine.models")
 TASKS = ("gsm8k", "math", "math500", "arith", "wordarith")
 GENERATED = ("arith", "wordarith")
 """Tasks that generate their problems from arith's knobs and seed (no test file)."""
-"""Sequences decoded at once by a run's own evaluation (``harness.train.loop.evaluate``)."""
 DEFAULT_MAX_NEW = 512
 """Completion limit without a protocol's, a run's or ``--max-new-tokens`` (lowered to what the
 model's context holds after the longest prompt, with a note)."""

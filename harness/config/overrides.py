@@ -1,9 +1,8 @@
 """The raw config mappings before a config is built: layering (``deep_merge``), ``--set a.b=v`` overrides, the ``algorithm: ppo`` shorthand and section renaming, and the effective algorithm of a mapping read back."""
 from __future__ import annotations
 
-from typing import Any
-
 import functools
+from typing import Any
 
 import yaml
 

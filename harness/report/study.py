@@ -28,8 +28,8 @@ import numpy as np
 from harness.report.aggregate import per_seed_initial
 from harness.report.curvefit import N_BOOT, TOLERANCE, study_curves
 from harness.report.decisions import Design
-from harness.report.limits import MAX_CAP
 from harness.report.format import md_safe, plus_minus, table, value_text, with_interval
+from harness.report.limits import is_cap
 from harness.report.problems import gold_keys, guessing_floor
 from harness.report.stats import mean_ci, mean_curve, paired_diff_ci
 from harness.report.study_claims import amendments, claims, claims_csv_rows, claims_markdown
@@ -49,13 +49,11 @@ DESIGN = Design()
 
 def design_of(sweep_json: dict) -> Design:
     """`DESIGN` with the cap the sweep file states (``report.cap``, recorded in sweep.json): the most seeds any arm
-    is looked at. `DESIGN` itself when sweep.json states none (or something that is not a whole number from the
-    first look to `decisions.MAX_CAP`, as the sweep file would have been refused)."""
+    is looked at. `DESIGN` itself when sweep.json states none (or something `limits.is_cap` refuses, as the sweep
+    file would have been)."""
     rep = sweep_json.get("report") if isinstance(sweep_json, dict) else None
     cap = rep.get("cap") if isinstance(rep, dict) else None
-    if isinstance(cap, bool) or not isinstance(cap, int) or not DESIGN.first_look <= cap <= MAX_CAP:
-        return DESIGN
-    return dataclasses.replace(DESIGN, cap=cap)
+    return dataclasses.replace(DESIGN, cap=cap) if is_cap(cap) else DESIGN
 
 
 # --------------------------------------------------------------------------- where the time went

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.config.schema import (Config, algorithm_name, config_from_dict, config_warnings, deep_merge,
-                                   dir_path_problem, parse_overrides, set_dotted)
+                                   dir_path_problem, parse_overrides, set_dotted, settings)
 from harness.foundation.base import ConfigError, brief, did_you_mean, flatten, to_dict
 from harness.foundation.budget import eval_points, stage_samples
 from harness.report.format import table
@@ -343,8 +343,7 @@ def format_plan(sw: Sweep, *, workers: Optional[int] = None) -> str:
     for r in sw.runs:
         flat = flatten(r.config_dict)
         if any(c not in flat for c in cols):  # a field config.yaml leaves out at its default (staleness 0): that value
-            full = {**to_dict(r.config, every_field=True), "algorithm": to_dict(r.config.algo, every_field=True)}
-            flat = {**flatten(full, keep_empty=True), **flat}
+            flat = {**settings(r.config_dict), **flat}
         rows.append([r.run_id, r.config.algo.name, str(r.config.seed)] + [fmt_value(flat.get(c)) for c in cols]
                     + [per_step(r.config), _STATE_NOTE.get(r.state, r.state)])
     out.append(table(headers, rows))

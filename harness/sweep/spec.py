@@ -84,8 +84,8 @@ from harness.config.rules import MAX_THREADS, NAME, THREADS
 from harness.config.schema import BudgetConfig, Config, config_from_dict, deep_merge, load_yaml, read_yaml_file
 from harness.foundation.base import ConfigError, brief, did_you_mean, flatten, from_dict, invalid
 from harness.foundation.budget import BUDGET_UNITS
-from harness.report.limits import DESIGN_FIRST_LOOK, MAX_CAP
 from harness.report.format import number
+from harness.report.limits import DESIGN_FIRST_LOOK, MAX_CAP, is_cap
 
 __all__ = [
     "SweepError", "LaunchOptions", "TOP_LEVEL_KEYS", "LAUNCHER_KEYS", "BUDGET_KEYS", "LAUNCHER_TYPES",
@@ -593,7 +593,7 @@ def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
                          f"prints them): set report.study: true or remove report.amendments")
     cap = rep.get("cap")
     if cap is not None:
-        if isinstance(cap, bool) or not isinstance(cap, int) or not DESIGN_FIRST_LOOK <= cap <= MAX_CAP:
+        if not is_cap(cap):
             raise SweepError(f"{src}: report.cap={cap!r} is invalid: expected a whole number of seeds from "
                              f"{DESIGN_FIRST_LOOK} (the design's first look) to {MAX_CAP}: the most seeds any arm of "
                              f"the study is looked at")
