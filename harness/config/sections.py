@@ -420,9 +420,10 @@ class EvalConfig:
     ood: OodEvalConfig = field(default_factory=OodEvalConfig)
     """Out-of-domain held-out set (off by default)."""
     validation: bool = False
-    """Also score the final model (greedy) on the task's validation split, disjoint from the
-    training and test problems (summary.json ``final_val_eval``), to choose hyper-parameters
-    such as the learning rate without looking at the test set (a sweep's ``select``)."""
+    """Also score the start and the final model (greedy) on the task's validation split, disjoint from the
+    training and test problems (summary.json ``initial_val_eval`` / ``final_val_eval``; the start's is computed once
+    per warm-up and cached beside it), to choose hyper-parameters such as the learning rate without looking at the
+    test set (a sweep's ``select``), and to say how far the chosen setting moved from its start."""
     batch_size: int = ruled(256, at_least(1), at_most(4096))
     """Sequences the evaluations decode at once (greedy rows, or samples: the n samples' seeds go by chunk of this
     many, so it is part of what a sampled evaluation computes). Peak memory grows with it through the KV cache: a

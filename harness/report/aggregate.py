@@ -239,49 +239,88 @@ def seeds_note(groups: "OrderedDict[str, list[RunData]]") -> str:
             "t-interval of the per-seed differences.")
 
 
-def select_by_validation(runs: list[RunData], over: str = "train.lr") -> list[dict]:
-    """Per algorithm, the value of config key ``over`` (default the learning rate) whose
-    finished runs score best on the validation split: mean over seeds of
-    ``final_val_eval.eval/<task>/acc`` (runs trained with ``eval.validation: true``).
+def _split_acc(r: RunData, key: str) -> Optional[tuple]:
+    """``(task, accuracy)`` of summary ``key`` (``final_val_eval`` / ``initial_val_eval``): its ``eval/<task>/acc``
+    of the run's own task, else the only ``eval/*/acc`` there; None without one."""
+    val = r.summary.get(key)
+    if not isinstance(val, dict):
+        return None
+    accs = {k.split("/")[1]: v for k, v in val.items()
+            if k.startswith("eval/") and k.endswith("/acc") and k.count("/") == 2 and is_number(v)}
+    if r.task in accs:
+        return r.task, float(accs[r.task])
+    return next(iter(accs.items())) if len(accs) == 1 else None
 
-    Returns one dict per algorithm that has validation scores for at least one value:
-    ``{"algorithm", "over", "best", "val_acc", "candidates": {value: mean val acc}, "split":
-    "validation", "task"}``; ties go to the smaller value. Never looks at the test split."""
-    by_algo: dict[str, dict] = {}
-    tasks: dict[str, str] = {}
+
+def select_by_validation(runs: list[RunData], over: str = "train.lr") -> list[dict]:
+    """Per algorithm, the setting whose finished runs score best on the validation split: mean over seeds of
+    ``final_val_eval.eval/<task>/acc`` (runs trained with ``eval.validation: true``). The setting is the value of
+    config key ``over`` (default the learning rate), with every other setting that varies between the algorithm's
+    runs (a KL coefficient, a reward model's samples, ...) beside it: a candidate is one combination, never a mean
+    over the others.
+
+    Returns one dict per algorithm with at least two candidates (one is no selection): ``{"algorithm", "over",
+    "best", "val_acc", "candidates": {value: mean val acc}, "split": "validation", "task"}``; where more than
+    ``over`` varies, ``over`` names the settings (comma-separated), ``best`` maps each to its value and the
+    candidates are keyed by their values' text. Where the winner's runs recorded their start's validation score
+    (``initial_val_eval``), ``start_val_acc`` is its mean over them. Ties go to the smaller values. Never looks at
+    the test split."""
+    by_algo: dict[str, list] = {}
     for r in runs:
-        if r.status != "finished":
-            continue
-        val = r.summary.get("final_val_eval") or {}
-        accs = {k: v for k, v in val.items() if k.startswith("eval/") and k.endswith("/acc")}
-        if len(accs) != 1:
-            continue
-        (key, acc), = accs.items()
-        value = flatten(r.config, keep_empty=True).get(over)
-        by_algo.setdefault(r.algorithm, {}).setdefault(value, []).append(float(acc))
-        tasks[r.algorithm] = key.split("/")[1]
+        va = _split_acc(r, "final_val_eval") if r.status == "finished" else None
+        if va is not None:
+            by_algo.setdefault(r.algorithm, []).append((r, va))
     out = []
     for algo in sorted(by_algo):
-        cands = {v: float(np.mean(a)) for v, a in by_algo[algo].items()}
-        best = min(cands, key=lambda v: (-cands[v], v if isinstance(v, (int, float)) else 0))
-        out.append({"algorithm": algo, "over": over, "best": best, "val_acc": cands[best],
-                    "candidates": dict(sorted(cands.items(), key=lambda kv: repr(kv[0]))),
-                    "split": "validation", "task": tasks[algo]})
+        items = by_algo[algo]
+        flats = [run_settings(r) for r, _ in items]
+        for flat, (r, _) in zip(flats, items):
+            flat[over] = flatten(r.config, keep_empty=True).get(over, flat.get(over))
+        others = sorted(k for k in {k for f in flats for k in f} - {over}
+                        if len({repr(f.get(k)) for f in flats}) > 1)
+        knobs = [over] + others
+        cands: dict = {}
+        for flat, (r, (_, acc)) in zip(flats, items):
+            cands.setdefault(tuple(flat.get(k) for k in knobs), []).append((r, acc))
+        if len(cands) < 2:
+            continue
+        means = {key: float(np.mean([a for _, a in rs])) for key, rs in cands.items()}
+        best = min(means, key=lambda key: (-means[key], *(_sort_key(v) for v in key)))
+        entry = {"algorithm": algo, "over": ", ".join(knobs), "best": best[0] if not others else dict(zip(knobs, best)),
+                 "val_acc": means[best], "split": "validation", "task": items[0][1][0]}
+        if others:
+            entry["candidates"] = {", ".join(value_text(v) for v in key): means[key]
+                                   for key in sorted(means, key=lambda t: tuple(_sort_key(x) for x in t))}
+        else:
+            entry["candidates"] = dict(sorted(((key[0], m) for key, m in means.items()), key=lambda kv: repr(kv[0])))
+        starts = [_split_acc(r, "initial_val_eval") for r, _ in cands[best]]
+        if starts and all(s is not None for s in starts):
+            entry["start_val_acc"] = float(np.mean([s[1] for s in starts]))
+        out.append(entry)
     return out
 
 
 def selection_notes(selection: list[dict]) -> list[str]:
-    """One report note per algorithm: which value won and on which split."""
-    return [f"selection on the {s['task']} validation split (never the test split): {s['algorithm']} -> "
-            f"{s['over']}={value_text(s['best'])} (validation acc {s['val_acc']:.3f}; candidates "
-            + ", ".join(f"{value_text(v)}: {a:.3f}" for v, a in s["candidates"].items()) + ")"
-            for s in selection]
+    """One report note per algorithm: which setting won and on which split (and its gain over the start's
+    validation score, where recorded)."""
+    notes = []
+    for s in selection:
+        best = s["best"]
+        won = (", ".join(f"{k}={value_text(v)}" for k, v in best.items()) if isinstance(best, dict)
+               else f"{s['over']}={value_text(best)}")
+        start = (f", start {s['start_val_acc']:.3f}, gain {100 * (s['val_acc'] - s['start_val_acc']):+.1f} points"
+                 if "start_val_acc" in s else "")
+        head = f"candidates ({s['over']}) " if isinstance(best, dict) else "candidates "
+        notes.append(f"selection on the {s['task']} validation split (never the test split): {s['algorithm']} -> "
+                     f"{won} (validation acc {s['val_acc']:.3f}{start}; {head}"
+                     + ", ".join(f"{value_text(v)}: {a:.3f}" for v, a in s["candidates"].items()) + ")")
+    return notes
 
 
-
-SELECTION_KNOBS = ("train.lr", "algorithm.kl_coef", "algorithm.beta")
+SELECTION_KNOBS = ("train.lr", "algorithm.kl_coef", "algorithm.beta", "reward_model.samples_per_round")
 """Config keys a learning-rate selection sweeps: the learning rate always, the others (the KL
-coefficient beta: ``algorithm.kl_coef``; ``algorithm.beta`` read too) where they vary."""
+coefficient beta: ``algorithm.kl_coef``; ``algorithm.beta`` read too; a learned reward model's samples per round)
+where they vary."""
 
 
 def knob_value(r: RunData, key: str):
@@ -294,14 +333,7 @@ def knob_value(r: RunData, key: str):
 def _val_acc(r: RunData) -> Optional[tuple]:
     """``(task, validation accuracy)`` of a finished run: ``final_val_eval`` ``eval/<task>/acc``
     of its own task, else the only ``eval/*/acc`` there; None without one."""
-    val = r.summary.get("final_val_eval")
-    if not isinstance(val, dict):
-        return None
-    accs = {k.split("/")[1]: v for k, v in val.items()
-            if k.startswith("eval/") and k.endswith("/acc") and k.count("/") == 2 and is_number(v)}
-    if r.task in accs:
-        return r.task, float(accs[r.task])
-    return next(iter(accs.items())) if len(accs) == 1 else None
+    return _split_acc(r, "final_val_eval")
 
 
 def _sort_key(v):

@@ -8,9 +8,9 @@ beside ``sweep.json``, ``report/``, ``study/`` and the like. :func:`export_runs`
 - ``config.yaml``, ``summary.json``, ``metrics.jsonl``: byte for byte;
 - of ``eval/``: the start (step 0) and final evaluation records, ``<task>_<step>.jsonl`` and
   ``<task>_<step>_samples.jsonl`` (every task: in-domain, ``_ood``), and the validation records
-  ``<task>_validation.jsonl``; the intermediate evaluations' records are left out (the report
-  reads only the start and the end: :mod:`harness.report.problems`; the curves come from
-  metrics.jsonl). A record with samples becomes a compact record (`evals.records.compact_record`:
+  ``<task>_validation.jsonl`` (the end) and ``<task>_validation_start.jsonl`` (the start); the intermediate
+  evaluations' records are left out (the report reads only the start and the end: :mod:`harness.report.problems`;
+  the curves come from metrics.jsonl). A record with samples becomes a compact record (`evals.records.compact_record`:
   the n samples as their correct and valid counts, answer-key histograms in first-appearance order
   and the pass@k / maj@k curves, plain and valid-step, at k = 1, 2, 4, ..., n: every curve at every k
   comes back exactly from it, and a 256-sample record shrinks from ~20 kB to ~1 kB); its greedy item
@@ -62,7 +62,7 @@ GREEDY_KEYS = ("key", "correct", "valid", "finished")
 SAMPLE_KEYS = ("key", "correct", "valid")
 """What a trimmed sample item keeps: the voting key and the grades (pass@k / maj@k rebuild from them)."""
 _STEP_FILE = re.compile(r"^(?P<task>.+)_(?P<step>\d+)(?P<samples>_samples)?\.jsonl$")
-_VALIDATION_FILE = re.compile(r"^.+_validation\.jsonl$")
+_VALIDATION_FILE = re.compile(r"^.+_validation(_start)?\.jsonl$")
 
 
 class ExportError(ConfigError):

@@ -23,7 +23,8 @@ are absent, a launcher's placeholder fills them with empty values):
   sizes in MiB; ``start`` where the starting policy came from (trainer only)
 - ``resumed_from_step``  the checkpoint step the latest attempt resumed from, if it did
 - ``initial_eval`` / ``final_eval``  evaluation metrics before training / at the end
-  (``{"eval/<task>/<metric>": value}``)
+  (``{"eval/<task>/<metric>": value}``); with ``eval.validation``, ``initial_val_eval`` /
+  ``final_val_eval`` the greedy scores on the validation split before training / at the end
 - ``peak``        ``{"rss_mb", "rss_above_base_mb", "cuda_mb"}``; ``perf`` the full
   performance summary (``perf/...``); ``wall_seconds`` wall-clock of the latest attempt,
   without ``setup_seconds`` (``{"warmup_wait", "warmup_build", "initial_eval"}``: the

@@ -2,7 +2,7 @@
 
 ``<run_dir>/checkpoint/state.pt`` is the resume point. One process: it holds the learner's
 state (policy, critic, optimizers, reference when it is reset), the checkpoint ``state``
-the trainer passes (``counters``, ``passed`` evaluation thresholds, ``initial_eval``) and
+the trainer passes (``counters``, ``passed`` evaluation thresholds, ``initial_eval``, ``initial_val_eval``) and
 the Python/NumPy/torch RNG states, written atomically. Several processes: every rank
 writes ``dist.save_state`` into ``checkpoint/dist_<step>/`` (engines, optimizers, per-rank
 RNG; the reference's weights in ``reference.pt`` when the run resets it) and the main
@@ -119,8 +119,9 @@ def _check_state(path: Path, state: dict, need: tuple = ("learner", "rng")) -> N
             raise CheckpointError(path, f"its counter {c}={counters[c]!r} is not a non-negative number", todo)
     if not _is_count(state["passed"], whole=True):
         raise CheckpointError(path, f"its passed={state['passed']!r} is not a whole number", todo)
-    if state.get("initial_eval") is not None and not isinstance(state.get("initial_eval"), dict):
-        raise CheckpointError(path, "its initial_eval is not a mapping", todo)
+    for key in ("initial_eval", "initial_val_eval"):
+        if state.get(key) is not None and not isinstance(state.get(key), dict):
+            raise CheckpointError(path, f"its {key} is not a mapping", todo)
     if "learner" in need and not isinstance(state["learner"], dict):
         raise CheckpointError(path, "its learner state is not a mapping", todo)
     state["counters"] = {c: (int(counters[c]) if c != "seconds" else float(counters[c])) for c in COUNTERS}

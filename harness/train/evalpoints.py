@@ -9,7 +9,9 @@ scores the out-of-domain set the same way under ``eval/<task>_ood/...``.
 The start evaluation depends only on the starting checkpoint, the evaluation settings and
 the seed, not on the algorithm: for a cached warm-up it is computed once and kept next
 to the checkpoint (``<warm-up dir>/initial_eval/<key>/``, written atomically under a file
-lock), so every algorithm of one seed reads the same numbers and per-problem records.
+lock), so every algorithm of one seed reads the same numbers and per-problem records. A run with
+``eval.validation`` also scores its start on the validation split (greedy), cached the same way in an entry of its
+own (``<key>-validation/``).
 The entry's ``source.json`` records the digest of the checkpoint it describes
 (:func:`harness.train.warmup.checkpoint_digest`) and of each of its own files
 (``metrics.json``, the records): an entry whose checkpoint or content no longer matches
@@ -107,19 +109,22 @@ def initial_eval_key(cfg: Config) -> str:
     return config_hash({**initial_eval_settings(cfg), "threads": torch.get_num_threads(), "v": 2}, 12)
 
 
-def _cache_dir(cfg: Config, start_info: dict) -> Optional[Path]:
-    """Where the start evaluation is cached: beside a cached warm-up checkpoint (the tiny model's or a pretrained
-    model's), else nowhere."""
+def _cache_dir(cfg: Config, start_info: dict, part: str) -> Optional[Path]:
+    """Where the start evaluation's ``part`` (`START_PARTS`) is cached: beside a cached warm-up checkpoint (the tiny
+    model's or a pretrained model's), else nowhere."""
     src = start_info.get("source")
     if not src or not (Path(src) / "warmup.json").exists():
         return None
-    return Path(src) / "initial_eval" / initial_eval_key(cfg)
+    return Path(src) / "initial_eval" / (initial_eval_key(cfg) + START_PARTS[part][0])
 
 
 SOURCE = "source.json"
 METRICS_FILE = "metrics.json"
-
-
+VALIDATION_START = "_validation_start.jsonl"  # <task>_validation_start.jsonl: the start's validation records
+# part -> (suffix of the cache entry's folder name, which of the run's eval/ records the entry keeps)
+START_PARTS = {"test": ("", lambda name: (name.endswith("_0.jsonl") or name.endswith("_0_samples.jsonl"))
+                        and not name.endswith(VALIDATION_START)),
+               "validation": ("-validation", lambda name: name.endswith(VALIDATION_START))}
 
 
 def _cache_problem(cache: Path, checkpoint: str) -> Optional[str]:
@@ -168,8 +173,8 @@ def _read_cache(cache: Path, checkpoint: str, out_dir: Path) -> Optional[dict]:
     return ev
 
 
-def _write_cache(cache: Path, checkpoint: str, out_dir: Path, ev: dict, seconds: float) -> None:
-    """Store ``ev`` and the run's start records as the cache entry (replacing an untrusted one):
+def _write_cache(cache: Path, checkpoint: str, out_dir: Path, ev: dict, seconds: float, part: str) -> None:
+    """Store ``ev`` and the run's start records of ``part`` as the cache entry (replacing an untrusted one):
     written into ``<key>.tmp<pid>`` and renamed into place; a write that fails removes it."""
     tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
     old = cache.with_name(cache.name + f".old{os.getpid()}")
@@ -177,7 +182,8 @@ def _write_cache(cache: Path, checkpoint: str, out_dir: Path, ev: dict, seconds:
     try:
         with writing(tmp):
             tmp.mkdir(parents=True)
-            for f in sorted((out_dir / "eval").glob("*_0.jsonl")) + sorted((out_dir / "eval").glob("*_0_samples.jsonl")):
+            keep = START_PARTS[part][1]
+            for f in sorted(p for p in (out_dir / "eval").glob("*.jsonl") if keep(p.name)):
                 shutil.copyfile(f, tmp / f.name)
             (tmp / METRICS_FILE).write_text(json.dumps(ev))
             files = {f.name: file_sha256(f) for f in sorted(tmp.iterdir())}
@@ -198,11 +204,15 @@ def _write_cache(cache: Path, checkpoint: str, out_dir: Path, ev: dict, seconds:
             old.unlink()
 
 
-def cached_initial_eval(cfg: Config, start_info: dict, out_dir: Path, compute: Callable[[], dict]) -> dict:
-    """The start evaluation: read from the warm-up's cache (its records copied into
-    ``out_dir/eval``) when the entry's digests match the checkpoint and its content, or
-    computed by ``compute()`` and stored there for the next run."""
-    cache = _cache_dir(cfg, start_info)
+def cached_initial_eval(cfg: Config, start_info: dict, out_dir: Path, compute: Callable[[], dict],
+                        part: str = "test") -> dict:
+    """The start evaluation's ``part``: ``"test"`` (the held-out and out-of-domain scores, records
+    ``<task>_0.jsonl`` ...) or ``"validation"`` (the greedy scores on the validation split, records
+    ``<task>_validation_start.jsonl``; a run with ``eval.validation``). Read from the warm-up's cache (its records
+    copied into ``out_dir/eval``) when the entry's digests match the checkpoint and its content, or computed by
+    ``compute()`` and stored there for the next run. Each part is an entry of its own
+    (``<key>`` and ``<key>-validation``)."""
+    cache = _cache_dir(cfg, start_info, part)
     if cache is None:
         return compute()
     cache.parent.mkdir(parents=True, exist_ok=True)
@@ -215,5 +225,5 @@ def cached_initial_eval(cfg: Config, start_info: dict, out_dir: Path, compute: C
             return ev
         t0 = time.monotonic()
         ev = compute()
-        _write_cache(cache, checkpoint, out_dir, ev, time.monotonic() - t0)
+        _write_cache(cache, checkpoint, out_dir, ev, time.monotonic() - t0, part)
         return ev

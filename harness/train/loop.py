@@ -45,7 +45,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -79,7 +79,8 @@ from harness.rundir.summary import new_summary, read_summary, record_end, record
 from harness.tracking.base import TrackerSet
 from harness.tracking.mirrors import open_trackers
 from harness.train import pipeline
-from harness.train.evalpoints import EVAL_SEED_OFFSET, cached_initial_eval, evaluate_point, ood_task
+from harness.train.evalpoints import (EVAL_SEED_OFFSET, VALIDATION_START, cached_initial_eval, evaluate_point,
+                                      ood_task)
 from harness.train.flops import drawn_stage_flops
 from harness.train.checkpoint import checkpoint_path, load_checkpoint, remove_checkpoint, save_checkpoint
 from harness.train.stage import build_models, run_stage, stage_problems, stage_prompt_count, stage_seed
@@ -386,19 +387,7 @@ def _train(run: _Run, resume: bool, progress: bool) -> dict:
     """Set up, resume, evaluate the start, train to the budget, record the end."""
     _setup(run, progress)
     _restore(run, resume)
-    if run.summary.get("initial_eval") is None:
-        t0 = time.monotonic()
-        if run.writer is not None:
-            set_phase(run.out, run.summary, "initial evaluation")  # the sweep's live table shows it
-        if run.dist.is_distributed:
-            ev = run.evaluate(0, final=True)
-        else:
-            ev = cached_initial_eval(run.cfg, run.start_info, run.out, lambda: run.evaluate(0, final=True))
-        run.summary["setup_seconds"]["initial_eval"] = time.monotonic() - t0
-        run.summary["initial_eval"] = ev
-        run.log(ev)
-        if run.writer is not None:
-            set_phase(run.out, run.summary, None)
+    _evaluate_start(run)
     if run.setup_only:
         return run.summary
     if run.rm is not None and not run.rm.started:  # round 0: the reward model before RL (its cost is charged)
@@ -412,6 +401,32 @@ def _train(run: _Run, resume: bool, progress: bool) -> dict:
             run.pipeline.close()
     _finalize(run, last_eval, step_times)
     return run.summary
+
+
+def _evaluate_start(run: _Run) -> None:
+    """The start evaluation (``initial_eval``; with ``eval.validation`` also the start's validation scores,
+    ``initial_val_eval``), each read from the warm-up's cache when it holds it; what a resume point already holds is
+    not done again. ``setup_seconds.initial_eval`` is the time of what was done here."""
+    need_test = run.summary.get("initial_eval") is None
+    need_val = run.cfg.eval.validation and run.summary.get("initial_val_eval") is None
+    if not (need_test or need_val):
+        return
+    t0 = time.monotonic()
+    if run.writer is not None:
+        set_phase(run.out, run.summary, "initial evaluation")  # the sweep's live table shows it
+
+    def cached(compute: Callable[[], dict], part: str) -> dict:
+        if run.dist.is_distributed:  # no shared cache across ranks: computed (collectively)
+            return compute()
+        return cached_initial_eval(run.cfg, run.start_info, run.out, compute, part)
+    if need_test:
+        run.summary["initial_eval"] = ev = cached(lambda: run.evaluate(0, final=True), "test")
+        run.log(ev)
+    if need_val:
+        run.summary["initial_val_eval"] = cached(lambda: _validation_eval(run, start=True), "validation")
+    run.summary["setup_seconds"]["initial_eval"] = time.monotonic() - t0
+    if run.writer is not None:
+        set_phase(run.out, run.summary, None)
 
 
 def _setup(run: _Run, progress: bool) -> None:
@@ -495,6 +510,8 @@ def _restore(run: _Run, resume: bool) -> None:
     run.counters["samples_used"] = int(state.get("samples_used", run.counters["samples"]))  # older: all used
     run.passed = state["passed"]
     run.summary["initial_eval"] = state.get("initial_eval")
+    if state.get("initial_val_eval") is not None:
+        run.summary["initial_val_eval"] = state["initial_val_eval"]
     if run.writer is not None:
         run.writer.truncate_after(run.counters[STEP])
     run.summary["resumed_from_step"] = run.counters[STEP]
@@ -574,6 +591,7 @@ def _save_resume_point(run: _Run) -> None:
     """Every rank: the resume point after the current stage (counters, thresholds passed,
     initial evaluation, learner, RNG); resuming from it replays what an uninterrupted run does."""
     state = {"counters": dict(run.counters), "passed": run.passed, "initial_eval": run.summary["initial_eval"],
+             "initial_val_eval": run.summary.get("initial_val_eval"),
              "samples_used": run.counters.get("samples_used", run.counters["samples"])}
     if run.rm is not None:
         state["reward_model"] = run.rm.state_dict()
@@ -734,9 +752,10 @@ def _stage_row(tm: dict, stats: _StageStats, secs: dict, G: int, need_steps: boo
     return row
 
 
-def _validation_eval(run: _Run) -> dict:
-    """Greedy scores of the final model on the task's validation split (collective, like
-    :meth:`_Run.evaluate`); keys as an evaluation row's (``eval/<task>/acc``)."""
+def _validation_eval(run: _Run, start: bool = False) -> dict:
+    """Greedy scores of the policy on the task's validation split (collective, like :meth:`_Run.evaluate`); keys as
+    an evaluation row's (``eval/<task>/acc``). Records: ``<task>_validation.jsonl`` at the end,
+    ``<task>_validation_start.jsonl`` at the ``start``."""
     cfg, dist = run.cfg, run.dist
     with dist.gathered(run.learner.policy) as m:
         ev = None
@@ -745,7 +764,8 @@ def _validation_eval(run: _Run) -> dict:
                 ev = run_evaluation(m, run.tok, run.task, run.task.validation_problems(), greedy=True, n=0,
                                     max_new_tokens=cfg.eval.max_new_tokens or cfg.sampling.max_new_tokens,
                                     seed=stage_seed(cfg.seed, 2 * 10**6), batch_size=cfg.eval.batch_size,
-                                    out_path=run.out / "eval" / f"{run.task.name}_validation.jsonl")
+                                    out_path=run.out / "eval" / (run.task.name + (VALIDATION_START if start
+                                                                                  else "_validation.jsonl")))
         dist.barrier()
     return dist.broadcast_object(ev)
 

@@ -31,3 +31,34 @@ def test_no_validation_scores_no_selection():
     r = _run("grpo", 0, 5e-4, 0.7, 0.5)
     r.summary.pop("final_val_eval")
     assert select_by_validation([r]) == []
+
+
+def _prm(seed, lr, kl, samples, val, start=None):
+    r = _run("grpo_ps", seed, lr, val, 0.5)
+    r.config["algorithm"]["kl_coef"] = kl
+    r.config["reward_model"] = {"type": "prm", "samples_per_round": samples}
+    if start is not None:
+        r.summary["initial_val_eval"] = {"eval/arith/acc": start, "eval/arith/num_problems": 200}
+    return r
+
+
+def test_every_varying_setting_is_part_of_a_candidate_and_the_gain_over_the_start_is_named():
+    # lr alone would pool the settings: 2.5e-5 -> (0.40 + 0.58) / 2 = 0.49 < 1e-4 -> 0.50; the best combination
+    # is 2.5e-5 with kl 0.4 and 4,096 samples (0.58)
+    runs = [_prm(100, 2.5e-5, 0.04, 1024, 0.40, start=0.55), _prm(100, 2.5e-5, 0.4, 4096, 0.58, start=0.55),
+            _prm(100, 1e-4, 0.04, 1024, 0.50, start=0.55), _prm(100, 1e-4, 0.4, 4096, 0.50, start=0.55)]
+    sel, = select_by_validation(runs)
+    assert sel["over"] == "train.lr, algorithm.kl_coef, reward_model.samples_per_round"
+    assert sel["best"] == {"train.lr": 2.5e-5, "algorithm.kl_coef": 0.4, "reward_model.samples_per_round": 4096}
+    assert sel["val_acc"] == 0.58 and sel["start_val_acc"] == 0.55 and len(sel["candidates"]) == 4
+    assert selection_notes([sel])[0] == (
+        "selection on the arith validation split (never the test split): grpo_ps -> train.lr=2.5e-05, "
+        "algorithm.kl_coef=0.4, reward_model.samples_per_round=4096 (validation acc 0.580, start 0.550, gain "
+        "+3.0 points; candidates (train.lr, algorithm.kl_coef, reward_model.samples_per_round) 2.5e-05, 0.04, 1024: "
+        "0.400, 2.5e-05, 0.4, 4096: 0.580, 0.0001, 0.04, 1024: 0.500, 0.0001, 0.4, 4096: 0.500)")
+    runs[1].summary.pop("initial_val_eval")  # the winner's start not recorded: no gain claimed
+    assert "start_val_acc" not in select_by_validation(runs)[0]
+
+
+def test_one_candidate_is_no_selection():
+    assert select_by_validation([_run("grpo", 0, 5e-4, 0.7, 0.5), _run("grpo", 1, 5e-4, 0.6, 0.5)]) == []

@@ -9,6 +9,7 @@ import pytest
 
 from harness.config.schema import load_config
 from harness.rundir.ids import run_id
+from harness.train import loop as loop_mod
 from harness.train import warmup as warmup_mod
 from harness.train.loop import run_dir, train
 
@@ -128,3 +129,37 @@ def test_an_evaluation_with_a_sample_subset_records_both_passes_seconds(tmp_path
     assert ev["eval/arith/seconds"] == 42.5
     assert ev["eval/arith/num_problems"] == 6 and ev["eval/arith/sample_problems"] == 2
     assert ev["eval/arith/acc"] == 0.5 and ev["eval/arith/pass@2"] == 0.75
+
+
+def test_start_validation_scores_are_recorded_cached_and_those_of_the_untrained_policy(tmp_path, monkeypatch):
+    # at lr 1e-30 no weight moves (each update rounds away in float32): the end's validation records are the start's
+    a_cfg = _cfg(tmp_path, "algorithm=grpo", "eval.validation=true", "train.lr=1e-30")
+    a = train(a_cfg, progress=False)
+    ev = run_dir(a_cfg) / "eval"
+    start = [json.loads(line) for line in (ev / "arith_validation_start.jsonl").read_text().splitlines()]
+    end = [json.loads(line) for line in (ev / "arith_validation.jsonl").read_text().splitlines()]
+    assert len(start) == 6 and [r["id"] for r in start] == [r["id"] for r in end]
+    assert [r["greedy"] for r in start] == [r["greedy"] for r in end]
+    acc = sum(bool(r["greedy"]["correct"]) for r in start) / 6
+    assert a["initial_val_eval"]["eval/arith/acc"] == a["final_val_eval"]["eval/arith/acc"] == acc
+    assert a["initial_val_eval"]["eval/arith/num_problems"] == 6
+    assert "initial_val_eval" not in train(_cfg(tmp_path, "algorithm=grpo"), progress=False)  # off by default
+    # an entry of its own beside the test-set one; another run of the warm-up reads it (computing it would fail)
+    entries = sorted(p.name for p in (tmp_path / "out" / "_cache" / "warmup").glob("*/initial_eval/*-validation"))
+    assert len(entries) == 1
+    real = loop_mod._validation_eval
+
+    def end_only(run, start=False):
+        assert not start, "the start's validation scores were computed again instead of read from the cache"
+        return real(run, start)
+    monkeypatch.setattr(loop_mod, "_validation_eval", end_only)
+    b_cfg = _cfg(tmp_path, "algorithm=rft", "eval.validation=true", "train.lr=0.05")
+    b = train(b_cfg, progress=False)
+    assert b["initial_val_eval"] == a["initial_val_eval"]
+    assert (run_dir(b_cfg) / "eval" / "arith_validation_start.jsonl").read_text() == \
+        (ev / "arith_validation_start.jsonl").read_text()
+    monkeypatch.setattr(loop_mod, "_validation_eval", real)
+    # computed afresh (no cache in another output folder), after training at a real rate: still the start's
+    c = train(_cfg(tmp_path, "algorithm=rft", "eval.validation=true", "train.lr=0.05", out="fresh"), progress=False)
+    assert {k: v for k, v in c["initial_val_eval"].items() if not k.endswith("/seconds")} == \
+        {k: v for k, v in a["initial_val_eval"].items() if not k.endswith("/seconds")}
