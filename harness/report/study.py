@@ -289,6 +289,10 @@ def header(study: Study, design: Design) -> list[str]:
         lines.append(f"- **Runs excluded for incomplete or inconsistent per-problem records** (every claim, table "
                      f"and figure leaves them out; a verdict may differ from a report with them): "
                      f"{'; '.join(study.bad_records)}")
+    if study.off_setting:
+        lines.append(f"- **Runs excluded for settings that differ from their arm's other runs** (an arm pools the "
+                     f"seeds of one setting; every claim, table and figure leaves them out): "
+                     f"{'; '.join(study.off_setting)}")
     if study.excluded:
         lines.append(f"- **Excluded runs:** {', '.join(study.excluded)}")
     return lines + [""]
@@ -711,7 +715,7 @@ def build_study_report(sweep_dir, out_dir=None, n_boot: int = N_BOOT, seed: int 
         study.selection = load_selection(sel_dir)
     out = Path(out_dir) if out_dir is not None else Path(sweep_dir) / "study"
     check_output(out, "report --study", "study folder")  # replaced whole: never a folder of someone else's files
-    for line in study.bad_records:  # said on stderr as in the report's header: the verdicts are without them
+    for line in study.bad_records + study.off_setting:  # said on stderr as in the report's header
         print(f"harness report: warning: run {line}: excluded from the study", file=sys.stderr)
     t5, curve_rows, claim_rows = table5(study), compute_curves(study, n_boot, seed), claims(study, design)
     figs = figures(study, curve_rows)

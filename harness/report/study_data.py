@@ -6,7 +6,10 @@ algorithm run with ``algorithm.ref_reset_every > 0`` (GRPO with reference resets
 with R > 1 rounds, ``_r<R>`` (``grpo_ps_prm_r4``); PRIME's own implicit PRM adds nothing. Off-policy
 training adds ``_k<k>`` for ``train.staleness`` k > 0 and ``_<correction>`` for an ``algorithm.correction``
 other than none (``grpo_k8_token_tis``); LoRA adapters add ``_lora`` (``dr_grpo_lora``; full fine-tuning of
-the same model is the plain name). One finished run per arm and seed.
+the same model is the plain name). One finished run per arm and seed, and one setting per arm: the runs of an arm
+must agree on every setting in force but the seed (`run_settings`: names, paths, tracking, device and thread count
+aside); a run that differs from the setting most of its arm's runs share (a tie: the smallest seed's) is excluded
+and named with what differs (`off_setting`), never pooled with the others.
 
 Compute axes (`axes_of`): ``samples`` always; ``flops`` when every evaluation row of the arm's
 runs carries a FLOP counter (`FLOP_KEYS`), or every training row its own model FLOPs (`STAGE_FLOPS`,
@@ -31,7 +34,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from algorithms.presets import DISPLAY_NAMES
-from harness.report.aggregate import SELECTION_KNOBS, knob_value, load_sweep_runs, validation_selection
+from harness.report.aggregate import SELECTION_KNOBS, knob_value, load_sweep_runs, run_settings, validation_selection
+from harness.report.format import value_text
 from harness.report.problems import problem_values
 from harness.rundir.layout import SUMMARY, read_json
 from harness.rundir.read import RunData, is_number, k_of, setup_records, split_metric
@@ -62,6 +66,7 @@ class Study:
     ood: Optional[str]
     ks: dict = field(default_factory=dict)          # task -> largest K evaluated
     excluded: list = field(default_factory=list)     # "run_id (reason)"
+    off_setting: list = field(default_factory=list)  # "run_id: what differs": excluded, not pooled into its arm
     bad_records: list = field(default_factory=list)  # "run_id: reason": excluded for their per-problem records
     sweep_json: dict = field(default_factory=dict)
     records_cache: dict = field(default_factory=dict)  # problems.problem_values' cache
@@ -142,12 +147,19 @@ def load_study(sweep_dir) -> Study:
     task), the out-of-domain one (an evaluated task named ``*_ood``) and the largest K."""
     sweep_dir = Path(sweep_dir)
     runs = [r for r in load_sweep_runs(sweep_dir) if r.run_dir.name != SELECTION_DIR]
+    by_arm: dict[str, list] = {}
+    for r in runs:
+        if r.status == "finished" and r.seed is not None:
+            by_arm.setdefault(arm_of(r), []).append(r)
+    odd = {rid: why for rs in by_arm.values() for rid, why in off_setting(rs).items()}
     arms: dict[str, dict[int, RunData]] = {}
     excluded = []
     for r in runs:
         arm = arm_of(r)
         if r.status != "finished":
             excluded.append(f"{r.run_id} ({r.status})")
+        elif r.run_id in odd:
+            excluded.append(f"{r.run_id} (its settings differ from the other runs of {arm}: {odd[r.run_id]})")
         elif r.seed is None or r.seed in arms.get(arm, {}):
             excluded.append(f"{r.run_id} (no seed, or a second run of {arm} seed {r.seed})")
         else:
@@ -174,8 +186,32 @@ def load_study(sweep_dir) -> Study:
         sweep_json = {}
     return Study(sweep_dir=sweep_dir, arms=OrderedDict((a, dict(sorted(arms[a].items()))) for a in order),
                  task=task, ood=ood, ks=ks, excluded=excluded, bad_records=bad, records_cache=cache,
+                 off_setting=[f"{rid}: {why}" for rid, why in odd.items()],
                  sweep_json=sweep_json, setup=setup_times(sweep_dir),
                  setup_spans=setup_spans(sweep_dir))
+
+
+def off_setting(runs: list) -> dict:
+    """``{run_id: what differs}`` for each of ``runs`` (one arm's finished runs) whose settings in force
+    (`harness.report.aggregate.run_settings`) are not the ones most of them share; a tie goes to the setting of the
+    smallest seed. What differs: up to three keys as ``key=value (the arm's: value)``."""
+    flats = {r.run_id: run_settings(r) for r in runs}
+    votes: dict = {}
+    for r in sorted(runs, key=lambda r: (r.seed if is_number(r.seed) else float("inf"), r.run_id)):
+        key = repr(sorted(flats[r.run_id].items()))
+        votes.setdefault(key, [0, r.run_id])[0] += 1
+    if len(votes) < 2:
+        return {}
+    ref = flats[max(votes.values(), key=lambda v: v[0])[1]]   # max keeps the first (smallest seed) of a tie
+    out = {}
+    for r in runs:
+        f = flats[r.run_id]
+        keys = sorted(k for k in set(f) | set(ref) if repr(f.get(k)) != repr(ref.get(k)))
+        if keys:
+            out[r.run_id] = ", ".join(f"{k}={value_text(f.get(k), missing='—')} (the arm's: "
+                                      f"{value_text(ref.get(k), missing='—')})" for k in keys[:3]) \
+                + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    return out
 
 
 def drop_bad_records(arms: dict, task: str, cache: dict) -> list[str]:

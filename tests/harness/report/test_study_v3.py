@@ -12,7 +12,8 @@ import pytest
 from _fake_results import make_study_run
 from harness.report.decisions import Design, PartData, analyse_part, claim_verdict, decide
 from harness.report.study import DESIGN, build_study_report, design_of, load_study
-from harness.report.study_data import arm_for, arm_name
+from harness.report.study_data import arm_for, arm_name, off_setting
+from harness.rundir.read import load_run
 
 DESIGN2 = Design(first_look=2, cap=2, n_boot=200)
 START = {0: {"acc": 0.40, "ood": 0.20, "pass": [0.40, 0.60], "maj": [0.40, 0.42]},
@@ -138,3 +139,29 @@ def test_the_sweep_files_cap_lets_arms_be_looked_at_past_ten_seeds(tmp_path):
         beyond = "seeds beyond the cap (10 11) are shown, not used to decide"
         assert (beyond in row["note"]) == (used == 10)
         assert row["holm_p_diff"] != ""
+
+
+LR2, LR4 = {"train": {"lr": 2e-4}}, {"train": {"lr": 4e-4}}
+
+
+def test_a_run_whose_settings_differ_from_its_arms_is_excluded_and_named(tmp_path, capsys):
+    sweep = tmp_path / "mixed"
+    _run(sweep, "grpo", 0, 0.60, "g0", config=LR2)
+    _run(sweep, "grpo", 1, 0.70, "g1", config=LR2)
+    odd = _run(sweep, "grpo", 1, 0.90, "g1-odd", config=LR4)    # another lr: pooled before, or kept by folder order
+    for seed, acc in enumerate((0.55, 0.62)):
+        _run(sweep, "rft", seed, acc, "r", config=LR2)
+    (sweep / "sweep.json").write_text(json.dumps({"name": "mixed"}))
+    build_study_report(sweep, tmp_path / "out", n_boot=5, design=DESIGN2)
+    c = _claims(tmp_path / "out")
+    assert sorted(abs(v) for v in _per_seed(c["2"])) == pytest.approx([5.0, 8.0])   # the 2e-4 runs only
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert f"{odd.name}: train.lr=0.0004 (the arm's: 0.0002)" in md
+    assert f"run {odd.name}: train.lr=0.0004 (the arm's: 0.0002): excluded from the study" in capsys.readouterr().err
+
+
+
+def test_a_tie_between_an_arms_settings_keeps_the_smallest_seeds(tmp_path):
+    runs = [load_run(_run(tmp_path, "grpo", seed, 0.6, f"g{seed}", config=c)) for seed, c in ((1, LR4), (0, LR2))]
+    assert off_setting(runs) == {runs[0].run_id: "train.lr=0.0004 (the arm's: 0.0002)"}
+    assert off_setting(runs[:1]) == {}
