@@ -28,6 +28,22 @@ SESOI_MIB = 32.0
 SESOI_SAMPLES_SHARE = 0.10
 """Smallest effect of interest of a samples-to-accuracy claim: this share of the runs' budget."""
 
+MARGINS_COMMITTED = ((range(1, 9), "3cda659 (2026-11-27)"), (range(9, 19), "8e7189c (2026-11-29)"))
+"""Where each claim's prediction and SESOI were committed to docs/study.md before the runs that judge them
+(claims 1-8 before study v1's runs, later changes being the design's listed amendments; claims 9-18 before study
+v3's)."""
+
+
+def margins_text(ids: list) -> str:
+    """The commits that hold the predictions and SESOIs of the claims ``ids`` (text ids), for the report."""
+    parts = []
+    for ids_range, commit in MARGINS_COMMITTED:
+        got = [i for i in ids if i.isdigit() and int(i) in ids_range]
+        if got:
+            parts.append(f"claim{'s' if len(got) > 1 else ''} {', '.join(got)} at {commit}")
+    return "; ".join(parts)
+
+
 RULES = {
     "simple": ("reproduced / contradicted: the difference test (two-sided, H0: no difference) is rejected after "
                "Holm, with the mean's sign as predicted / the other way (at the look that decided it); "
@@ -460,7 +476,9 @@ def claims_markdown(rows: list, design: Design, amended: list = ()) -> list:
             f"(Holm) over the **family** of claims {', '.join(ids) or 'none'}: m = {m} parts (claims not run are "
             "outside it), each with a difference test and an equivalence test whose nulls (δ = 0, |δ| ≥ SESOI) cannot "
             "both be true, so Holm's step-down divides α by the parts that still hold an unrejected hypothesis, not by "
-            f"the hypotheses (partitioning principle). **Smallest effects of interest (SESOI):** {sesoi_text or 'none'}. "
+            f"the hypotheses (partitioning principle). **Smallest effects of interest (SESOI):** {sesoi_text or 'none'}"
+            + (f"; the predictions and SESOIs were committed to docs/study.md before the runs that judge them: "
+               f"{margins_text(ids)}" if margins_text(ids) else "") + ". "
             "**Tests:** Student t with n − 1 degrees of freedom on the per-seed differences, SE² = s²/n (seeds; it "
             "already holds the seed × problem residual) + σ̂²_b/P (the test set's problem main effect, from the seed × "
             "problem two-way analysis of variance when every seed scored the same P problems); the difference test "

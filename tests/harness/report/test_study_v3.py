@@ -99,6 +99,7 @@ def test_smollm2_family_lists_claims_15_to_18_only(tmp_path):
     assert c["16"]["expected"] == c["17"]["expected"] == "within ±SESOI"
     md = (tmp_path / "out" / "report.md").read_text()
     assert "family** of claims 15, 16, 17, 18: m = 4 parts" in md
+    assert "committed to docs/study.md before the runs that judge them: claims 15, 16, 17, 18 at 8e7189c" in md
 
 
 def _equivalence_verdict(values: list) -> tuple:
