@@ -247,17 +247,21 @@ def part_data(study: Study, claim_id: str, index: int, spec: PartSpec, sesoi: fl
     ra, rb = study.arms[spec.arm_a], study.arms[spec.arm_b]
     planned = planned if planned is not None else {}
     cap = min(planned[spec.arm_a], planned[spec.arm_b]) if spec.arm_a in planned and spec.arm_b in planned else None
-    vals = {}
+    vals, gaps = {}, []
     for s in sorted(set(ra) & set(rb)):
         v = spec.diff(ra[s], rb[s])
         if v is not None and np.isfinite(v):
             vals[s] = float(v)
+        else:
+            gaps.append(f"seed {s} ({ra[s].run_id} / {rb[s].run_id})")
     seeds = sorted(vals)
     data = PartData(spec.what, spec.unit, spec.expected, sesoi, seeds, [vals[s] for s in seeds],
                     key=f"{claim_id}/{index}", cap=cap)
+    left_out = (f"left out for a value missing in a run: {', '.join(gaps)}" if gaps and seeds else "")
     if not spec.problems:
-        data.note = "no per-problem level (one value per run)"
+        data.note = "; ".join(x for x in ("no per-problem level (one value per run)", left_out) if x)
         return data
+    data.note = left_out
     if not seeds:
         return data
     task, metric, side_a, side_b, scale = spec.problems
@@ -266,11 +270,12 @@ def part_data(study: Study, claim_id: str, index: int, spec: PartSpec, sesoi: fl
         a, why_a = problem_values(ra[s], task, metric, side_a, study.records_cache)
         b, why_b = problem_values(rb[s], task, metric, side_b, study.records_cache)
         if a is None or b is None:
-            data.note = f"problems not resampled: {why_a or why_b}"
+            data.note = "; ".join(x for x in (f"problems not resampled: {why_a or why_b}", left_out) if x)
             return data
         common = sorted(set(a) & set(b))
         if not common:
-            data.note = f"problems not resampled: seed {s}'s runs share no problem"
+            data.note = "; ".join(x for x in (f"problems not resampled: seed {s}'s runs share no problem", left_out)
+                                  if x)
             return data
         per.append((common, np.array([scale * (a[i] - b[i]) for i in common])))
     data.problems = [d for _, d in per]

@@ -166,3 +166,19 @@ def test_a_tie_between_an_arms_settings_keeps_the_smallest_seeds(tmp_path):
     runs = [load_run(_run(tmp_path, "grpo", seed, 0.6, f"g{seed}", config=c)) for seed, c in ((1, LR4), (0, LR2))]
     assert off_setting(runs) == {runs[0].run_id: "train.lr=0.0004 (the arm's: 0.0002)"}
     assert off_setting(runs[:1]) == {}
+
+
+def test_a_seed_left_out_of_a_part_for_a_missing_value_is_named(tmp_path):
+    sweep, lora = tmp_path / "lora", {"model": {"lora": {"rank": 16}}}
+    for seed, acc in enumerate((0.5, 0.6)):
+        _run(sweep, "dr_grpo", seed, acc, "d", rss=200.0, config=lora)
+        ppo = _run(sweep, "ppo", seed, acc - 0.01, "p", rss=300.0, config=lora)
+    s = json.loads((ppo / "summary.json").read_text())
+    s["peak"] = {}                                      # seed 1's PPO run recorded no peak memory
+    (ppo / "summary.json").write_text(json.dumps(s))
+    (sweep / "sweep.json").write_text(json.dumps({"name": "lora"}))
+    build_study_report(sweep, tmp_path / "out", n_boot=5, design=DESIGN2)
+    c = _claims(tmp_path / "out")
+    assert _per_seed(c["18"]) == pytest.approx([-100.0]) and _per_seed(c["16"]) == pytest.approx([1.0, 1.0])
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert f"left out for a value missing in a run: seed 1 (dr_grpo-s1-" in md and f"/ {ppo.name})" in md
