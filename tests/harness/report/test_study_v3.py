@@ -181,4 +181,4 @@ def test_a_seed_left_out_of_a_part_for_a_missing_value_is_named(tmp_path):
     c = _claims(tmp_path / "out")
     assert _per_seed(c["18"]) == pytest.approx([-100.0]) and _per_seed(c["16"]) == pytest.approx([1.0, 1.0])
     md = (tmp_path / "out" / "report.md").read_text()
-    assert f"left out for a value missing in a run: seed 1 (dr_grpo-s1-" in md and f"/ {ppo.name})" in md
+    assert "left out for a value missing in a run: seed 1 (dr_grpo-s1-" in md and f"/ {ppo.name})" in md
