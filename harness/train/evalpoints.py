@@ -109,7 +109,7 @@ def initial_eval_key(cfg: Config) -> str:
     return config_hash({**initial_eval_settings(cfg), "threads": torch.get_num_threads(), "v": 2}, 12)
 
 
-def _cache_dir(cfg: Config, start_info: dict, part: str) -> Optional[Path]:
+def _cache_dir(cfg: Config, start_info: dict, part: str = "test") -> Optional[Path]:
     """Where the start evaluation's ``part`` (`START_PARTS`) is cached: beside a cached warm-up checkpoint (the tiny
     model's or a pretrained model's), else nowhere."""
     src = start_info.get("source")
