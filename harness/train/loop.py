@@ -409,6 +409,12 @@ def _evaluate_start(run: _Run) -> None:
     not done again. ``setup_seconds.initial_eval`` is the time of what was done here."""
     need_test = run.summary.get("initial_eval") is None
     need_val = run.cfg.eval.validation and run.summary.get("initial_val_eval") is None
+    if need_val and run.summary.get("resumed_from_step") is not None:
+        # a resume point written before runs recorded it: the policy has trained since, so scoring it now would
+        # call a trained policy the start
+        log_.warning("the start's validation score is not in the resume point (written by an older harness) and "
+                     "is not computed now that the policy has trained: this run's summary has no initial_val_eval")
+        need_val = False
     if not (need_test or need_val):
         return
     t0 = time.monotonic()

@@ -5,12 +5,14 @@ import contextlib
 import json
 import time
 
-import pytest
+import torch
+from tiny_runs import TINY_RUN, stop_before_stage  # tests/support
 
 from harness.config.schema import load_config
 from harness.rundir.ids import run_id
 from harness.train import loop as loop_mod
 from harness.train import warmup as warmup_mod
+from harness.train.checkpoint import checkpoint_path
 from harness.train.loop import run_dir, train
 
 TINY = [
@@ -163,3 +165,32 @@ def test_start_validation_scores_are_recorded_cached_and_those_of_the_untrained_
     c = train(_cfg(tmp_path, "algorithm=rft", "eval.validation=true", "train.lr=0.05", out="fresh"), progress=False)
     assert {k: v for k, v in c["initial_val_eval"].items() if not k.endswith("/seconds")} == \
         {k: v for k, v in a["initial_val_eval"].items() if not k.endswith("/seconds")}
+
+
+def test_a_resume_keeps_the_starts_validation_score_and_never_scores_a_trained_policy_as_the_start(tmp_path,
+                                                                                                   monkeypatch):
+    cfg = load_config(None, TINY_RUN + [f"output_dir={tmp_path / 'a'}", "eval.validation=true", "train.lr=0.05"])
+    whole = train(load_config(None, TINY_RUN + [f"output_dir={tmp_path / 'w'}", "eval.validation=true",
+                                                "train.lr=0.05"]), progress=False)
+    stop_before_stage(cfg, 2)
+    real = loop_mod._validation_eval
+
+    def end_only(run, start=False):
+        assert not start, "the start's validation score was computed on resume, from a trained policy"
+        return real(run, start)
+    monkeypatch.setattr(loop_mod, "_validation_eval", end_only)
+    s = train(cfg, progress=False)                       # resumed at step 2: the score comes from the resume point
+    def scores(ev):
+        return {k: v for k, v in ev.items() if not k.endswith("/seconds")}
+    assert s["resumed_from_step"] == 2 and scores(s["initial_val_eval"]) == scores(whole["initial_val_eval"])
+    # a resume point written before runs recorded it: left out, with a warning, not computed from the trained policy
+    old = load_config(None, TINY_RUN + [f"output_dir={tmp_path / 'b'}", "eval.validation=true", "train.lr=0.05"])
+    monkeypatch.setattr(loop_mod, "_validation_eval", real)
+    stop_before_stage(old, 2)
+    state_file = checkpoint_path(run_dir(old))
+    state = torch.load(state_file, weights_only=True)
+    state.pop("initial_val_eval")
+    torch.save(state, state_file)
+    monkeypatch.setattr(loop_mod, "_validation_eval", end_only)
+    s = train(old, progress=False)
+    assert s["status"] == "finished" and "initial_val_eval" not in s and "final_val_eval" in s
