@@ -52,6 +52,10 @@ def cmd_sweep(args) -> int:
         raise SweepError(why)
     field = "--output-dir" if args.output_dir is not None else "output_dir"
     _admit_runs(sw, only)
+    if sw.report_study:
+        why = sweep_sequential.arm_setting_problem(sw)
+        if why:
+            raise SweepError(f"{sw.source}: {why}")
     _check_dirs_unwritten(sw, field)
     _check_run_dirs(sw)
     cannot = sweep_launchers.resource_problem(sw.launcher)

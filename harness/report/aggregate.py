@@ -37,7 +37,21 @@ def run_settings(r: RunData) -> dict:
     as written when it cannot be resolved, e.g. a hand-edited summary: never an error). A field the file
     leaves out because it holds its default (``train.staleness`` 0, ``algorithm.correction`` none: the
     knobs that came later) reads as that default, so rows are never told apart by a gap."""
-    return {k: v for k, v in settings(r.config).items() if not _ignored(k)}
+    return comparable_settings(r.config)
+
+
+def comparable_settings(config: dict) -> dict:
+    """`run_settings` of a config as a dict (a planned run's, before it ran)."""
+    return {k: v for k, v in settings(config).items() if not _ignored(k)}
+
+
+def setting_difference(a: dict, b: dict, most: int = 3) -> str:
+    """What differs between two `comparable_settings` (``""`` when nothing): up to ``most`` keys as
+    ``key=<a's> (the arm's: <b's>)``, then how many more."""
+    keys = sorted(k for k in set(a) | set(b) if repr(a.get(k)) != repr(b.get(k)))
+    text = ", ".join(f"{k}={value_text(a.get(k), missing='—')} (the arm's: {value_text(b.get(k), missing='—')})"
+                     for k in keys[:most])
+    return text + (f" and {len(keys) - most} more" if len(keys) > most else "")
 
 
 def load_sweep_runs(sweep_dir: str | os.PathLike) -> list[RunData]:

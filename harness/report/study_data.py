@@ -34,8 +34,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from algorithms.presets import DISPLAY_NAMES
-from harness.report.aggregate import SELECTION_KNOBS, knob_value, load_sweep_runs, run_settings, validation_selection
-from harness.report.format import value_text
+from harness.report.aggregate import (SELECTION_KNOBS, knob_value, load_sweep_runs, run_settings, setting_difference,
+                                      validation_selection)
 from harness.report.problems import problem_values
 from harness.rundir.layout import SUMMARY, read_json
 from harness.rundir.read import RunData, is_number, k_of, setup_records, split_metric
@@ -205,12 +205,9 @@ def off_setting(runs: list) -> dict:
     ref = flats[max(votes.values(), key=lambda v: v[0])[1]]   # max keeps the first (smallest seed) of a tie
     out = {}
     for r in runs:
-        f = flats[r.run_id]
-        keys = sorted(k for k in set(f) | set(ref) if repr(f.get(k)) != repr(ref.get(k)))
-        if keys:
-            out[r.run_id] = ", ".join(f"{k}={value_text(f.get(k), missing='—')} (the arm's: "
-                                      f"{value_text(ref.get(k), missing='—')})" for k in keys[:3]) \
-                + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+        diff = setting_difference(flats[r.run_id], ref)
+        if diff:
+            out[r.run_id] = diff
     return out
 
 

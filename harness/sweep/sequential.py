@@ -25,13 +25,15 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Optional
 
+from harness.report.aggregate import comparable_settings, setting_difference
 from harness.report.decisions import Design
 from harness.report.study import design_of
 from harness.report.study_claims import arms_to_extend, claim_specs, claims
 from harness.report.study_data import Study, arm_for, load_study
 from harness.sweep.plan import PlannedRun, Sweep
 
-__all__ = ["sweep_design", "seed_batches", "arm_of_run", "needed_arms", "decide", "design_warnings"]
+__all__ = ["sweep_design", "seed_batches", "arm_of_run", "needed_arms", "decide", "design_warnings",
+           "arm_setting_problem"]
 
 
 def arm_of_run(run: PlannedRun) -> str:
@@ -116,3 +118,22 @@ def design_warnings(sw: Sweep, design: Optional[Design] = None) -> list[str]:
                    f"needs {design.first_look} seeds); give its arms at least {design.first_look} (docs/study.md, "
                    f"Seeds)")
     return out
+
+
+def arm_setting_problem(sw: Sweep) -> Optional[str]:
+    """Why the study sweep's plan cannot be a study (None when it can): one of its arms (`arm_of_run`) would hold
+    runs at two settings (seeds, names, paths, tracking, device and threads aside), which the study report never
+    pools (`harness.report.study_data.off_setting` excludes all but the most common): said before any run."""
+    first: dict = {}
+    for r in sw.runs:
+        arm, flat = arm_of_run(r), comparable_settings(r.config_dict)
+        if arm not in first:
+            first[arm] = (r, flat)
+            continue
+        diff = setting_difference(flat, first[arm][1])
+        if diff:
+            return (f"report.study is invalid for this grid: its study arm {arm} would hold two settings ({r.run_id}: "
+                    f"{diff}, against {first[arm][0].run_id}); a study arm is one setting over seeds: give the "
+                    f"other setting an arm of its own (another algorithm or knob the arm's name carries) or a "
+                    f"sweep of its own")
+    return None

@@ -209,3 +209,20 @@ def test_cap_is_checked_and_recorded_in_sweep_json(tmp_path, study):
                  "--no-progress"]) == 0
     doc = json.loads((out.resolve() / "st" / "sweep.json").read_text())
     assert doc["report"] == {"study": True, "selection": None, "cap": 12}
+
+
+def test_a_study_grid_that_gives_one_arm_two_settings_is_refused_before_any_run(tmp_path, capsys):
+    two_lrs = HEAD.replace("  seed: [0]\n", "  seed: [0]\n  train.lr: [1.0e-4, 2.0e-4]\n")
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep_file(tmp_path, "report: {study: true}", two_lrs)), "--dry-run",
+                 "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "report.study is invalid for this grid: its study arm grpo would hold two settings" \
+        in err[0] and "train.lr=0.0002 (the arm's: 0.0001)" in err[0]
+    assert not out.exists()
+    # the same grid without a study is an ordinary sweep; arms the study names apart (staleness) are two arms
+    assert main(["sweep", str(sweep_file(tmp_path, "report: {columns: [wall_seconds]}", two_lrs)), "--dry-run",
+                 "--output-dir", str(out)]) == 0
+    stale = HEAD.replace("  seed: [0]\n", "  seed: [0]\n  train.staleness: [0, 1]\n")
+    assert main(["sweep", str(sweep_file(tmp_path, "report: {study: true}", stale)), "--dry-run",
+                 "--output-dir", str(out)]) == 0
