@@ -287,9 +287,7 @@ def select_by_validation(runs: list[RunData], over: str = "train.lr") -> list[di
     out = []
     for algo in sorted(by_algo):
         items = by_algo[algo]
-        flats = [run_settings(r) for r, _ in items]
-        for flat, (r, _) in zip(flats, items):
-            flat[over] = flatten(r.config, keep_empty=True).get(over, flat.get(over))
+        flats = [{**run_settings(r), over: knob_value(r, over)} for r, _ in items]
         others = sorted(k for k in {k for f in flats for k in f} - {over}
                         if len({repr(f.get(k)) for f in flats}) > 1)
         knobs = [over] + others
@@ -344,12 +342,6 @@ def knob_value(r: RunData, key: str):
     return v if v is not None else run_settings(r).get(key)
 
 
-def _val_acc(r: RunData) -> Optional[tuple]:
-    """``(task, validation accuracy)`` of a finished run: ``final_val_eval`` ``eval/<task>/acc``
-    of its own task, else the only ``eval/*/acc`` there; None without one."""
-    return _split_acc(r, "final_val_eval")
-
-
 def _sort_key(v):
     return (0, float(v), "") if is_number(v) else (1, 0.0, repr(v))
 
@@ -367,7 +359,7 @@ def validation_selection(runs: list[RunData], group, knobs: tuple = SELECTION_KN
     by: dict = {}
     skipped = []
     for r in runs:
-        va = _val_acc(r) if r.status == "finished" else None
+        va = _split_acc(r, "final_val_eval") if r.status == "finished" else None
         if va is None:
             skipped.append(f"{r.run_id} ({r.status if r.status != 'finished' else 'no final_val_eval accuracy'})")
             continue

@@ -258,10 +258,13 @@ def part_data(study: Study, claim_id: str, index: int, spec: PartSpec, sesoi: fl
     data = PartData(spec.what, spec.unit, spec.expected, sesoi, seeds, [vals[s] for s in seeds],
                     key=f"{claim_id}/{index}", cap=cap)
     left_out = (f"left out for a value missing in a run: {', '.join(gaps)}" if gaps and seeds else "")
+
+    def note(why: str = "") -> str:   # why the part is as it is, then the seeds left out
+        return "; ".join(x for x in (why, left_out) if x)
     if not spec.problems:
-        data.note = "; ".join(x for x in ("no per-problem level (one value per run)", left_out) if x)
+        data.note = note("no per-problem level (one value per run)")
         return data
-    data.note = left_out
+    data.note = note()
     if not seeds:
         return data
     task, metric, side_a, side_b, scale = spec.problems
@@ -270,12 +273,11 @@ def part_data(study: Study, claim_id: str, index: int, spec: PartSpec, sesoi: fl
         a, why_a = problem_values(ra[s], task, metric, side_a, study.records_cache)
         b, why_b = problem_values(rb[s], task, metric, side_b, study.records_cache)
         if a is None or b is None:
-            data.note = "; ".join(x for x in (f"problems not resampled: {why_a or why_b}", left_out) if x)
+            data.note = note(f"problems not resampled: {why_a or why_b}")
             return data
         common = sorted(set(a) & set(b))
         if not common:
-            data.note = "; ".join(x for x in (f"problems not resampled: seed {s}'s runs share no problem", left_out)
-                                  if x)
+            data.note = note(f"problems not resampled: seed {s}'s runs share no problem")
             return data
         per.append((common, np.array([scale * (a[i] - b[i]) for i in common])))
     data.problems = [d for _, d in per]
@@ -476,6 +478,7 @@ def claims_markdown(rows: list, design: Design, amended: list = ()) -> list:
         if not c["not_run"]:
             by_rule.setdefault(c["rule"], []).append(c["id"])
     rules = [f"- claim{'s' if len(v) > 1 else ''} {', '.join(v)}: {RULES[k]}" for k, v in by_rule.items()]
+    margins = margins_text(ids)
     return ["## Claims", "",
             f"Decision rules, stated before the data (docs/study.md): family-wise error rate α = {design.alpha} "
             f"(Holm) over the **family** of claims {', '.join(ids) or 'none'}: m = {m} parts (claims not run are "
@@ -483,7 +486,7 @@ def claims_markdown(rows: list, design: Design, amended: list = ()) -> list:
             "both be true, so Holm's step-down divides α by the parts that still hold an unrejected hypothesis, not by "
             f"the hypotheses (partitioning principle). **Smallest effects of interest (SESOI):** {sesoi_text or 'none'}"
             + (f"; the predictions and SESOIs were committed to docs/study.md before the runs that judge them: "
-               f"{margins_text(ids)}" if margins_text(ids) else "") + ". "
+               f"{margins}" if margins else "") + ". "
             "**Tests:** Student t with n − 1 degrees of freedom on the per-seed differences, SE² = s²/n (seeds; it "
             "already holds the seed × problem residual) + σ̂²_b/P (the test set's problem main effect, from the seed × "
             "problem two-way analysis of variance when every seed scored the same P problems); the difference test "

@@ -122,8 +122,7 @@ SOURCE = "source.json"
 METRICS_FILE = "metrics.json"
 VALIDATION_START = "_validation_start.jsonl"  # <task>_validation_start.jsonl: the start's validation records
 # part -> (suffix of the cache entry's folder name, which of the run's eval/ records the entry keeps)
-START_PARTS = {"test": ("", lambda name: (name.endswith("_0.jsonl") or name.endswith("_0_samples.jsonl"))
-                        and not name.endswith(VALIDATION_START)),
+START_PARTS = {"test": ("", lambda name: name.endswith("_0.jsonl") or name.endswith("_0_samples.jsonl")),
                "validation": ("-validation", lambda name: name.endswith(VALIDATION_START))}
 
 
