@@ -32,7 +32,7 @@ from harness.report.format import md_safe, plus_minus, table, value_text, with_i
 from harness.report.limits import is_cap
 from harness.report.problems import gold_keys, guessing_floor
 from harness.report.stats import mean_ci, mean_curve, paired_diff_ci
-from harness.report.study_claims import amendments, claims, claims_csv_rows, claims_markdown
+from harness.report.study_claims import amendments, claims, claims_csv_rows, claims_markdown, study_title
 from harness.report.study_data import (Study, acc_curves, arm_name, arm_of, axes_of, final, find_selection_dir,
                                        initial, load_selection, load_study, per_seed, selection_check, uncontended)
 from harness.report.study_plots import colors_for, plot_accuracy, plot_fits, plot_k
@@ -260,7 +260,7 @@ def header(study: Study, design: Design) -> list[str]:
              f"runs): {t['setup_jobs']}, warm-up {t['setup_warmup']:.0f} s (plus {t['setup_wait']:.0f} s waiting), "
              f"start evaluation {t['setup_eval']:.0f} s") if t["setup_jobs"] else ""
     lines = [
-        f"# DeepSeekMath small study: {study.sweep_dir.name}", "",
+        study_title(study), "",
         f"- **Command:** `harness report <sweep folder {study.sweep_dir.name}> --study{sel_opt} --output-dir <folder>`",
         *_provenance_lines("Runs'", study.runs()),
         *(_provenance_lines("Selection runs'", study.selection["runs"]) if study.selection is not None else []),

@@ -140,6 +140,18 @@ def carries(study: Study, arm: str, metric: str, sides=("final", "initial"), eve
     return bool(runs) and (all(has) if every else any(has))
 
 
+def is_lora_family(study: Study) -> bool:
+    """A study with a LoRA arm is study v3's real-model (SmolLM2) family: claims 15-18 only."""
+    return any(a.endswith("_lora") for a in study.arms)
+
+
+def study_title(study: Study) -> str:
+    """The report's first line: which study family it decides, and the sweep's folder name."""
+    if is_lora_family(study):
+        return f"# Real-model study (SmolLM2 family, claims 15-18): {study.sweep_dir.name}"
+    return f"# DeepSeekMath small study: {study.sweep_dir.name}"
+
+
 def claim_specs(study: Study) -> list:
     """The study's claims: a sweep with LoRA arms is the SmolLM2 family (claims 15-18, `_smollm2_specs`);
     otherwise the arithmetic family: 1-6 always, 7, 8 and v3's 9-14 when their arms ran. Claim 3 is decided on the
@@ -147,7 +159,7 @@ def claim_specs(study: Study) -> list:
     ``valid_maj@n`` / ``valid_pass@n`` at the start and the end, those two are parts beside it
     (tested, shown, not decisive); claim 6 adds a second part on the OOD ``valid_acc`` when some
     GRPO run carries it at both ends (docs/study.md)."""
-    if any(a.endswith("_lora") for a in study.arms):
+    if is_lora_family(study):
         return _smollm2_specs(study)
     t, o, n = study.task, study.ood or f"{study.task}_ood", study.ks.get(study.task, 0)
     valid3 = n > 0 and all(carries(study, "grpo", f"{t}/valid_{m}@{n}") for m in ("maj", "pass"))

@@ -98,6 +98,7 @@ def test_smollm2_family_lists_claims_15_to_18_only(tmp_path):
     assert c["18"]["unit"] == "MiB" and float(c["18"]["sesoi"]) == 32.0
     assert c["16"]["expected"] == c["17"]["expected"] == "within ±SESOI"
     md = (tmp_path / "out" / "report.md").read_text()
+    assert md.splitlines()[0] == "# Real-model study (SmolLM2 family, claims 15-18): lora"
     assert "family** of claims 15, 16, 17, 18: m = 4 parts" in md
     assert "committed to docs/study.md before the runs that judge them: claims 15, 16, 17, 18 at 8e7189c" in md
 
