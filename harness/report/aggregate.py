@@ -267,47 +267,32 @@ def _split_acc(r: RunData, key: str) -> Optional[tuple]:
 
 
 def select_by_validation(runs: list[RunData], over: str = "train.lr") -> list[dict]:
-    """Per algorithm, the setting whose finished runs score best on the validation split: mean over seeds of
-    ``final_val_eval.eval/<task>/acc`` (runs trained with ``eval.validation: true``). The setting is the value of
-    config key ``over`` (default the learning rate), with every other setting that varies between the algorithm's
-    runs (a KL coefficient, a reward model's samples, ...) beside it: a candidate is one combination, never a mean
+    """The plain report's view of `validation_selection`, runs grouped by algorithm: per algorithm with at
+    least two candidates (one is no selection), the setting whose finished runs score best on the validation
+    split. The setting is the value of config key ``over`` (default the learning rate), with every other
+    setting that varies between the algorithm's runs beside it: a candidate is one combination, never a mean
     over the others.
 
-    Returns one dict per algorithm with at least two candidates (one is no selection): ``{"algorithm", "over",
-    "best", "val_acc", "candidates": {value: mean val acc}, "split": "validation", "task"}``; where more than
-    ``over`` varies, ``over`` names the settings (comma-separated), ``best`` maps each to its value and the
-    candidates are keyed by their values' text. Where the winner's runs recorded their start's validation score
-    (``initial_val_eval``), ``start_val_acc`` is its mean over them. Ties go to the smaller values. Never looks at
-    the test split."""
-    by_algo: dict[str, list] = {}
-    for r in runs:
-        va = _split_acc(r, "final_val_eval") if r.status == "finished" else None
-        if va is not None:
-            by_algo.setdefault(r.algorithm, []).append((r, va))
+    Returns one dict per algorithm: ``{"algorithm", "over", "best", "val_acc", "candidates": {value: mean val
+    acc}, "split": "validation", "task"}``; where more than ``over`` varies, ``over`` names the settings
+    (comma-separated), ``best`` maps each to its value and the candidates are keyed by their values' text.
+    Where the winner's runs recorded their start's validation score (``initial_val_eval``), ``start_val_acc``
+    is its mean over them. Ties go to the smaller values. Never looks at the test split."""
     out = []
-    for algo in sorted(by_algo):
-        items = by_algo[algo]
-        flats = [{**run_settings(r), over: knob_value(r, over)} for r, _ in items]
-        others = sorted(k for k in {k for f in flats for k in f} - {over}
-                        if len({repr(f.get(k)) for f in flats}) > 1)
-        knobs = [over] + others
-        cands: dict = {}
-        for flat, (r, (_, acc)) in zip(flats, items):
-            cands.setdefault(tuple(flat.get(k) for k in knobs), []).append((r, acc))
-        if len(cands) < 2:
+    for g in validation_selection(runs, lambda r: r.algorithm, first=over)["groups"]:
+        if len(g["candidates"]) < 2:
             continue
-        means = {key: float(np.mean([a for _, a in rs])) for key, rs in cands.items()}
-        best = min(means, key=lambda key: (-means[key], *(_sort_key(v) for v in key)))
-        entry = {"algorithm": algo, "over": ", ".join(knobs), "best": best[0] if not others else dict(zip(knobs, best)),
-                 "val_acc": means[best], "split": "validation", "task": items[0][1][0]}
+        knobs, others = g["knobs"], len(g["knobs"]) > 1
+        entry = {"algorithm": g["group"], "over": ", ".join(knobs),
+                 "best": dict(zip(knobs, g["winner"])) if others else g["winner"][0],
+                 "val_acc": g["val_acc"], "split": "validation", "task": g["task"]}
         if others:
-            entry["candidates"] = {", ".join(value_text(v) for v in key): means[key]
-                                   for key in sorted(means, key=lambda t: tuple(_sort_key(x) for x in t))}
+            entry["candidates"] = {", ".join(value_text(v) for v in c["values"]): c["mean"] for c in g["candidates"]}
         else:
-            entry["candidates"] = dict(sorted(((key[0], m) for key, m in means.items()), key=lambda kv: repr(kv[0])))
-        starts = [_split_acc(r, "initial_val_eval") for r, _ in cands[best]]
-        if starts and all(s is not None for s in starts):
-            entry["start_val_acc"] = float(np.mean([s[1] for s in starts]))
+            entry["candidates"] = dict(sorted(((c["values"][0], c["mean"]) for c in g["candidates"]),
+                                              key=lambda kv: repr(kv[0])))
+        if g["start_val_acc"] is not None:
+            entry["start_val_acc"] = g["start_val_acc"]
         out.append(entry)
     return out
 
@@ -329,12 +314,6 @@ def selection_notes(selection: list[dict]) -> list[str]:
     return notes
 
 
-SELECTION_KNOBS = ("train.lr", "algorithm.kl_coef", "algorithm.beta", "reward_model.samples_per_round")
-"""Config keys a learning-rate selection sweeps: the learning rate always, the others (the KL
-coefficient beta: ``algorithm.kl_coef``; ``algorithm.beta`` read too; a learned reward model's samples per round)
-where they vary."""
-
-
 def knob_value(r: RunData, key: str):
     """A run's value of a config key as written, else its effective value (the preset's);
     None when neither has it."""
@@ -346,16 +325,22 @@ def _sort_key(v):
     return (0, float(v), "") if is_number(v) else (1, 0.0, repr(v))
 
 
-def validation_selection(runs: list[RunData], group, knobs: tuple = SELECTION_KNOBS) -> dict:
-    """Per group (``group(run)``: e.g. the study arm), the candidate settings of ``knobs`` scored
-    on the validation split: the mean over seeds of each candidate's ``final_val_eval``
-    ``eval/<task>/acc`` (finished runs only; a second run of a seed and candidate is ignored).
-    The knobs of a group are ``knobs[0]`` (the learning rate) and those of the others whose value
-    varies between its runs. Winner: the highest mean (compared to 12 decimals); ties to the
-    smaller first knob, then the smaller next ones. Never reads a test-split metric.
+def validation_selection(runs: list[RunData], group, knobs: Optional[tuple] = None, first: str = "train.lr") -> dict:
+    """The one learning-rate (and setting) selection on the validation split, for the plain report
+    (`select_by_validation`, runs grouped by algorithm) and the study (`study_data.load_selection`, by arm).
 
-    Returns ``{"groups": [{"group", "task", "knobs", "candidates": [{"values", "per_seed":
-    {seed: acc}, "mean", "n"}], "winner", "val_acc"}], "skipped": ["run_id (why)"]}``."""
+    Per group (``group(run)``), the candidate settings scored on the validation split: the mean over
+    seeds of each candidate's ``final_val_eval`` ``eval/<task>/acc`` (finished runs only; a second run of a
+    seed and candidate is ignored). A group's knobs are ``first`` (the learning rate) and, sorted, every
+    other setting (`run_settings`; only those in ``knobs`` when given) whose value varies between its
+    runs: a candidate is one combination, never a pool over settings it does not name. Winner: the highest
+    mean (compared to 12 decimals); ties to the smaller first knob, then the smaller next ones. Never reads
+    a test-split metric.
+
+    Returns ``{"groups": [{"group", "task", "knobs", "candidates": [{"values", "per_seed": {seed: acc},
+    "mean", "n"}], "winner", "val_acc", "start_val_acc"}], "skipped": ["run_id (why)"]}``;
+    ``start_val_acc`` is the mean of the winner's runs' ``initial_val_eval`` accuracy when every one of them
+    recorded it, else None."""
     by: dict = {}
     skipped = []
     for r in runs:
@@ -367,18 +352,26 @@ def validation_selection(runs: list[RunData], group, knobs: tuple = SELECTION_KN
     out = []
     for g in sorted(by):
         items = by[g]
-        vals = [{k: knob_value(r, k) for k in knobs} for r, _ in items]
-        used = [knobs[0]] + [k for k in knobs[1:] if len({repr(v[k]) for v in vals}) > 1]
+        vals = [{**(run_settings(r) if knobs is None else {k: knob_value(r, k) for k in knobs}),
+                 first: knob_value(r, first)} for r, _ in items]
+        names = sorted({k for v in vals for k in v} - {first})
+        used = [first] + [k for k in names if len({repr(v.get(k)) for v in vals}) > 1]
         cands: dict = {}
         for (r, (task, acc)), v in zip(items, vals):
-            key = tuple(v[k] for k in used)
             seed = r.seed if r.seed is not None else r.run_id
-            cands.setdefault(key, {}).setdefault(seed, acc)
+            cands.setdefault(tuple(v.get(k) for k in used), {}).setdefault(seed, (r, acc))
         rows = []
         for key in sorted(cands, key=lambda t: tuple(_sort_key(x) for x in t)):
             per = dict(sorted(cands[key].items(), key=lambda kv: _sort_key(kv[0])))
-            rows.append({"values": key, "per_seed": per, "mean": float(np.mean(list(per.values()))), "n": len(per)})
+            rows.append({"values": key, "per_seed": {s: acc for s, (_, acc) in per.items()},
+                         "mean": float(np.mean([acc for _, acc in per.values()])), "n": len(per),
+                         "runs": [r for r, _ in per.values()]})
         best = max(rows, key=lambda c: round(c["mean"], 12))   # rows in ascending knob order: the first max wins
+        starts = [_split_acc(r, "initial_val_eval") for r in best["runs"]]
+        for c in rows:
+            del c["runs"]
         out.append({"group": g, "task": items[0][1][0], "knobs": used, "candidates": rows,
-                    "winner": best["values"], "val_acc": best["mean"]})
+                    "winner": best["values"], "val_acc": best["mean"],
+                    "start_val_acc": (float(np.mean([s[1] for s in starts]))
+                                      if starts and all(s is not None for s in starts) else None)})
     return {"groups": out, "skipped": skipped}

@@ -34,7 +34,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from algorithms.presets import DISPLAY_NAMES
-from harness.report.aggregate import (SELECTION_KNOBS, knob_value, load_sweep_runs, run_settings, setting_difference,
+from harness.report.aggregate import (knob_value, load_sweep_runs, run_settings, setting_difference,
                                       validation_selection)
 from harness.report.problems import problem_values
 from harness.rundir.layout import SUMMARY, read_json
@@ -393,11 +393,11 @@ def find_selection_dir(sweep_dir, selection_dir=None, sweep_json: Optional[dict]
 
 def load_selection(selection_dir) -> dict:
     """The selection runs of a folder (`find_selection_dir`), per study arm (`arm_of`):
-    `aggregate.validation_selection` over `aggregate.SELECTION_KNOBS`, plus ``"runs"`` (the
+    `aggregate.validation_selection` (every setting that varies within an arm is part of a candidate), plus ``"runs"`` (the
     folder's runs), ``"name"`` (the folder's name) and ``"disjoint"`` (how many runs were trained
     with ``task.disjoint_validation: true``)."""
     runs = load_sweep_runs(selection_dir)
-    sel = validation_selection(runs, arm_of, SELECTION_KNOBS)
+    sel = validation_selection(runs, arm_of)
     sel.update(runs=runs, name=Path(selection_dir).name,
                disjoint=sum(1 for r in runs if knob_value(r, "task.disjoint_validation") is True))
     return sel

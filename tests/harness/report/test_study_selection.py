@@ -186,3 +186,18 @@ def test_report_with_selection_is_byte_identical_on_recompute(tmp_path):
         first = (outs[0] / name).read_bytes()
         assert all((o / name).read_bytes() == first for o in outs[1:]), name
     assert b"Learning-rate selection" in (outs[0] / "report.md").read_bytes()
+
+
+def test_a_setting_outside_the_usual_knobs_makes_its_own_candidate(tmp_path):
+    """Selection runs of one arm that differ in a setting other than lr and beta (here the clip range) are two
+    candidates, not one pooled mean: the study and the plain report share `aggregate.validation_selection`."""
+    sel_dir = tmp_path / "sel"
+    for clip, accs in ((0.2, (0.50, 0.52)), (0.3, (0.70, 0.72))):
+        for seed, acc in zip((100, 101), accs):
+            make_study_run(sel_dir, "grpo", seed, start=START, final={**START, "acc": 0.5}, rss=300.0, records=False,
+                           lr=2e-4, val_acc=acc, arm_key=f"clip{clip}", config={"algorithm": {"clip_eps": clip}})
+    (g,) = load_selection(sel_dir)["groups"]
+    assert g["knobs"] == ["train.lr", "algorithm.clip_eps"]
+    assert [c["values"] for c in g["candidates"]] == [(2e-4, 0.2), (2e-4, 0.3)]
+    assert [c["mean"] for c in g["candidates"]] == pytest.approx([0.51, 0.71])
+    assert g["winner"] == (2e-4, 0.3) and g["val_acc"] == pytest.approx(0.71)
