@@ -277,7 +277,8 @@ def select_by_validation(runs: list[RunData], over: str = "train.lr") -> list[di
     acc}, "split": "validation", "task"}``; where more than ``over`` varies, ``over`` names the settings
     (comma-separated), ``best`` maps each to its value and the candidates are keyed by their values' text.
     Where the winner's runs recorded their start's validation score (``initial_val_eval``), ``start_val_acc``
-    is its mean over them. Ties go to the smaller values. Never looks at the test split."""
+    is its mean over them; where the winning ``over`` value is the smallest or largest tried, ``edge`` says
+    which. Ties go to the smaller values. Never looks at the test split."""
     out = []
     for g in validation_selection(runs, lambda r: r.algorithm, first=over)["groups"]:
         if len(g["candidates"]) < 2:
@@ -293,13 +294,15 @@ def select_by_validation(runs: list[RunData], over: str = "train.lr") -> list[di
                                               key=lambda kv: repr(kv[0])))
         if g["start_val_acc"] is not None:
             entry["start_val_acc"] = g["start_val_acc"]
+        if g["edge"] is not None:
+            entry["edge"] = g["edge"]
         out.append(entry)
     return out
 
 
 def selection_notes(selection: list[dict]) -> list[str]:
-    """One report note per algorithm: which setting won and on which split (and its gain over the start's
-    validation score, where recorded)."""
+    """One report note per algorithm: which setting won and on which split (its gain over the start's
+    validation score, where recorded; a winner at the smallest or largest value tried, said)."""
     notes = []
     for s in selection:
         best = s["best"]
@@ -308,9 +311,12 @@ def selection_notes(selection: list[dict]) -> list[str]:
         start = (f", start {s['start_val_acc']:.3f}, gain {100 * (s['val_acc'] - s['start_val_acc']):+.1f} points"
                  if "start_val_acc" in s else "")
         head = f"candidates ({s['over']}) " if isinstance(best, dict) else "candidates "
+        first = s["over"].split(", ")[0]
+        edge = (f"; the winner's {first} is the {s['edge']} tried: the optimum may lie "
+                f"{'below' if s['edge'] == 'smallest' else 'above'} it" if s.get("edge") else "")
         notes.append(f"selection on the {s['task']} validation split (never the test split): {s['algorithm']} -> "
                      f"{won} (validation acc {s['val_acc']:.3f}{start}; {head}"
-                     + ", ".join(f"{value_text(v)}: {a:.3f}" for v, a in s["candidates"].items()) + ")")
+                     + ", ".join(f"{value_text(v)}: {a:.3f}" for v, a in s["candidates"].items()) + ")" + edge)
     return notes
 
 
@@ -323,6 +329,15 @@ def knob_value(r: RunData, key: str):
 
 def _sort_key(v):
     return (0, float(v), "") if is_number(v) else (1, 0.0, repr(v))
+
+
+def _edge(rows: list, winner) -> Optional[str]:
+    """"smallest" / "largest" when ``winner`` is that end of the first knob's values in ``rows`` (more than
+    one value), else None."""
+    values = sorted({c["values"][0] for c in rows}, key=_sort_key)
+    if len(values) < 2:
+        return None
+    return "smallest" if winner == values[0] else "largest" if winner == values[-1] else None
 
 
 def validation_selection(runs: list[RunData], group, knobs: Optional[tuple] = None, first: str = "train.lr") -> dict:
@@ -338,9 +353,10 @@ def validation_selection(runs: list[RunData], group, knobs: Optional[tuple] = No
     a test-split metric.
 
     Returns ``{"groups": [{"group", "task", "knobs", "candidates": [{"values", "per_seed": {seed: acc},
-    "mean", "n"}], "winner", "val_acc", "start_val_acc"}], "skipped": ["run_id (why)"]}``;
+    "mean", "n"}], "winner", "val_acc", "start_val_acc", "edge"}], "skipped": ["run_id (why)"]}``;
     ``start_val_acc`` is the mean of the winner's runs' ``initial_val_eval`` accuracy when every one of them
-    recorded it, else None."""
+    recorded it, else None; ``edge`` is "smallest" / "largest" when the winner's ``first`` value is that end of
+    the values its candidates tried (more than one), else None."""
     by: dict = {}
     skipped = []
     for r in runs:
@@ -371,7 +387,7 @@ def validation_selection(runs: list[RunData], group, knobs: Optional[tuple] = No
         for c in rows:
             del c["runs"]
         out.append({"group": g, "task": items[0][1][0], "knobs": used, "candidates": rows,
-                    "winner": best["values"], "val_acc": best["mean"],
+                    "winner": best["values"], "val_acc": best["mean"], "edge": _edge(rows, best["values"][0]),
                     "start_val_acc": (float(np.mean([s[1] for s in starts]))
                                       if starts and all(s is not None for s in starts) else None)})
     return {"groups": out, "skipped": skipped}

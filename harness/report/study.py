@@ -504,16 +504,6 @@ def _knob(k: str) -> str:
     return {"train.lr": "lr", "algorithm.kl_coef": "beta (kl_coef)", "algorithm.beta": "beta"}.get(k, k)
 
 
-def _selection_edge(g: dict) -> str | None:
-    """"smallest" / "largest" when a selection group's winning learning rate is at that end of the
-    learning rates its candidates tried (more than one), else None."""
-    lrs = sorted({c["values"][0] for c in g["candidates"]})
-    if len(lrs) < 2:
-        return None
-    w = g["winner"][0]
-    return "smallest" if w == lrs[0] else "largest" if w == lrs[-1] else None
-
-
 def selection_markdown(study: Study, where: str) -> list[str]:
     """The learning-rate selection table (every candidate per arm with its per-seed validation
     accuracies, mean, seeds and the winner) and the check of the study's arms against it."""
@@ -542,7 +532,7 @@ def selection_markdown(study: Study, where: str) -> list[str]:
     if sel["skipped"]:
         lines += [f"- not scored (no validation accuracy, or not finished): {', '.join(sel['skipped'])}"]
     for g in groups:
-        edge = _selection_edge(g)
+        edge = g["edge"]
         if edge:
             lines.append(f"- {arm_name(g['group'])}: the winner is at the {edge} learning rate tried "
                          f"({value_text(g['winner'][0])}): the optimum may lie {'below' if edge == 'smallest' else 'above'} it")

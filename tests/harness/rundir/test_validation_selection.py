@@ -24,7 +24,8 @@ def test_best_lr_per_algorithm_by_mean_validation_accuracy():
     assert {k: round(v, 6) for k, v in sel[0]["candidates"].items()} == {5e-4: 0.65, 8e-4: 0.64} and sel[0]["split"] == "validation"
     assert selection_notes(sel)[0] == ("selection on the arith validation split (never the test split): grpo -> "
                                        "train.lr=0.0005 (validation acc 0.650; candidates 0.0005: 0.650, "
-                                       "0.0008: 0.640)")
+                                       "0.0008: 0.640); the winner's train.lr is the smallest tried: the optimum "
+                                       "may lie below it")
 
 
 def test_no_validation_scores_no_selection():
@@ -55,10 +56,22 @@ def test_every_varying_setting_is_part_of_a_candidate_and_the_gain_over_the_star
         "selection on the arith validation split (never the test split): grpo_ps -> train.lr=2.5e-05, "
         "algorithm.kl_coef=0.4, reward_model.samples_per_round=4096 (validation acc 0.580, start 0.550, gain "
         "+3.0 points; candidates (train.lr, algorithm.kl_coef, reward_model.samples_per_round) 2.5e-05, 0.04, 1024: "
-        "0.400, 2.5e-05, 0.4, 4096: 0.580, 0.0001, 0.04, 1024: 0.500, 0.0001, 0.4, 4096: 0.500)")
+        "0.400, 2.5e-05, 0.4, 4096: 0.580, 0.0001, 0.04, 1024: 0.500, 0.0001, 0.4, 4096: 0.500); the winner's "
+        "train.lr is the smallest tried: the optimum may lie below it")
     runs[1].summary.pop("initial_val_eval")  # the winner's start not recorded: no gain claimed
     assert "start_val_acc" not in select_by_validation(runs)[0]
 
 
 def test_one_candidate_is_no_selection():
     assert select_by_validation([_run("grpo", 0, 5e-4, 0.7, 0.5), _run("grpo", 1, 5e-4, 0.6, 0.5)]) == []
+
+
+def test_a_winner_inside_the_grid_has_no_edge_note_and_one_at_the_top_says_above():
+    mid = [_run("grpo", 0, 1e-4, 0.50, 0.5), _run("grpo", 0, 2e-4, 0.60, 0.5), _run("grpo", 0, 4e-4, 0.55, 0.5)]
+    sel, = select_by_validation(mid)
+    assert sel["best"] == 2e-4 and "edge" not in sel and "optimum" not in selection_notes([sel])[0]
+    top, = select_by_validation(mid + [_run("grpo", 1, 4e-4, 0.90, 0.5), _run("grpo", 1, 2e-4, 0.6, 0.5),
+                                       _run("grpo", 1, 1e-4, 0.5, 0.5)])
+    assert top["best"] == 4e-4 and top["edge"] == "largest"
+    assert selection_notes([top])[0].endswith(
+        "; the winner's train.lr is the largest tried: the optimum may lie above it")
