@@ -340,17 +340,16 @@ def _edge(rows: list, winner) -> Optional[str]:
     return "smallest" if winner == values[0] else "largest" if winner == values[-1] else None
 
 
-def validation_selection(runs: list[RunData], group, knobs: Optional[tuple] = None, first: str = "train.lr") -> dict:
+def validation_selection(runs: list[RunData], group, first: str = "train.lr") -> dict:
     """The one learning-rate (and setting) selection on the validation split, for the plain report
     (`select_by_validation`, runs grouped by algorithm) and the study (`study_data.load_selection`, by arm).
 
     Per group (``group(run)``), the candidate settings scored on the validation split: the mean over
     seeds of each candidate's ``final_val_eval`` ``eval/<task>/acc`` (finished runs only; a second run of a
     seed and candidate is ignored). A group's knobs are ``first`` (the learning rate) and, sorted, every
-    other setting (`run_settings`; only those in ``knobs`` when given) whose value varies between its
-    runs: a candidate is one combination, never a pool over settings it does not name. Winner: the highest
-    mean (compared to 12 decimals); ties to the smaller first knob, then the smaller next ones. Never reads
-    a test-split metric.
+    other setting (`run_settings`) whose value varies between its runs: a candidate is one combination, never
+    a pool over settings it does not name. Winner: the highest mean (compared to 12 decimals); ties to the
+    smaller first knob, then the smaller next ones. Never reads a test-split metric.
 
     Returns ``{"groups": [{"group", "task", "knobs", "candidates": [{"values", "per_seed": {seed: acc},
     "mean", "n"}], "winner", "val_acc", "start_val_acc", "edge"}], "skipped": ["run_id (why)"]}``;
@@ -368,24 +367,20 @@ def validation_selection(runs: list[RunData], group, knobs: Optional[tuple] = No
     out = []
     for g in sorted(by):
         items = by[g]
-        vals = [{**(run_settings(r) if knobs is None else {k: knob_value(r, k) for k in knobs}),
-                 first: knob_value(r, first)} for r, _ in items]
+        vals = [{**run_settings(r), first: knob_value(r, first)} for r, _ in items]
         names = sorted({k for v in vals for k in v} - {first})
         used = [first] + [k for k in names if len({repr(v.get(k)) for v in vals}) > 1]
         cands: dict = {}
-        for (r, (task, acc)), v in zip(items, vals):
+        for (r, (_, acc)), v in zip(items, vals):
             seed = r.seed if r.seed is not None else r.run_id
             cands.setdefault(tuple(v.get(k) for k in used), {}).setdefault(seed, (r, acc))
         rows = []
         for key in sorted(cands, key=lambda t: tuple(_sort_key(x) for x in t)):
             per = dict(sorted(cands[key].items(), key=lambda kv: _sort_key(kv[0])))
             rows.append({"values": key, "per_seed": {s: acc for s, (_, acc) in per.items()},
-                         "mean": float(np.mean([acc for _, acc in per.values()])), "n": len(per),
-                         "runs": [r for r, _ in per.values()]})
+                         "mean": float(np.mean([acc for _, acc in per.values()])), "n": len(per)})
         best = max(rows, key=lambda c: round(c["mean"], 12))   # rows in ascending knob order: the first max wins
-        starts = [_split_acc(r, "initial_val_eval") for r in best["runs"]]
-        for c in rows:
-            del c["runs"]
+        starts = [_split_acc(r, "initial_val_eval") for r, _ in cands[best["values"]].values()]
         out.append({"group": g, "task": items[0][1][0], "knobs": used, "candidates": rows,
                     "winner": best["values"], "val_acc": best["mean"], "edge": _edge(rows, best["values"][0]),
                     "start_val_acc": (float(np.mean([s[1] for s in starts]))
