@@ -19,6 +19,7 @@ import numpy as np
 
 from harness.config.schema import settings
 from harness.foundation.base import flatten
+from harness.report.arms import arm_of
 from harness.report.format import value_text
 from harness.report.stats import mean_ci, paired_diff_ci
 from harness.rundir.read import RunData, is_number, is_run_dir, k_of, load_run, split_metric
@@ -267,20 +268,22 @@ def _split_acc(r: RunData, key: str) -> Optional[tuple]:
 
 
 def select_by_validation(runs: list[RunData], over: str = "train.lr") -> list[dict]:
-    """The plain report's view of `validation_selection`, runs grouped by algorithm: per algorithm with at
-    least two candidates (one is no selection), the setting whose finished runs score best on the validation
-    split. The setting is the value of config key ``over`` (default the learning rate), with every other
-    setting that varies between the algorithm's runs beside it: a candidate is one combination, never a mean
-    over the others.
+    """The plain report's view of `validation_selection`, runs grouped by study arm (`arms.arm_of`: the
+    algorithm, with ``_lora`` for LoRA adapters, ``_k<k>`` for staleness, ``_prm`` for a learned PRM, ...):
+    per arm with at least two candidates (one is no selection), the setting whose finished runs score best on
+    the validation split. LoRA and full fine-tuning of one algorithm are two arms with a winner each, as their
+    optima differ (LoRA's sits near 10x the full one's). The setting is the value of config key ``over``
+    (default the learning rate), with every other setting that varies between the arm's runs beside it: a
+    candidate is one combination, never a mean over the others.
 
-    Returns one dict per algorithm: ``{"algorithm", "over", "best", "val_acc", "candidates": {value: mean val
-    acc}, "split": "validation", "task"}``; where more than ``over`` varies, ``over`` names the settings
+    Returns one dict per arm: ``{"algorithm": the arm, "over", "best", "val_acc", "candidates": {value: mean
+    val acc}, "split": "validation", "task"}``; where more than ``over`` varies, ``over`` names the settings
     (comma-separated), ``best`` maps each to its value and the candidates are keyed by their values' text.
     Where the winner's runs recorded their start's validation score (``initial_val_eval``), ``start_val_acc``
     is its mean over them; where the winning ``over`` value is the smallest or largest tried, ``edge`` says
     which. Ties go to the smaller values. Never looks at the test split."""
     out = []
-    for g in validation_selection(runs, lambda r: r.algorithm, first=over)["groups"]:
+    for g in validation_selection(runs, arm_of, first=over)["groups"]:
         if len(g["candidates"]) < 2:
             continue
         knobs, others = g["knobs"], len(g["knobs"]) > 1
@@ -301,7 +304,7 @@ def select_by_validation(runs: list[RunData], over: str = "train.lr") -> list[di
 
 
 def selection_notes(selection: list[dict]) -> list[str]:
-    """One report note per algorithm: which setting won and on which split (its gain over the start's
+    """One report note per arm: which setting won and on which split (its gain over the start's
     validation score, where recorded; a winner at the smallest or largest value tried, said)."""
     notes = []
     for s in selection:
@@ -342,7 +345,7 @@ def _edge(rows: list, winner) -> Optional[str]:
 
 def validation_selection(runs: list[RunData], group, first: str = "train.lr") -> dict:
     """The one learning-rate (and setting) selection on the validation split, for the plain report
-    (`select_by_validation`, runs grouped by algorithm) and the study (`study_data.load_selection`, by arm).
+    (`select_by_validation`) and the study (`study_data.load_selection`, by arm).
 
     Per group (``group(run)``), the candidate settings scored on the validation split: the mean over
     seeds of each candidate's ``final_val_eval`` ``eval/<task>/acc`` (finished runs only; a second run of a

@@ -2,7 +2,7 @@
 
 `build_study_report(sweep_dir, out_dir)` writes ``report.md``, ``claims.csv``, ``table5.csv``,
 ``compute_curves.csv`` and ``plots/*.png``. Runs are grouped into study arms by
-`study_data.arm_of`, one finished run per seed and arm. Table 5 and the figures show
+`arms.arm_of`, one finished run per seed and arm. Table 5 and the figures show
 two-sided Student-t intervals over seeds (`stats.mean_ci`); differences between two arms, or
 an arm and its start, are paired by seed (`stats.paired_diff_ci`: the same seed means the same
 warm-up and the same prompt order). The claims' verdicts come from `study_claims` and

@@ -345,7 +345,7 @@ def claims(study: Study, design: Design) -> list:
 
 def planned_seeds(study: Study) -> dict:
     """``{arm: number of seeds the sweep plans}`` from sweep.json's runs (algorithm and grid cell:
-    the arm follows `study_data.arm_for`); {} when sweep.json lists no runs."""
+    the arm follows `arms.arm_for`); {} when sweep.json lists no runs."""
     seeds: dict = {}
     for r in study.sweep_json.get("runs") or []:
         if not isinstance(r, dict) or not isinstance(r.get("algorithm"), str):

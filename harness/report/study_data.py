@@ -33,7 +33,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from algorithms.presets import DISPLAY_NAMES
+from harness.report.arms import CORRECTION_NAMES, RM_NAMES, arm_for, arm_name, arm_of  # noqa: F401 (re-exported)
 from harness.report.aggregate import (knob_value, load_sweep_runs, run_settings, setting_difference,
                                       validation_selection)
 from harness.report.problems import problem_values
@@ -49,10 +49,6 @@ STAGE_FLOPS = "perf/flops"
 """A training row's own model FLOPs (`harness.train.flops`): summed in row order into the
 cumulative counter of the evaluation rows when every training row carries it."""
 CUMULATIVE_FLOPS = "flops (cumulative perf/flops)"
-RM_NAMES = {"prm": "learned PRM", "orm": "learned ORM", "implicit": "implicit PRM"}
-CORRECTION_NAMES = {"token_tis": "token-level TIS", "token_mask": "token-level mask", "seq_tis": "sequence-level TIS",
-                    "seq_mask": "sequence-level mask"}
-"""The off-policy corrections other than none (`algorithms.presets.CORRECTIONS`) as reports name them."""
 SELECTION_DIR = "selection"
 """The learning-rate selection's runs inside a study sweep folder (`find_selection_dir`)."""
 
@@ -76,69 +72,6 @@ class Study:
 
     def runs(self) -> list:
         return [r for runs in self.arms.values() for r in runs.values()]
-
-
-def arm_of(run: RunData) -> str:
-    """The study arm of a run (see the module doc)."""
-    return arm_for(run.algorithm, run.config)
-
-
-def arm_for(algorithm: str, config: dict) -> str:
-    """The study arm of a run of ``algorithm`` with ``config`` (a config as a dict)."""
-    if algorithm.endswith("_iter"):
-        arm = algorithm
-    else:
-        alg = config.get("algorithm")
-        reset = alg.get("ref_reset_every") if isinstance(alg, dict) else None
-        arm = f"{algorithm}_iter" if is_number(reset) and reset > 0 else algorithm
-    train, alg, model = (config.get(k) if isinstance(config.get(k), dict) else {}
-                         for k in ("train", "algorithm", "model"))
-    k = train.get("staleness")
-    if is_number(k) and k > 0:
-        arm += f"_k{int(k)}"
-    if alg.get("correction") in CORRECTION_NAMES:
-        arm += f"_{alg['correction']}"
-    lora = model.get("lora")
-    if isinstance(lora, dict) and is_number(lora.get("rank")) and lora["rank"] > 0:
-        arm += "_lora"
-    rm = config.get("reward_model")
-    rm = rm if isinstance(rm, dict) else {}
-    kind, rounds = rm.get("type"), rm.get("rounds")
-    if isinstance(kind, str) and kind and not (algorithm == "prime" and kind == "implicit"):
-        arm += f"_{kind}"
-        if kind in ("orm", "prm") and is_number(rounds) and rounds > 1:
-            arm += f"_r{int(rounds)}"
-    return arm
-
-
-def arm_name(arm: str) -> str:
-    """The display name of an arm: the preset's (`algorithms.presets.DISPLAY_NAMES`), with its
-    reward model and rounds."""
-    if arm in DISPLAY_NAMES:
-        return DISPLAY_NAMES[arm]
-    parts = arm.split("_")
-    rounds = parts.pop()[1:] if len(parts) > 1 and parts[-1].startswith("r") and parts[-1][1:].isdigit() else None
-    kind = parts.pop() if len(parts) > 1 and parts[-1] in RM_NAMES else None
-    lora = len(parts) > 1 and parts[-1] == "lora"
-    if lora:
-        parts.pop()
-    correction = next((c for c in CORRECTION_NAMES if len(parts) > 2 and "_".join(parts[-2:]) == c), None)
-    if correction:
-        del parts[-2:]
-    k = parts.pop()[1:] if len(parts) > 1 and parts[-1].startswith("k") and parts[-1][1:].isdigit() else None
-    base = "_".join(parts)
-    name = DISPLAY_NAMES.get(base, base)
-    if k:
-        name += f", staleness {k}"
-    if correction:
-        name += f", {CORRECTION_NAMES[correction]}"
-    if lora:
-        name += ", LoRA"
-    if kind:
-        name += f" + {RM_NAMES[kind]}"
-    if rounds:
-        name += f", {rounds} rounds"
-    return name
 
 
 def load_study(sweep_dir) -> Study:

@@ -29,7 +29,8 @@ from harness.report.aggregate import comparable_settings, setting_difference
 from harness.report.decisions import Design
 from harness.report.study import design_of
 from harness.report.study_claims import arms_to_extend, claim_specs, claims
-from harness.report.study_data import Study, arm_for, load_study
+from harness.report.arms import arm_for
+from harness.report.study_data import Study, load_study
 from harness.sweep.plan import PlannedRun, Sweep
 
 __all__ = ["sweep_design", "seed_batches", "arm_of_run", "needed_arms", "decide", "design_warnings",
@@ -37,7 +38,7 @@ __all__ = ["sweep_design", "seed_batches", "arm_of_run", "needed_arms", "decide"
 
 
 def arm_of_run(run: PlannedRun) -> str:
-    """The study arm of a planned run (as the report names it: `harness.report.study_data.arm_for`)."""
+    """The study arm of a planned run (as the report names it: `harness.report.arms.arm_for`)."""
     return arm_for(run.config.algo.name, run.config_dict)
 
 

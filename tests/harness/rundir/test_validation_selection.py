@@ -1,4 +1,4 @@
-"""The report picks each algorithm's learning rate by validation accuracy (never the test split)."""
+"""The report picks each arm's learning rate by validation accuracy (never the test split)."""
 from pathlib import Path
 
 from harness.report.aggregate import select_by_validation, selection_notes
@@ -53,7 +53,7 @@ def test_every_varying_setting_is_part_of_a_candidate_and_the_gain_over_the_star
     assert sel["best"] == {"train.lr": 2.5e-5, "algorithm.kl_coef": 0.4, "reward_model.samples_per_round": 4096}
     assert sel["val_acc"] == 0.58 and sel["start_val_acc"] == 0.55 and len(sel["candidates"]) == 4
     assert selection_notes([sel])[0] == (
-        "selection on the arith validation split (never the test split): grpo_ps -> train.lr=2.5e-05, "
+        "selection on the arith validation split (never the test split): grpo_ps_prm -> train.lr=2.5e-05, "
         "algorithm.kl_coef=0.4, reward_model.samples_per_round=4096 (validation acc 0.580, start 0.550, gain "
         "+3.0 points; candidates (train.lr, algorithm.kl_coef, reward_model.samples_per_round) 2.5e-05, 0.04, 1024: "
         "0.400, 2.5e-05, 0.4, 4096: 0.580, 0.0001, 0.04, 1024: 0.500, 0.0001, 0.4, 4096: 0.500); the winner's "
@@ -75,3 +75,22 @@ def test_a_winner_inside_the_grid_has_no_edge_note_and_one_at_the_top_says_above
     assert top["best"] == 4e-4 and top["edge"] == "largest"
     assert selection_notes([top])[0].endswith(
         "; the winner's train.lr is the largest tried: the optimum may lie above it")
+
+
+def _lora(seed, lr, rank, val):
+    r = _run("dr_grpo", seed, lr, val, 0.5)
+    r.config["model"] = {"lora": {"rank": rank, "alpha": 32}}
+    return r
+
+
+def test_lora_and_full_fine_tuning_of_one_algorithm_get_a_winner_each():
+    # grouped by algorithm, rank would be a knob beside lr and one winner (LoRA 1e-4, 0.30) would hide the full
+    # fine-tuning arm's own optimum (2e-5, 0.28)
+    runs = [_lora(100, 1e-4, 16, 0.30), _lora(100, 2e-4, 16, 0.27), _lora(100, 1e-5, 0, 0.25),
+            _lora(100, 2e-5, 0, 0.28), _lora(100, 4e-5, 0, 0.20)]
+    sel = select_by_validation(runs)
+    assert [(s["algorithm"], s["over"], s["best"], s["val_acc"], s.get("edge")) for s in sel] == [
+        ("dr_grpo", "train.lr", 2e-5, 0.28, None), ("dr_grpo_lora", "train.lr", 1e-4, 0.30, "smallest")]
+    assert selection_notes(sel)[0].startswith("selection on the arith validation split (never the test split): "
+                                              "dr_grpo -> train.lr=2e-05 (validation acc 0.280; candidates "
+                                              "1e-05: 0.250, 2e-05: 0.280, 4e-05: 0.200)")
