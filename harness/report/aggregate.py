@@ -21,7 +21,8 @@ from harness.config.schema import settings
 from harness.foundation.base import flatten
 from harness.report.arms import arm_of
 from harness.report.format import value_text
-from harness.report.stats import mean_ci, paired_diff_ci
+from harness.report.problems import problem_values
+from harness.report.stats import mean_ci, paired_diff_ci, problem_variance, t_quantile
 from harness.rundir.read import RunData, is_number, is_run_dir, k_of, load_run, split_metric
 
 _IGNORED_CFG = ("seed", "name", "output_dir", "device", "tracking.", "train.threads", "warmup.cache_dir")
@@ -293,12 +294,15 @@ def select_by_validation(runs: list[RunData], over: str = "train.lr") -> list[di
         if others:
             entry["candidates"] = {", ".join(value_text(v) for v in c["values"]): c["mean"] for c in g["candidates"]}
         else:
-            entry["candidates"] = dict(sorted(((c["values"][0], c["mean"]) for c in g["candidates"]),
-                                              key=lambda kv: repr(kv[0])))
+            entry["candidates"] = {c["values"][0]: c["mean"] for c in g["candidates"]}   # in ascending order
         if g["start_val_acc"] is not None:
             entry["start_val_acc"] = g["start_val_acc"]
         if g["edge"] is not None:
             entry["edge"] = g["edge"]
+        if g["margin"] is not None:
+            m = g["margin"]
+            entry["margin"] = {**m, "runner_up": (dict(zip(knobs, m["runner_up"])) if others
+                                                  else m["runner_up"][0])}
         out.append(entry)
     return out
 
@@ -319,8 +323,22 @@ def selection_notes(selection: list[dict]) -> list[str]:
                 f"{'below' if s['edge'] == 'smallest' else 'above'} it" if s.get("edge") else "")
         notes.append(f"selection on the {s['task']} validation split (never the test split): {s['algorithm']} -> "
                      f"{won} (validation acc {s['val_acc']:.3f}{start}; {head}"
-                     + ", ".join(f"{value_text(v)}: {a:.3f}" for v, a in s["candidates"].items()) + ")" + edge)
+                     + ", ".join(f"{value_text(v)}: {a:.3f}" for v, a in s["candidates"].items()) + ")" + edge
+                     + _margin_text(s.get("margin")))
     return notes
+
+
+def _margin_text(m: Optional[dict]) -> str:
+    """The note's sentence on the winner's lead over the runner-up (`_margin`), or "" without one."""
+    if not m:
+        return ""
+    ru = m["runner_up"]
+    ru = ", ".join(f"{k}={value_text(v)}" for k, v in ru.items()) if isinstance(ru, dict) else value_text(ru)
+    over = (f"{m['problems']} validation problems x {m['seeds']} seeds" if m["seeds"] > 1 else
+            f"{m['problems']} validation problems, one seed: the problems' sampling only, not the runs' own randomness")
+    apart = ("" if m["lo"] > 0 else "; the interval includes 0: the winner is not separated from the runner-up")
+    return (f"; ahead of the runner-up ({ru}) by {100 * m['diff']:+.1f} points, paired {100 * m['level']:.0f}% "
+            f"interval [{100 * m['lo']:+.1f}, {100 * m['hi']:+.1f}] over {over}{apart}")
 
 
 def knob_value(r: RunData, key: str):
@@ -358,7 +376,8 @@ def validation_selection(runs: list[RunData], group, first: str = "train.lr") ->
     "mean", "n"}], "winner", "val_acc", "start_val_acc", "edge"}], "skipped": ["run_id (why)"]}``;
     ``start_val_acc`` is the mean of the winner's runs' ``initial_val_eval`` accuracy when every one of them
     recorded it, else None; ``edge`` is "smallest" / "largest" when the winner's ``first`` value is that end of
-    the values its candidates tried (more than one), else None."""
+    the values its candidates tried (more than one), else None; ``margin`` the winner's lead over the runner-up
+    with its interval (`_margin`), or None (one candidate, or no usable validation records)."""
     by: dict = {}
     skipped = []
     for r in runs:
@@ -383,9 +402,43 @@ def validation_selection(runs: list[RunData], group, first: str = "train.lr") ->
             rows.append({"values": key, "per_seed": {s: acc for s, (_, acc) in per.items()},
                          "mean": float(np.mean([acc for _, acc in per.values()])), "n": len(per)})
         best = max(rows, key=lambda c: round(c["mean"], 12))   # rows in ascending knob order: the first max wins
+        rest = [c for c in rows if c is not best]
+        second = max(rest, key=lambda c: round(c["mean"], 12)) if rest else None
         starts = [_split_acc(r, "initial_val_eval") for r, _ in cands[best["values"]].values()]
         out.append({"group": g, "task": items[0][1][0], "knobs": used, "candidates": rows,
                     "winner": best["values"], "val_acc": best["mean"], "edge": _edge(rows, best["values"][0]),
                     "start_val_acc": (float(np.mean([s[1] for s in starts]))
-                                      if starts and all(s is not None for s in starts) else None)})
+                                      if starts and all(s is not None for s in starts) else None),
+                    "margin": (_margin(cands[best["values"]], cands[second["values"]], items[0][1][0], second)
+                               if second is not None else None)})
     return {"groups": out, "skipped": skipped}
+
+
+def _margin(win: dict, other: dict, task: str, second: dict, level: float = 0.95) -> Optional[dict]:
+    """The winner's lead over the runner-up on the validation split, paired by seed and problem (the
+    validation records, `problems.problem_values`): the mean of the per-seed differences and its interval with
+    the study's variance, s^2 / n over the seeds plus the problems' term (`stats.problem_variance`), on n - 1
+    degrees of freedom; with one seed, var_p(D_p) / P on P - 1 (the problems' sampling only: one run cannot show
+    its own randomness). ``win``/``other``: ``{seed: (run, acc)}``. None when a seed of both lacks usable records
+    or the seeds scored different problems."""
+    seeds = sorted(win.keys() & other.keys(), key=_sort_key)
+    diffs, ids = [], None
+    for sd in seeds:
+        a, _ = problem_values(win[sd][0], task, "acc", "validation")
+        b, _ = problem_values(other[sd][0], task, "acc", "validation")
+        if a is None or b is None or a.keys() != b.keys() or (ids is not None and a.keys() != ids):
+            return None
+        ids = a.keys()
+        diffs.append(np.array([a[p] - b[p] for p in sorted(ids)]))
+    if not diffs or len(ids) < 2:
+        return None
+    n, n_p = len(diffs), len(ids)
+    means = np.array([d.mean() for d in diffs])
+    if n == 1:
+        var, df = float(diffs[0].var(ddof=1)) / n_p, n_p - 1
+    else:
+        var, df = float(means.var(ddof=1)) / n + problem_variance(diffs, crossed=True)["var"], n - 1
+    half = t_quantile(0.5 + level / 2.0, df) * var ** 0.5
+    mean = float(means.mean())
+    return {"runner_up": second["values"], "runner_up_mean": second["mean"], "diff": mean, "lo": mean - half,
+            "hi": mean + half, "seeds": n, "problems": n_p, "level": level}

@@ -18,8 +18,9 @@ forms ``valid_acc`` (greedy ``valid``), ``valid_pass@K`` (from ``num_valid``, el
 ``valid`` flags) and ``valid_maj@K`` (the samples' keys, a correct but invalid sample voting for
 a wrong answer of its own: `evals.records.valid_keys`), as `evals.records.summarize` counts
 them) and side
-(``initial``: step 0; ``final``: the run's last evaluation row), or the reason why there are
-none. The values are checked against the run's summary: their mean must equal the metric the
+(``initial``: step 0; ``final``: the run's last evaluation row; ``validation``: the final greedy scores on the
+validation split, ``eval/<task>_validation.jsonl``, against the summary's ``final_val_eval``), or the reason why
+there are none. The values are checked against the run's summary: their mean must equal the metric the
 summary reports (to ``TOLERANCE``), else the records are not used (the report says why).
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ from evals.grading import answer_key
 from evals.metrics import maj_at_k_curve, pass_at_k_curve
 from evals.records import compact_curves, valid_keys
 from harness.rundir.layout import RunFileError, read_jsonl
-from harness.rundir.read import RunData, is_number, k_of
+from harness.rundir.read import RunData, eval_metrics, is_number, k_of
 
 TOLERANCE = 1e-6
 """Largest |mean of the per-problem values - the summary's metric| for the records to be used."""
@@ -160,6 +161,8 @@ def problem_values(run: RunData, task: str, metric: str, side: str, cache: Optio
     """``({problem id: value}, "")``, or ``(None, reason)`` when the run has no usable records
     for it (see the module doc)."""
     cache = {} if cache is None else cache
+    if side == "validation":
+        return _validation_values(run, task, metric, cache)
     step = eval_step(run, side)
     if step is None:
         return None, f"{run.run_id}: no final evaluation row"
@@ -173,18 +176,36 @@ def problem_values(run: RunData, task: str, metric: str, side: str, cache: Optio
     recs = next((r for r in (_read(run.run_dir / "eval" / f, cache) for f in files) if r), None)
     if not recs:
         return None, f"{run.run_id}: no records eval/{files[-1]}"
+    summary = (run.initial_eval if side == "initial" else run.final_eval).get(f"{task}/{metric}")
+    return _checked(run, recs, metric, summary, files[-1], f"step {step}")
+
+
+def _checked(run: RunData, recs: list, metric: str, summary, name: str, where: str) -> tuple:
+    """``({problem id: value}, "")`` from records whose mean equals the summary's ``metric``, else ``(None, why)``."""
     out = {}
     for rec in recs:
         v = _value(rec, metric) if rec is not None else None
         if v is None:
-            return None, f"{run.run_id}: eval/{files[-1]} lacks {metric} for some problem"
+            return None, f"{run.run_id}: eval/{name} lacks {metric} for some problem"
         out[rec["id"]] = v
-    summary = (run.initial_eval if side == "initial" else run.final_eval).get(f"{task}/{metric}")
     mean = math.fsum(out.values()) / len(out)
     if not is_number(summary) or abs(mean - float(summary)) > TOLERANCE:
         return None, (f"{run.run_id}: eval records' mean {metric} {mean:.6f} differs from the summary's "
-                      f"{summary} (step {step})")
+                      f"{summary} ({where})")
     return out, ""
+
+
+def _validation_values(run: RunData, task: str, metric: str, cache: dict) -> tuple:
+    """The final greedy scores on the validation split (``eval/<task>_validation.jsonl``, checked against the
+    summary's ``final_val_eval``): ``acc`` and ``valid_acc`` only, as the validation evaluation is greedy."""
+    if metric not in ("acc", "valid_acc"):
+        return None, f"the validation split is scored greedily: no {metric}"
+    name = f"{task}_validation.jsonl"
+    recs = _read(run.run_dir / "eval" / name, cache)
+    if not recs:
+        return None, f"{run.run_id}: no records eval/{name}"
+    summary = eval_metrics(run.summary.get("final_val_eval"), task).get(f"{task}/{metric}")
+    return _checked(run, recs, metric, summary, name, "final_val_eval")
 
 
 def gold_keys(run: RunData, task: str, cache: Optional[dict] = None) -> dict:

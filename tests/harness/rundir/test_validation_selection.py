@@ -1,4 +1,7 @@
 """The report picks each arm's learning rate by validation accuracy (never the test split)."""
+import json
+import math
+import statistics
 from pathlib import Path
 
 from harness.report.aggregate import select_by_validation, selection_notes
@@ -94,3 +97,56 @@ def test_lora_and_full_fine_tuning_of_one_algorithm_get_a_winner_each():
     assert selection_notes(sel)[0].startswith("selection on the arith validation split (never the test split): "
                                               "dr_grpo -> train.lr=2e-05 (validation acc 0.280; candidates "
                                               "1e-05: 0.250, 2e-05: 0.280, 4e-05: 0.200)")
+
+
+def _scored(tmp_path, seed, lr, correct):
+    """A finished run whose validation records hold ``correct`` (0/1 per problem) and whose summary agrees."""
+    r = _run("grpo", seed, lr, sum(correct) / len(correct), 0.5)
+    r.run_dir = tmp_path / r.run_id
+    (r.run_dir / "eval").mkdir(parents=True)
+    with open(r.run_dir / "eval" / "arith_validation.jsonl", "w") as f:
+        for i, c in enumerate(correct):
+            f.write(json.dumps({"id": f"p{i}", "gold": "1", "greedy": {"correct": bool(c)}, "samples": []}) + "\n")
+    return r
+
+
+def test_the_winners_lead_over_the_runner_up_is_paired_by_problem_with_its_interval(tmp_path):
+    win = [1, 1, 1, 1, 1, 0, 0, 0, 1, 1]      # 0.7
+    second = [1, 0, 1, 0, 1, 0, 1, 0, 0, 1]   # 0.5
+    third = [0, 0, 0, 0, 1, 0, 0, 0, 0, 0]    # 0.1
+    sel, = select_by_validation([_scored(tmp_path, 0, 1e-4, third), _scored(tmp_path, 0, 2e-4, win),
+                                 _scored(tmp_path, 0, 4e-4, second)])
+    d = [a - b for a, b in zip(win, second)]
+    half = 2.262157 * statistics.stdev(d) / math.sqrt(len(d))    # t(0.975, 9 df), from a table
+    m = sel["margin"]
+    assert m["runner_up"] == 4e-4 and m["seeds"] == 1 and m["problems"] == 10
+    assert math.isclose(m["diff"], 0.2) and math.isclose(m["hi"] - m["diff"], half, rel_tol=1e-5)
+    assert list(sel["candidates"]) == [1e-4, 2e-4, 4e-4]
+    assert selection_notes([sel])[0].endswith(
+        f"; ahead of the runner-up (0.0004) by +20.0 points, paired 95% interval [{100 * (0.2 - half):+.1f}, "
+        f"{100 * (0.2 + half):+.1f}] over 10 validation problems, one seed: the problems' sampling only, not the runs' "
+        "own randomness; the interval includes 0: the winner is not separated from the runner-up")
+
+
+def test_with_two_seeds_the_lead_counts_the_seeds_spread_and_the_problems_main_effect(tmp_path):
+    a = {0: [1, 1, 1, 1, 0, 1, 1, 1], 1: [1, 1, 1, 0, 1, 1, 1, 0]}
+    b = {0: [1, 0, 0, 1, 0, 0, 1, 0], 1: [0, 0, 1, 0, 1, 0, 1, 0]}
+    runs = [_scored(tmp_path, s, lr, v[s]) for s in (0, 1) for lr, v in ((1e-4, a), (2e-4, b))]
+    m = select_by_validation(runs)[0]["margin"]
+    d = [[x - y for x, y in zip(a[s], b[s])] for s in (0, 1)]        # seeds x problems
+    seed_means = [sum(row) / 8 for row in d]
+    grand = sum(seed_means) / 2
+    prob_means = [(d[0][p] + d[1][p]) / 2 for p in range(8)]
+    ms_e = sum((d[s][p] - seed_means[s] - prob_means[p] + grand) ** 2 for s in (0, 1) for p in range(8)) / 7
+    sigma_b2 = max(0.0, statistics.variance(prob_means) - ms_e / 2)
+    se = math.sqrt(statistics.variance(seed_means) / 2 + sigma_b2 / 8)
+    assert m["seeds"] == 2 and m["runner_up"] == 2e-4 and math.isclose(m["diff"], grand)
+    assert math.isclose(m["hi"] - m["diff"], 12.706205 * se, rel_tol=1e-5)   # t(0.975, 1 df)
+    assert m["lo"] > 0 or "not separated" in selection_notes(select_by_validation(runs))[0]
+
+
+def test_records_that_disagree_with_the_summary_give_no_lead(tmp_path):
+    r1, r2 = _scored(tmp_path, 0, 1e-4, [1, 1, 0]), _scored(tmp_path, 0, 2e-4, [1, 0, 0])
+    r2.summary["final_val_eval"]["eval/arith/acc"] = 0.9
+    sel, = select_by_validation([r1, r2])
+    assert "margin" not in sel and "runner-up" not in selection_notes([sel])[0]
