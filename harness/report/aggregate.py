@@ -434,10 +434,9 @@ def _margin(win: dict, other: dict, task: str, second: dict, level: float = 0.95
         return None
     n, n_p = len(diffs), len(ids)
     means = np.array([d.mean() for d in diffs])
-    if n == 1:
-        var, df = float(diffs[0].var(ddof=1)) / n_p, n_p - 1
-    else:
-        var, df = float(means.var(ddof=1)) / n + problem_variance(diffs, crossed=True)["var"], n - 1
+    # problem_variance's one-seed case is var_p(D_p) / P itself (residual and problem effect not told apart)
+    var = (float(means.var(ddof=1)) / n if n > 1 else 0.0) + problem_variance(diffs, crossed=True)["var"]
+    df = n - 1 if n > 1 else n_p - 1
     half = t_quantile(0.5 + level / 2.0, df) * var ** 0.5
     mean = float(means.mean())
     return {"runner_up": second["values"], "runner_up_mean": second["mean"], "diff": mean, "lo": mean - half,
