@@ -32,7 +32,8 @@ from harness.report.format import md_safe, plus_minus, table, value_text, with_i
 from harness.report.limits import is_cap
 from harness.report.problems import gold_keys, guessing_floor
 from harness.report.stats import mean_ci, mean_curve, paired_diff_ci
-from harness.report.study_claims import amendments, claims, claims_csv_rows, claims_markdown, study_title
+from harness.report.study_claims import (amendments, claims, claims_csv_rows, claims_markdown, study_title,
+                                         unknown_retired)
 from harness.report.study_data import (Study, acc_curves, arm_name, arm_of, axes_of, final, find_selection_dir,
                                        initial, load_selection, load_study, per_seed, selection_check, uncontended)
 from harness.report.study_plots import colors_for, plot_accuracy, plot_fits, plot_k
@@ -722,6 +723,6 @@ def build_study_report(sweep_dir, out_dir=None, n_boot: int = N_BOOT, seed: int 
         lines = (header(study, design) + selection_markdown(study, where) + table5_markdown(study, t5)
                  + guessing_floor_markdown(study, guessing_floors(study)) + figures_markdown(plots)
                  + large_k_markdown(study) + compute_curves_markdown(study, curve_rows)
-                 + claims_markdown(claim_rows, design, amendments(study)))
+                 + claims_markdown(claim_rows, design, amendments(study), unknown_retired(study)))
         (stage / "report.md").write_text(md_safe("\n".join(lines)))
     return out / "report.md"

@@ -85,6 +85,8 @@ class ClaimSpec:
     rule: str
     parts: list
     note: str = ""                       # one line the report prints under the claims (e.g. a fallback)
+    retired: str = ""                    # why the claim is not tested (report.retired, the learned-PRM gate)
+    aside: str = ""                      # a line printed under the claims whether or not the claim ran
 
     @property
     def arms(self) -> list:
@@ -177,10 +179,14 @@ def claim_specs(study: Study) -> list:
     if valid6:
         part6.append(accuracy_part(f"{o}/valid_acc", o, "valid_acc", "grpo", "final", "grpo", "initial", 1))
     acc = f"{t}/acc"
-    if "grpo_ps_prm_r4" in study.arms and "grpo_ps_prm" in study.arms:
+    gate = study.prm_gate                 # None: the sweep names no learned-PRM gate (v1, v2)
+    prm_ok = gate is None or gate["passes"]
+    if prm_ok and "grpo_ps_prm_r4" in study.arms and "grpo_ps_prm" in study.arms:
         it = ("grpo_ps_prm_r4", "grpo_ps_prm", "4 rounds of iterative RL (PRM retrained, reference reset) vs 1")
     else:
         it = ("grpo_iter", "grpo", "GRPO with reference resets vs GRPO")
+    aside4 = ("" if prm_ok else "its learned-PRM version (4 rounds of iterative RL, the PRM retrained, against 1) "
+              f"is retired: {gate['text']}; it is decided on reference resets instead (docs/study.md)")
     specs = [
         ClaimSpec("1", "GRPO+PS > GRPO+OS", f"grpo_ps − grpo: final {acc} (points)", "simple",
                   [accuracy_part(acc, t, "acc", "grpo_ps", "final", "grpo", "final", 1)]),
@@ -191,7 +197,7 @@ def claim_specs(study: Study) -> list:
                   + (f"; beside: {t}/valid_maj@{n} and {t}/valid_pass@{n}" if valid3 else "") + " (points)", "maj_pass",
                   parts3, note=note3),
         ClaimSpec("4", "Iterative RL helps", f"{it[0]} − {it[1]}: final {acc} (points; {it[2]})", "simple",
-                  [accuracy_part(acc, t, "acc", it[0], "final", it[1], "final", 1)]),
+                  [accuracy_part(acc, t, "acc", it[0], "final", it[1], "final", 1)], aside=aside4),
         ClaimSpec("5", "GRPO needs less memory than PPO at equal policy size",
                   f"grpo − ppo: peak RSS (MiB; expected < 0); {_policy_sizes(study, ('grpo', 'ppo'))}", "simple",
                   [_memory_part("grpo", "ppo")]),
@@ -199,15 +205,43 @@ def claim_specs(study: Study) -> list:
                   f"grpo after RL − its start: {o}/acc" + (f" (the verdict) and {o}/valid_acc" if valid6 else "")
                   + " (points)", "first_part" if valid6 else "simple", part6),
     ]
-    if "prime" in study.arms and "rloo" in study.arms:
+    retired = retired_claims(study)
+    if ("prime" in study.arms and "rloo" in study.arms) or "7" in retired:
         specs.append(ClaimSpec("7", "PRIME reaches RLOO's accuracy with fewer samples",
                                f"rloo − prime: samples to reach the lower of the two final {acc} (same seed)",
                                "simple", [_samples_part(study, "rloo", "prime")]))
-    if "grpo_ps_prm" in study.arms and "grpo_ps" in study.arms:
+    if ("grpo_ps_prm" in study.arms and "grpo_ps" in study.arms) or gate is not None or "8" in retired:
         specs.append(ClaimSpec("8", "GRPO+PS: the exact step checker beats a learned PRM",
                                f"grpo_ps − grpo_ps_prm: final {acc} (points)", "simple",
-                               [accuracy_part(acc, t, "acc", "grpo_ps", "final", "grpo_ps_prm", "final", 1)]))
-    return specs + [c for c in _v3_arith_specs(t) if all(a in study.arms for a in c.arms)]
+                               [accuracy_part(acc, t, "acc", "grpo_ps", "final", "grpo_ps_prm", "final", 1)],
+                               retired="" if prm_ok else gate["text"]))
+    specs += [c for c in _v3_arith_specs(t) if all(a in study.arms for a in c.arms) or c.id in retired]
+    return _retire(specs, retired)
+
+
+def retired_claims(study: Study) -> dict:
+    """The sweep file's ``report.retired`` as recorded in sweep.json: ``{claim id: why}`` ({} when none, or when
+    sweep.json holds something else there)."""
+    rep = study.sweep_json.get("report") if isinstance(study.sweep_json, dict) else None
+    got = rep.get("retired") if isinstance(rep, dict) else None
+    if not isinstance(got, dict):
+        return {}
+    return {str(k): " ".join(v.split()) for k, v in got.items() if isinstance(v, str) and v.strip()}
+
+
+def unknown_retired(study: Study) -> list:
+    """Claim ids ``report.retired`` names that are not claims of this study's family (ignored; the report says so)."""
+    known = {c.id for c in claim_specs(study)}
+    return sorted((i for i in retired_claims(study) if i not in known), key=lambda i: (len(i), i))
+
+
+def _retire(specs: list, retired: dict) -> list:
+    """``specs`` with ``report.retired``'s reasons set (a reason the learned-PRM gate gave comes first)."""
+    for spec in specs:
+        why = retired.get(spec.id)
+        if why:
+            spec.retired = f"{spec.retired}; {why}" if spec.retired else why
+    return specs
 
 
 def _pair(cid: str, claim: str, t: str, a: str, b: str, expected: int) -> ClaimSpec:
@@ -235,13 +269,13 @@ def _smollm2_specs(study: Study) -> list:
     """Study v3's claims on the SmolLM2 family (LoRA arms; docs/study.md, "Study v3"): every one listed, a
     claim whose arms did not run as not run. "GRPO" there is Dr. GRPO."""
     t = study.task
-    return [_pair("15", "GRPO beats online RFT (LoRA, SmolLM2)", t, "dr_grpo_lora", "rft_lora", 1),
+    return _retire([_pair("15", "GRPO beats online RFT (LoRA, SmolLM2)", t, "dr_grpo_lora", "rft_lora", 1),
             _pair("16", "GRPO matches PPO without a critic (LoRA, SmolLM2)", t, "dr_grpo_lora", "ppo_lora", 0),
             _pair("17", "LoRA matches full fine-tuning for GRPO (SmolLM2)", t, "dr_grpo_lora", "dr_grpo", 0),
             ClaimSpec("18", "GRPO needs less memory than PPO (LoRA, SmolLM2)",
                       f"dr_grpo_lora − ppo_lora: peak RSS (MiB; expected < 0); "
                       f"{_policy_sizes(study, ('dr_grpo_lora', 'ppo_lora'))}", "simple",
-                      [_memory_part("dr_grpo_lora", "ppo_lora")])]
+                      [_memory_part("dr_grpo_lora", "ppo_lora")])], retired_claims(study))
 
 
 def _policy_sizes(study: Study, arms: tuple) -> str:
@@ -310,8 +344,12 @@ def claims(study: Study, design: Design) -> list:
     for spec in claim_specs(study):
         missing = [a for a in spec.arms if a not in study.arms]
         row = {"id": spec.id, "claim": spec.claim, "comparison": spec.comparison, "rule": spec.rule,
-               "note": spec.note, "arms": spec.arms, "not_run": missing, "parts": [], "verdict": "not run", "n_pairs": 0}
+               "note": spec.note, "aside": spec.aside, "arms": spec.arms, "not_run": missing, "parts": [],
+               "verdict": "not run", "n_pairs": 0}
         out.append(row)
+        if spec.retired:   # not tested, outside the family, whatever ran
+            row.update(verdict="retired", not_run=[spec.retired], retired=True)
+            continue
         if missing:
             continue
         parts = [part_data(study, spec.id, i, p, _sesoi(design, spec.id, p), planned) for i, p in enumerate(spec.parts)]
@@ -397,7 +435,8 @@ def claims_csv_rows(rows: list) -> list:
     for c in rows:
         base = {"id": c["id"], "claim": c["claim"], "comparison": c["comparison"], "verdict": c["verdict"]}
         if c["not_run"]:
-            out.append({**base, "what": "not run: " + ", ".join(c["not_run"]), "n_pairs": 0})
+            said = "retired: " if c.get("retired") else "not run: "
+            out.append({**base, "what": said + ", ".join(c["not_run"]), "n_pairs": 0})
             continue
         for p in c["parts"]:
             d, r = p["data"], p["result"]
@@ -448,10 +487,16 @@ def amendments(study: Study) -> list:
     return [a for a in got if isinstance(a, str) and a.strip()] if isinstance(got, list) else []
 
 
-def claims_markdown(rows: list, design: Design, amended: list = ()) -> list:
+def claims_markdown(rows: list, design: Design, amended: list = (), ignored: list = ()) -> list:
+    """The claims section; ``ignored``: claim ids report.retired names that this family does not have."""
     ids, m = family(rows)
     verdicts, numbers, notes = [], [], []
     for c in rows:
+        if c.get("aside"):
+            notes.append(f"- claim {c['id']}: {c['aside']}")
+        if c.get("retired"):
+            verdicts.append([c["id"], c["claim"], c["comparison"], f"retired: {'; '.join(c['not_run'])}", 0, "—", "—"])
+            continue
         if c["not_run"]:
             verdicts.append([c["id"], c["claim"], c["comparison"], f"not run ({', '.join(c['not_run'])})", 0, "—", "—"])
             continue
@@ -527,4 +572,8 @@ def claims_markdown(rows: list, design: Design, amended: list = ()) -> list:
             f"first step, m parts) for the observed mean and spread, for the difference test or, when |mean| < SESOI, the "
             f"equivalence test, whichever needs fewer (the test set's part of the variance does not shrink with "
             f"seeds). **Arms that need more seeds** (for the claims still open, up to the cap): {extend}.", "",
-            *notes, *([""] if notes else []), "Verdict rules:", *rules, ""]
+            *notes, *([""] if notes else []),
+            *([f"report.retired names claim{'s' if len(ignored) > 1 else ''} {', '.join(ignored)}, not "
+               f"{'claims' if len(ignored) > 1 else 'a claim'} of this study's family: ignored.", ""]
+              if ignored else []),
+            "Verdict rules:", *rules, ""]

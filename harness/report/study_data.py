@@ -23,6 +23,11 @@ sweep that trains each arm at candidate learning rates (and KL coefficients) and
 the validation split (``final_val_eval``); its folder is the explicit one, else
 ``<sweep_dir>/selection``, else sweep.json's ``report.selection`` (relative to the sweep folder).
 The study's own runs never include that subfolder.
+
+The learned-PRM gate (`find_prm_selection_dir`, `prm_gate`): docs/study.md tests claims 4 and 8 with the
+learned-PRM arms only when that arm's selected setting lifted mean validation accuracy at least
+`PRM_GATE_POINTS` above its start; the selection's folder is ``<sweep_dir>/prm_selection``, else sweep.json's
+``report.prm_selection``.
 """
 from __future__ import annotations
 
@@ -51,6 +56,13 @@ cumulative counter of the evaluation rows when every training row carries it."""
 CUMULATIVE_FLOPS = "flops (cumulative perf/flops)"
 SELECTION_DIR = "selection"
 """The learning-rate selection's runs inside a study sweep folder (`find_selection_dir`)."""
+PRM_SELECTION_DIR = "prm_selection"
+"""The learned-PRM arm's selection runs inside a study sweep folder (`find_prm_selection_dir`)."""
+PRM_ARM = "grpo_ps_prm"
+"""The arm whose selection gates claims 4 and 8 (`prm_gate`)."""
+PRM_GATE_POINTS = 3.0
+"""The least gain (accuracy points, validation split, winner's mean over its start) with which the learned-PRM arm
+counts as training (docs/study.md, "Study v3"), so that claims 4 and 8 are tested with it."""
 
 
 @dataclass
@@ -67,6 +79,7 @@ class Study:
     sweep_json: dict = field(default_factory=dict)
     records_cache: dict = field(default_factory=dict)  # problems.problem_values' cache
     selection: Optional[dict] = None                  # `load_selection`'s, when a selection folder was found
+    prm_gate: Optional[dict] = None                   # `prm_gate`'s, when sweep.json names a learned-PRM selection
     setup: list = field(default_factory=list)         # the setup records' ``setup_seconds`` (`setup_times`)
     setup_spans: list = field(default_factory=list)   # (start, end) of each setup record's setup (`setup_spans`)
 
@@ -79,7 +92,7 @@ def load_study(sweep_dir) -> Study:
     run without a seed, is excluded and listed); the in-domain task (the runs' configured
     task), the out-of-domain one (an evaluated task named ``*_ood``) and the largest K."""
     sweep_dir = Path(sweep_dir)
-    runs = [r for r in load_sweep_runs(sweep_dir) if r.run_dir.name != SELECTION_DIR]
+    runs = [r for r in load_sweep_runs(sweep_dir) if r.run_dir.name not in (SELECTION_DIR, PRM_SELECTION_DIR)]
     by_arm: dict[str, list] = {}
     for r in runs:
         if r.status == "finished" and r.seed is not None:
@@ -121,7 +134,7 @@ def load_study(sweep_dir) -> Study:
                  task=task, ood=ood, ks=ks, excluded=excluded, bad_records=bad, records_cache=cache,
                  off_setting=[f"{rid}: {why}" for rid, why in odd.items()],
                  sweep_json=sweep_json, setup=setup_times(sweep_dir),
-                 setup_spans=setup_spans(sweep_dir))
+                 setup_spans=setup_spans(sweep_dir), prm_gate=prm_gate(sweep_dir, sweep_json))
 
 
 def off_setting(runs: list) -> dict:
@@ -322,6 +335,60 @@ def find_selection_dir(sweep_dir, selection_dir=None, sweep_json: Optional[dict]
             return p, "sweep.json report.selection"
         return None, f"sweep.json's report.selection {path} is not a folder"
     return None, "no selection folder"
+
+
+def find_prm_selection_dir(sweep_dir, sweep_json: Optional[dict] = None) -> tuple:
+    """``(folder or None, how it was found, or why not)`` of the learned-PRM gate's selection:
+    ``<sweep_dir>/prm_selection`` when that folder exists, else sweep.json's ``report.prm_selection`` (relative
+    to the sweep folder, or absolute) when that folder exists; ``(None, None)`` when neither is set (no gate)."""
+    sweep_dir = Path(sweep_dir)
+    if (sweep_dir / PRM_SELECTION_DIR).is_dir():
+        return sweep_dir / PRM_SELECTION_DIR, f"the sweep folder's {PRM_SELECTION_DIR}/"
+    rep = sweep_json.get("report") if isinstance(sweep_json, dict) else None
+    path = rep.get("prm_selection") if isinstance(rep, dict) else None
+    if not (isinstance(path, str) and path):
+        return None, None
+    p = Path(path) if Path(path).is_absolute() else sweep_dir / path
+    if p.is_dir():
+        return p, "sweep.json report.prm_selection"
+    return None, (f"sweep.json's report.prm_selection {path} is not a folder here (copy its runs into "
+                  f"{sweep_dir / PRM_SELECTION_DIR}/)")
+
+
+def prm_gate(sweep_dir, sweep_json: Optional[dict] = None) -> Optional[dict]:
+    """The learned-PRM gate of claims 4 and 8 (docs/study.md): None when the sweep names no PRM selection;
+    else ``{"passes": bool, "text": why}`` plus, when the selection could be read, its ``name``, the
+    ``winner`` (``knobs`` = values), ``val_acc`` and ``start_val_acc`` (fractions) and ``gain`` (points).
+    ``passes`` only when the `PRM_ARM` group's winner recorded its start and gained at least
+    `PRM_GATE_POINTS`; a folder that is missing, unreadable or without that arm does not pass, and ``text``
+    says which."""
+    folder, where = find_prm_selection_dir(sweep_dir, sweep_json)
+    if folder is None:
+        return None if where is None else {"passes": False, "text": f"the learned-PRM gate could not be read: {where}"}
+    try:
+        sel = validation_selection(load_sweep_runs(folder), arm_of)
+    except (FileNotFoundError, OSError) as e:
+        return {"passes": False, "text": f"the learned-PRM gate could not be read: {e}"}
+    group = next((g for g in sel["groups"] if g["group"] == PRM_ARM), None)
+    if group is None:
+        return {"passes": False, "text": f"the learned-PRM gate's selection ({folder.name}) has no finished "
+                                         f"{arm_name(PRM_ARM)} run with a validation score"}
+    knobs = ", ".join(f"{k} {v}" for k, v in zip(group["knobs"], group["winner"]))
+    out = {"name": folder.name, "winner": knobs, "val_acc": group["val_acc"],
+           "start_val_acc": group["start_val_acc"], "gain": None}
+    if group["start_val_acc"] is None:
+        return {**out, "passes": False, "text": f"the learned-PRM arm's selected setting ({knobs}; {folder.name}) "
+                                                f"did not record its start's validation score, so its gain is unknown"}
+    gain = 100.0 * (group["val_acc"] - group["start_val_acc"])
+    out["gain"] = gain
+    said = (f"the learned-PRM arm's selected setting ({knobs}; {folder.name}) scored "
+            f"{100 * group['val_acc']:.1f}% on the validation split against its start's "
+            f"{100 * group['start_val_acc']:.1f}%, a gain of {gain:+.1f} points")
+    passes = round(gain, 9) >= PRM_GATE_POINTS
+    return {**out, "passes": passes,
+            "text": said + (f" (at least {PRM_GATE_POINTS:g} needed: it trains)" if passes else
+                            f", under the {PRM_GATE_POINTS:g} points docs/study.md asks before claims 4 and 8 are "
+                            f"tested with it")}
 
 
 def load_selection(selection_dir) -> dict:

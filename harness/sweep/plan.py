@@ -68,6 +68,10 @@ class Sweep:
     """report.study: write the study report (``<sweep_dir>/study``) when every run finished."""
     report_selection: Optional[Path] = None
     """report.selection, resolved: the learning-rate-selection folder the study report reads."""
+    report_prm_selection: Optional[Path] = None
+    """report.prm_selection, resolved: the learned-PRM arm's selection folder (the gate of claims 4 and 8)."""
+    report_retired: dict = field(default_factory=dict)
+    """report.retired: ``{claim id: why}``, claims the study report lists as retired (recorded in sweep.json)."""
     report_sequential: bool = False
     """report.sequential: seed by seed, only the arms of open claims (`harness.sweep.sequential`)."""
     report_amendments: list = field(default_factory=list)
@@ -155,6 +159,7 @@ def expand_sweep(spec: dict, *, base_dir: str | os.PathLike = ".", source: str =
                  budget=eff_budget, launcher=launcher, output_dir=layers.out_root,
                  varying=_varying(runs, grid_keys), report_columns=report.columns, warnings=warnings,
                  report_study=report.study, report_selection=report.selection,
+                 report_prm_selection=report.prm_selection, report_retired=report.retired,
                  report_sequential=report.sequential, report_amendments=report.amendments, report_cap=report.cap,
                  report_baseline=report.baseline)
 
@@ -308,12 +313,28 @@ def study_line(sw: Sweep) -> str:
                 f"(report.sequential: seed by seed; after the first look, only the arms of open claims)")
     sel = sw.report_selection
     if sel is None:
-        return line + " (no learning-rate selection folder: report.selection is not set)"
-    if not sel.exists():
-        return line + f", with the learning-rate selection from {sel} (does not exist yet)"
-    if not sel.is_dir():
-        return line + f", with the learning-rate selection from {sel} (not a folder: the study report will fail)"
-    return line + f", with the learning-rate selection from {sel}"
+        line += " (no learning-rate selection folder: report.selection is not set)"
+    elif not sel.exists():
+        line += f", with the learning-rate selection from {sel} (does not exist yet)"
+    elif not sel.is_dir():
+        line += f", with the learning-rate selection from {sel} (not a folder: the study report will fail)"
+    else:
+        line += f", with the learning-rate selection from {sel}"
+    line += _folder_note(sw.report_prm_selection, "the learned-PRM gate (claims 4 and 8)")
+    if sw.report_retired:
+        line += f"; retired claims (report.retired): {', '.join(sorted(sw.report_retired, key=int))}"
+    return line
+
+
+def _folder_note(path: Optional[Path], what: str) -> str:
+    """``; <what> from <path>`` and whether it exists yet; '' without a path."""
+    if path is None:
+        return ""
+    if not path.exists():
+        return f"; {what} from {path} (does not exist yet)"
+    if not path.is_dir():
+        return f"; {what} from {path} (not a folder: the study report will say the gate could not be read)"
+    return f"; {what} from {path}"
 
 
 def format_plan(sw: Sweep, *, workers: Optional[int] = None) -> str:

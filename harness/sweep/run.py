@@ -148,6 +148,8 @@ def _write_sweep_json(sw: Sweep, results: dict, status: str) -> None:
         "budget": sw.budget, "varying": sw.varying, "launcher": launcher, "report_columns": list(sw.report_columns),
         "report": {"study": sw.report_study, **({"baseline": sw.report_baseline} if sw.report_baseline else {}),
                    "selection": str(sw.report_selection) if sw.report_selection is not None else None,
+                   **({"prm_selection": str(sw.report_prm_selection)} if sw.report_prm_selection is not None else {}),
+                   **({"retired": dict(sw.report_retired)} if sw.report_retired else {}),
                    **({"amendments": list(sw.report_amendments)} if sw.report_amendments else {}),
                    **({"cap": sw.report_cap} if sw.report_cap is not None else {})},
         "updated": time.time(),

@@ -49,6 +49,9 @@ closest valid key)::
                                   #   (harness.report.study) to <output_dir>/<name>/study/
       selection: null             #   with study: a folder of learning-rate-selection run folders
                                   #   (relative to THIS file, or absolute) the study report reads
+      prm_selection: null         #   with study: the learned-PRM arm's selection folder; its winner's gain
+                                  #   over its start decides whether claims 4 and 8 are tested or retired
+      retired: {}                 #   with study: {claim id: why}: claims the report lists as retired
       sequential: false           #   with study: run seed by seed and, from the design's first look,
                                   #   only the arms whose claims are still open (harness.sweep.sequential)
 
@@ -99,7 +102,8 @@ TOP_LEVEL_KEYS = ("name", "description", "base", "config", "grid", "algorithms",
 LAUNCHER_KEYS = ("type", "workers", "address", "cpus", "gpus", "procs", "zero_stage", "deepspeed_config", "env")
 BUDGET_KEYS = ("unit", "amount", "eval_points")
 LAUNCHER_TYPES = ("local", "ray")
-REPORT_KEYS = ("columns", "baseline", "study", "selection", "sequential", "amendments", "cap")
+REPORT_KEYS = ("columns", "baseline", "study", "selection", "prm_selection", "retired", "sequential", "amendments",
+               "cap")
 
 
 class SweepError(ConfigError):
@@ -537,6 +541,11 @@ class ReportOptions:
     amendments: list = field(default_factory=list)
     """Changes to the study's design made after data came in, each a dated sentence saying what changed
     and why: the study report prints them beside its decision rules."""
+    prm_selection: Optional[Path] = None
+    """The learned-PRM arm's selection folder (resolved; None: none): the study report tests claims 4 and 8 with
+    the PRM arms only when its winner gained enough over its start, else lists them as retired with that figure."""
+    retired: dict = field(default_factory=dict)
+    """``{claim id (text): why}``: claims the study report lists as retired, with the reason, instead of testing."""
     cap: Optional[int] = None
     """The study design's cap: the most seeds any arm is looked at (None: the design's default, 10); each part's
     own cap is the seeds the grid gives its arms, at most this."""
@@ -577,6 +586,21 @@ def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
                              f"report reads a selection folder): set report.study: true or remove report.selection")
         p = Path(sel).expanduser()
         selection = (p if p.is_absolute() else Path(base_dir) / p).resolve()
+    prm = rep.get("prm_selection")
+    prm_selection = None
+    if prm is not None:
+        if not isinstance(prm, str) or not prm.strip() or "\0" in prm:
+            raise SweepError(f"{src}: report.prm_selection={prm!r} is invalid: expected a non-empty folder path (text) "
+                             f"of the learned-PRM arm's selection run folders")
+        if not study:
+            raise SweepError(f"{src}: report.prm_selection is given but report.study is not true (only the study "
+                             f"report reads it): set report.study: true or remove report.prm_selection")
+        p = Path(prm).expanduser()
+        prm_selection = (p if p.is_absolute() else Path(base_dir) / p).resolve()
+    retired = _retired(rep.get("retired"), src)
+    if retired and not study:
+        raise SweepError(f"{src}: report.retired is given but report.study is not true (only the study report "
+                         f"lists claims): set report.study: true or remove report.retired")
     seq = rep.get("sequential", False)
     seq = False if seq is None else seq
     if not isinstance(seq, bool):
@@ -600,8 +624,32 @@ def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
         if not study:
             raise SweepError(f"{src}: report.cap is given but report.study is not true (only the study's design has "
                              f"a cap): set report.study: true or remove report.cap")
-    return ReportOptions(columns=list(columns), baseline=baseline, study=study, selection=selection, sequential=seq,
+    return ReportOptions(columns=list(columns), baseline=baseline, study=study, selection=selection,
+                         prm_selection=prm_selection, retired=retired, sequential=seq,
                          amendments=[" ".join(a.split()) for a in amend], cap=cap)
+
+
+def _retired(got: Any, src: str) -> dict:
+    """``report.retired`` checked: a mapping of claim ids (whole numbers >= 1, or their text) to a sentence
+    saying why the claim is not tested; returned as ``{"<id>": sentence}`` with whitespace collapsed."""
+    if got is None:
+        return {}
+    if not isinstance(got, dict):
+        raise SweepError(f"{src}: report.retired must be a mapping of claim ids to the reason each is retired "
+                         f"(e.g. {{7: \"its reward model was never selected\"}}), got {got!r}")
+    out = {}
+    for key, why in got.items():
+        cid = str(key).strip() if isinstance(key, (int, str)) and not isinstance(key, bool) else ""
+        if not cid.isdigit() or int(cid) < 1 or cid != str(int(cid)):
+            raise SweepError(f"{src}: report.retired has the key {key!r}: expected a claim id, a whole number "
+                             f"from 1 (docs/study.md numbers the claims)")
+        if not isinstance(why, str) or not why.strip() or "\0" in why:
+            raise SweepError(f"{src}: report.retired[{cid}]={why!r} is invalid: expected a sentence saying why "
+                             f"claim {cid} is not tested")
+        if cid in out:
+            raise SweepError(f"{src}: report.retired names claim {cid} twice")
+        out[cid] = " ".join(why.split())
+    return out
 
 
 def report_section(rep: Any, src: str) -> list[str]:

@@ -222,7 +222,8 @@ def make_study_run(root: Path, algo: str, seed: int, *, start: dict, final: dict
                    iterative: bool = False, reward_model: dict | None = None, samples=STUDY_SAMPLES,
                    records: bool = True, spread: float = 0.01, flops_per_sample: float | None = None,
                    uncontended: bool = False, arm_key: str | None = None, lr: float | None = None,
-                   kl_coef: float | None = None, val_acc: float | None = None, provenance: dict | None = None,
+                   kl_coef: float | None = None, val_acc: float | None = None, start_val_acc: float | None = None,
+                   provenance: dict | None = None,
                    started: float | None = None, wall: float | None = None, config: dict | None = None) -> Path:
     """One finished study run: summary.json, metrics.jsonl (evaluation rows at ``samples``,
     accuracy rising from ``start`` to ``final`` along a saturating curve) and, with ``records``,
@@ -234,7 +235,7 @@ def make_study_run(root: Path, algo: str, seed: int, *, start: dict, final: dict
     ``final`` may add ``valid_acc`` / ``ood_valid`` (greedy valid-step accuracies: the records'
     greedy ``valid`` flags, the first correct problems in order). ``lr`` / ``kl_coef``: config
     ``train.lr`` / ``algorithm.kl_coef``; ``val_acc``: a ``final_val_eval`` (a selection run, with
-    ``task.disjoint_validation``); ``provenance``: the summary's; ``started`` / ``wall``: the
+    ``task.disjoint_validation``); ``start_val_acc``: an ``initial_val_eval`` beside it; ``provenance``: the summary's; ``started`` / ``wall``: the
     summary's ``started`` and ``ended = started + wall``; ``config``: sections merged into the run's config
     (``{"train": {"staleness": 8}}``)."""
     ks = tuple(range(1, len(final["pass"]) + 1))
@@ -296,6 +297,8 @@ def make_study_run(root: Path, algo: str, seed: int, *, start: dict, final: dict
         summary["timing"] = {"uncontended": True}
     if val_acc is not None:
         summary["final_val_eval"] = {"eval/arith/acc": val_acc, "eval/arith/num_problems": 500}
+    if start_val_acc is not None:
+        summary["initial_val_eval"] = {"eval/arith/acc": start_val_acc, "eval/arith/num_problems": 500}
     if provenance is not None:
         summary["provenance"] = provenance
     if started is not None:

@@ -55,7 +55,7 @@ def test_study_and_selection_are_read_and_resolved(tmp_path):
     ("report: {study: true, selection: ''}", "report.selection='' is invalid: expected a non-empty folder path"),
     ("report: {selection: ../results/lr_select}", "report.selection is given but report.study is not true"),
     ("report: {studdy: true}", "unknown key 'report.studdy'; did you mean 'study'? (valid: columns, baseline, study, "
-                               "selection, sequential, amendments, cap)"),
+                               "selection, prm_selection, retired, sequential, amendments, cap)"),
     ("report: {baseline: grpp}", "report.baseline='grpp' names no algorithm of this sweep's runs; did you mean "
                                  "'grpo'? (its algorithms: grpo, rft)"),
     ("report: {baseline: 3}", "report.baseline=3 is invalid: expected the name of an algorithm of the sweep"),
@@ -226,3 +226,25 @@ def test_a_study_grid_that_gives_one_arm_two_settings_is_refused_before_any_run(
     stale = HEAD.replace("  seed: [0]\n", "  seed: [0]\n  train.staleness: [0, 1]\n")
     assert main(["sweep", str(sweep_file(tmp_path, "report: {study: true}", stale)), "--dry-run",
                  "--output-dir", str(out)]) == 0
+
+
+def test_prm_gate_and_retired_claims_are_shown_and_recorded_in_sweep_json(tmp_path, study):
+    """report.prm_selection (the learned-PRM gate of claims 4 and 8) and report.retired ({claim id: why}): resolved
+    and checked before any work, said by --dry-run, kept in sweep.json for the study report
+    (tests/harness/report/test_study_prm_gate.py reads them)."""
+    with pytest.raises(SweepError, match=r"report.retired has the key 'x': expected a claim id"):
+        load_sweep(sweep_file(tmp_path, "report: {study: true, retired: {x: why}}"), output_dir=str(tmp_path / "o"))
+    path = sweep_file(tmp_path, "report: {study: true, prm_selection: ../prm_sel, retired: {7: 'never selected',"
+                                " 5: 'the interpreter'}}")
+    sw = load_sweep(path, output_dir=str(tmp_path / "o"))
+    prm = (tmp_path / "prm_sel").resolve()
+    assert sw.report_prm_selection == prm and sw.report_retired == {"7": "never selected", "5": "the interpreter"}
+    out = tmp_path / "out"
+    p = run_cli(path, out, "--dry-run")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (f"; the learned-PRM gate (claims 4 and 8) from {prm} (does not exist yet); retired claims "
+            f"(report.retired): 5, 7") in p.stdout
+    assert main(["sweep", str(path), "--output-dir", str(out), "--no-progress"]) == 0
+    doc = json.loads((out.resolve() / "st" / "sweep.json").read_text())
+    assert doc["report"] == {"study": True, "selection": None, "prm_selection": str(prm),
+                             "retired": {"7": "never selected", "5": "the interpreter"}}
