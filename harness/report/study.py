@@ -505,6 +505,15 @@ def _knob(k: str) -> str:
     return {"train.lr": "lr", "algorithm.kl_coef": "beta (kl_coef)", "algorithm.beta": "beta"}.get(k, k)
 
 
+def _selection_parts_text(sel: dict) -> str:
+    """`` holding N selection sweeps (a: k runs, ...)`` when the folder holds more than one, else ''."""
+    parts = sel.get("parts") or []
+    if len(parts) < 2:
+        return ""
+    return (f", holding {len(parts)} selection sweeps, each selecting its own arms ("
+            + ", ".join(f"`{n}`: {k} runs" for n, k in parts) + ")")
+
+
 def selection_markdown(study: Study, where: str) -> list[str]:
     """The learning-rate selection table (every candidate per arm with its per-seed validation
     accuracies, mean, seeds and the winner) and the check of the study's arms against it."""
@@ -515,7 +524,7 @@ def selection_markdown(study: Study, where: str) -> list[str]:
     groups = sel["groups"]
     task = groups[0]["task"] if groups else study.task
     lines = head + [
-        f"Selection runs: folder `{sel['name']}` ({where}); {len(sel['runs'])} runs, "
+        f"Selection runs: folder `{sel['name']}` ({where}){_selection_parts_text(sel)}; {len(sel['runs'])} runs, "
         f"{sel['disjoint']} trained with `task.disjoint_validation: true`. Each arm (named as the study names it) "
         f"was trained at every candidate; a candidate's score is its runs' `final_val_eval` `eval/{task}/acc` "
         "(the validation split), averaged over seeds; the winner has the highest mean, ties to the smaller "

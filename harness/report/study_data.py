@@ -38,12 +38,13 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from harness.foundation.base import ConfigError
 from harness.report.arms import CORRECTION_NAMES, RM_NAMES, arm_for, arm_name, arm_of  # noqa: F401 (re-exported)
 from harness.report.aggregate import (knob_value, load_sweep_runs, run_settings, setting_difference,
                                       validation_selection)
 from harness.report.problems import problem_values
 from harness.rundir.layout import SUMMARY, read_json
-from harness.rundir.read import RunData, is_number, k_of, setup_records, split_metric
+from harness.rundir.read import RunData, is_number, is_run_dir, k_of, setup_records, split_metric
 
 ARM_ORDER = ("grpo", "grpo_ps", "rft", "ppo", "grpo_iter", "dr_grpo", "rloo", "grpo_ps_prm", "grpo_ps_prm_r4",
              "prime", "dapo", "gspo", "cispo", "grpo_k1", "grpo_k8", "grpo_k8_token_tis", "dr_grpo_lora", "ppo_lora",
@@ -393,14 +394,43 @@ def prm_gate(sweep_dir, sweep_json: Optional[dict] = None) -> Optional[dict]:
 
 def load_selection(selection_dir) -> dict:
     """The selection runs of a folder (`find_selection_dir`), per study arm (`arm_of`):
-    `aggregate.validation_selection` (every setting that varies within an arm is part of a candidate), plus ``"runs"`` (the
-    folder's runs), ``"name"`` (the folder's name) and ``"disjoint"`` (how many runs were trained
-    with ``task.disjoint_validation: true``)."""
-    runs = load_sweep_runs(selection_dir)
-    sel = validation_selection(runs, arm_of)
-    sel.update(runs=runs, name=Path(selection_dir).name,
-               disjoint=sum(1 for r in runs if knob_value(r, "task.disjoint_validation") is True))
-    return sel
+    `aggregate.validation_selection` (every setting that varies within an arm is part of a candidate), plus
+    ``"runs"`` (the folder's runs), ``"name"`` (the folder's name), ``"parts"`` (``[(selection sweep, runs)]``)
+    and ``"disjoint"`` (how many runs were trained with ``task.disjoint_validation: true``).
+
+    A folder that holds no run folders itself but one folder per selection sweep (a study whose arms' rates came
+    from several selections: ``selection/lr_select/``, ``selection/objectives_lr/``, ...) is read sweep by sweep,
+    each selecting its own arms; an arm two of them select is an error naming both (which one decided it cannot
+    be told)."""
+    folder = Path(selection_dir)
+    parts = _selection_parts(folder)
+    groups, skipped, runs, owner, counts = [], [], [], {}, []
+    for name, sub in parts:
+        got = load_sweep_runs(sub)
+        counts.append((name, len(got)))
+        sel = validation_selection(got, arm_of)
+        for g in sel["groups"]:
+            if g["group"] in owner:
+                raise ConfigError(f"the selection folder {folder} selects {arm_name(g['group'])} ({g['group']}) in "
+                                 f"both {owner[g['group']]}/ and {name}/: keep one of them")
+            owner[g["group"]] = name
+        groups += sel["groups"]
+        skipped += [f"{name}/{x}" if len(parts) > 1 else x for x in sel["skipped"]]
+        runs += got
+    return {"groups": sorted(groups, key=lambda g: g["group"]), "skipped": skipped, "runs": runs,
+            "name": folder.name, "parts": counts,
+            "disjoint": sum(1 for r in runs if knob_value(r, "task.disjoint_validation") is True)}
+
+
+def _selection_parts(folder: Path) -> list:
+    """``[(name, folder)]`` of the selection sweeps in ``folder``: itself when it holds run folders (or nothing
+    else: `load_sweep_runs` then says what it found), else each subfolder that holds run folders, by name."""
+    if folder.is_dir() and not any(d.is_dir() and is_run_dir(d) for d in folder.iterdir()):
+        subs = [d for d in sorted(folder.iterdir())
+                if d.is_dir() and any(x.is_dir() and is_run_dir(x) for x in d.iterdir())]
+        if subs:
+            return [(d.name, d) for d in subs]
+    return [(folder.name, folder)]
 
 
 def selection_check(study: Study) -> list:

@@ -201,3 +201,30 @@ def test_a_setting_outside_the_usual_knobs_makes_its_own_candidate(tmp_path):
     assert [c["values"] for c in g["candidates"]] == [(2e-4, 0.2), (2e-4, 0.3)]
     assert [c["mean"] for c in g["candidates"]] == pytest.approx([0.51, 0.71])
     assert g["winner"] == (2e-4, 0.3) and g["val_acc"] == pytest.approx(0.71)
+
+
+def test_a_selection_folder_of_several_selection_sweeps_merges_their_arms(tmp_path, capsys):
+    """A study whose arms' rates came from several selections (v3: v2's lr_select, objectives_lr, iter_lr_v3):
+    one folder holding each selection sweep's folder; each sweep selects its own arms, and an arm two of them
+    select is an error naming both."""
+    sweep = make_study(tmp_path / "study")
+    sel = sweep / "selection"
+    make_selection(sel / "lr_select")
+    for lr, accs in ((2e-4, (0.70, 0.72)), (4e-4, (0.66, 0.64))):   # rft: selected only by the second sweep
+        for seed, acc in zip((100, 101), accs):
+            make_study_run(sel / "rft_lr", "rft", seed, start=START, final=START, rss=300.0, records=False, lr=lr,
+                           val_acc=acc, arm_key=f"rft{lr}", provenance=PROV, started=0.0, wall=50.0)
+    md = build_study_report(sweep, tmp_path / "out", n_boot=5, design=DESIGN2).read_text()
+    assert ("Selection runs: folder `selection` (the sweep folder's selection/), holding 2 selection sweeps, each "
+            "selecting its own arms (`lr_select`: 17 runs, `rft_lr`: 4 runs); 21 runs, 20 trained with") in md
+    assert "| online RFT | lr 0.0002 | s100: 70.0, s101: 72.0 | 71.00 | 2 | **winner** |" in md
+    assert "- online RFT (rft): runs at the selection's winner" in md           # was "no selection entry"
+    assert "| GRPO (outcome supervision) | lr 0.0002 | s100: 50.0, s101: 60.0 | 55.00 | 2 | **winner** |" in md
+    assert "lr_select/grpo-s100-" in md                                          # a not-scored run names its sweep
+    # rft selected twice: an error that names both sweeps, before anything is written
+    make_study_run(sel / "rft_again", "rft", 100, start=START, final=START, rss=300.0, records=False, lr=2e-4,
+                   val_acc=0.5, arm_key="rft2")
+    assert harness_main(["report", str(sweep), "--study", "--output-dir", str(tmp_path / "out2")]) == 2
+    err = capsys.readouterr().err
+    assert "selects online RFT (rft) in both rft_again/ and rft_lr/: keep one of them" in err
+    assert not (tmp_path / "out2" / "report.md").exists()
