@@ -476,9 +476,10 @@ def summary_value(summary: Any, path: str) -> Any:
 
 def columns_in_no_run(summaries: list, columns: list[str]) -> list[str]:
     """One warning line per column of ``columns`` (dotted paths into summary.json: a sweep file's
-    ``report.columns``) that none of ``summaries`` holds, with the closest path they do hold; [] when
-    every column is found somewhere, or when there is no summary to look in."""
-    summaries = [s for s in summaries if isinstance(s, dict) and s]
+    ``report.columns``) that none of the finished runs' ``summaries`` holds, with the closest path they do
+    hold; [] when every column is found somewhere, or when no run has finished (an unfinished run's summary
+    lacks its final figures, so an interrupted sweep would warn of columns that are only not filled yet)."""
+    summaries = [s for s in summaries if isinstance(s, dict) and s and s.get("status") == "finished"]
     if not summaries:
         return []
     out = []

@@ -171,3 +171,16 @@ def test_a_sweep_folder_with_a_finished_run_still_reports(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "excluded (not finished): ppo-s2-" in out and "Traceback" not in err
     assert os.path.isfile(sweep / "report" / "report.md")
+
+
+def test_columns_are_judged_against_finished_runs_only():
+    """An interrupted sweep's summaries lack their final figures: no warning until a run finished, and then
+    only a column no finished run holds."""
+    from harness.rundir.read import columns_in_no_run
+    running = {"status": "interrupted", "initial_eval": {"eval/arith/acc": 0.5}, "peak": {"rss_mb": 9.0}}
+    cols = ["final_eval.eval/arith/acc", "peak.rss_mb"]
+    assert columns_in_no_run([running, running], cols) == []
+    done = {"status": "finished", "final_eval": {"eval/arith/acc": 0.6}}
+    assert columns_in_no_run([running, done], cols) == [
+        "report.columns: 'peak.rss_mb' is in no run's summary.json, so its column is empty (a column is a dotted "
+        "path into summary.json, e.g. peak.rss_mb, wall_seconds, final_eval.eval/<task>/acc)"]
