@@ -287,9 +287,12 @@ class _SetupProgress:
         pass
 
 
-def _run_setup(sw: Sweep, todo: list[PlannedRun], opts: LaunchOptions, stream) -> bool:
-    """Run the setup jobs of ``todo`` before its runs; True if interrupted."""
-    jobs = setup_jobs(sw.sweep_dir, todo, opts)
+def _run_setup(sw: Sweep, todo: list[PlannedRun], opts: LaunchOptions, stream, ahead: tuple = ()) -> bool:
+    """Run the setup jobs of ``todo`` before its runs; True if interrupted. ``ahead``: runs that may follow
+    (the sequential design's next seed), whose setup jobs are built alongside, so a worker that would wait for
+    the last setup job builds the next one (its caches are then read when that seed comes; wasted only if the
+    design stops there)."""
+    jobs = setup_jobs(sw.sweep_dir, list(todo) + list(ahead), opts)
     if not jobs:
         return False
     for job in jobs:  # always checked anew: a kept folder would say "finished" whatever the caches hold
@@ -335,10 +338,14 @@ def _launch(sw: Sweep, todo: list[PlannedRun], opts: LaunchOptions, results: dic
 def _launch_sequential(sw: Sweep, todo: list[PlannedRun], opts: LaunchOptions, results: dict,
                        progress: bool | str, refresh: Optional[float], stream) -> bool:
     """``report.sequential``: the runs of ``todo`` seed by seed (`harness.sweep.sequential`); from
-    the design's first look, only the arms of open claims. True if interrupted; a seed whose runs
+    the design's first look, only the arms of open claims. The seeds before the first look run as one batch
+    (nothing is decided before it), and each batch's setup jobs build the next batch's alongside (`_run_setup`'s
+    ``ahead``), so no worker waits on a setup job alone. True if interrupted; a batch whose runs
     did not all finish stops the sweep there (the next decision needs the whole look)."""
     all_seeds = sorted({r.config.seed for r in sw.runs})
-    for seed, batch in sequential.seed_batches(todo):
+    looks = _looks(sequential.seed_batches(todo), all_seeds, DESIGN.first_look)
+    for k, (seeds, batch) in enumerate(looks):
+        seed = seeds[0]
         if all_seeds.index(seed) >= DESIGN.first_look:
             drop, lines = sequential.decide(sw, batch)
             for line in lines:
@@ -353,16 +360,26 @@ def _launch_sequential(sw: Sweep, todo: list[PlannedRun], opts: LaunchOptions, r
             batch = [r for r in batch if r.run_id not in drop]
         if not batch:
             continue
-        if _run_setup(sw, batch, opts, stream) or _launch(sw, batch, opts, results, progress, refresh, stream):
+        ahead = looks[k + 1][1] if k + 1 < len(looks) else []
+        if _run_setup(sw, batch, opts, stream, ahead) or _launch(sw, batch, opts, results, progress, refresh, stream):
             return True
         left = [r.run_id for r in batch if results.get(r.run_id) is None or results[r.run_id].status != "finished"]
         if left:
-            later = [r for r in todo if r.config.seed > seed and r.run_id not in results]
-            print(f"seed {seed}: {len(left)} run(s) did not finish ({', '.join(left)}): the sequential design stops "
+            later = [r for r in todo if r.config.seed > seeds[-1] and r.run_id not in results]
+            said = f"seed {seed}" if len(seeds) == 1 else f"seeds {', '.join(str(x) for x in seeds)}"
+            print(f"{said}: {len(left)} run(s) did not finish ({', '.join(left)}): the sequential design stops "
                   f"here ({len(later)} later run(s) not started); fix them and run the same command again",
                   file=stream)
             return False
     return False
+
+
+def _looks(batches: list, all_seeds: list, first_look: int) -> list:
+    """``[(seeds, runs)]``: the seeds before the design's first look in one batch (nothing is decided before it,
+    so their runs share the workers without waiting for each other), then one batch per seed."""
+    head = [(s, b) for s, b in batches if all_seeds.index(s) < first_look]
+    out = [([s for s, _ in head], [r for _, b in head for r in b])] if head else []
+    return out + [([s], b) for s, b in batches if all_seeds.index(s) >= first_look]
 
 
 def _print_outcome(sw: Sweep, results: dict, failed: list[str], interrupted: bool, stream) -> None:

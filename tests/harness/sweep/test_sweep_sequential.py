@@ -10,7 +10,8 @@ import pytest
 from harness.cli.main import main
 from harness.sweep import sequential
 from harness.sweep.plan import load_sweep
-from harness.sweep.run import unfinished_runs
+import harness.sweep.run as run_module
+from harness.sweep.run import _looks as sequential_looks, unfinished_runs
 from harness.sweep.spec import SweepError
 from sweep_testing import calls, run_inproc, sweep_file
 from _fake_results import make_study_run
@@ -41,11 +42,19 @@ def test_seed_by_seed_and_only_the_needed_arms_after_the_first_look(tmp_path, mo
 
     monkeypatch.setattr(sequential, "decide",
                         lambda sw, batch: (fake_not_needed(sw, batch), ["claim 2 (GRPO > online RFT): equivalent"]))
+    setups = []
+
+    def fake_setup(sw, todo, opts, stream, ahead=()):
+        setups.append((sorted({r.config.seed for r in todo}), sorted({r.config.seed for r in ahead})))
+        return False
+    monkeypatch.setattr(run_module, "_run_setup", fake_setup)
     p = sweep_file(tmp_path, GRID + "report: {study: true, sequential: true}\n")
     out = tmp_path / "out"
     rc, text = run_inproc(p, out)
     assert rc == 0, text
     assert asked == [[3], [4]]                                    # decided before the 4th and 5th seed only
+    # the seeds before the first look in one batch; each batch's setup builds the next seed's alongside
+    assert setups == [([0, 1, 2], [3]), ([3], [4]), ([4], [])]
     sw = load_sweep(p, output_dir=str(out))
     ran = calls(out)
     assert sorted(ran) == sorted(r.run_id for r in sw.runs if not (r.config.algo.name == "rft" and r.config.seed >= 3))
@@ -61,6 +70,8 @@ def test_seed_by_seed_and_only_the_needed_arms_after_the_first_look(tmp_path, mo
     rc, text = run_inproc(p, out)
     assert rc == 0 and sorted(calls(out)) == sorted(ran), text
     assert asked == [[3], [4], [3], [4]]
+    assert sequential_looks([(s, [s]) for s in (0, 1, 2, 3)], [0, 1, 2, 3], 3) == [([0, 1, 2], [0, 1, 2]), ([3], [3])]
+    assert sequential_looks([(3, [3]), (4, [4])], [0, 1, 2, 3, 4], 3) == [([3], [3]), ([4], [4])]   # resumed late
 
 
 def test_a_seed_that_does_not_finish_stops_the_sequential_sweep(tmp_path, monkeypatch):
@@ -70,8 +81,9 @@ def test_a_seed_that_does_not_finish_stops_the_sequential_sweep(tmp_path, monkey
     out = tmp_path / "out"
     rc, text = run_inproc(p, out)
     assert rc == 1, text
-    assert {rid.split("-")[1] for rid in calls(out)} == {"s0"}      # seed 0 only
-    assert "seed 0: 1 run(s) did not finish" in text and "the sequential design stops here (8 later run(s) not started)" in text
+    assert {rid.split("-")[1] for rid in calls(out)} == {"s0", "s1", "s2"}      # the first look's seeds only
+    assert ("seeds 0, 1, 2: 3 run(s) did not finish" in text
+            and "the sequential design stops here (4 later run(s) not started)" in text)
 
 
 def test_not_needed_drops_known_arms_without_an_open_claim(tmp_path, monkeypatch):
