@@ -732,6 +732,6 @@ def build_study_report(sweep_dir, out_dir=None, n_boot: int = N_BOOT, seed: int 
         lines = (header(study, design) + selection_markdown(study, where) + table5_markdown(study, t5)
                  + guessing_floor_markdown(study, guessing_floors(study)) + figures_markdown(plots)
                  + large_k_markdown(study) + compute_curves_markdown(study, curve_rows)
-                 + claims_markdown(claim_rows, design, amendments(study), unknown_retired(study)))
+                 + claims_markdown(claim_rows, design, amendments(study), unknown_retired(study, claim_rows)))
         (stage / "report.md").write_text(md_safe("\n".join(lines)))
     return out / "report.md"

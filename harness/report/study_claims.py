@@ -222,17 +222,23 @@ def claim_specs(study: Study) -> list:
 def retired_claims(study: Study) -> dict:
     """The sweep file's ``report.retired`` as recorded in sweep.json: ``{claim id: why}`` ({} when none, or when
     sweep.json holds something else there)."""
-    rep = study.sweep_json.get("report") if isinstance(study.sweep_json, dict) else None
-    got = rep.get("retired") if isinstance(rep, dict) else None
+    got = _report_key(study, "retired")
     if not isinstance(got, dict):
         return {}
     return {str(k): " ".join(v.split()) for k, v in got.items() if isinstance(v, str) and v.strip()}
 
 
-def unknown_retired(study: Study) -> list:
-    """Claim ids ``report.retired`` names that are not claims of this study's family (ignored; the report says so)."""
-    known = {c.id for c in claim_specs(study)}
+def unknown_retired(study: Study, rows: list) -> list:
+    """Claim ids ``report.retired`` names that are none of ``rows`` (`claims`'s: this study's family); ignored, and
+    the report says so."""
+    known = {c["id"] for c in rows}
     return sorted((i for i in retired_claims(study) if i not in known), key=lambda i: (len(i), i))
+
+
+def _report_key(study: Study, key: str):
+    """sweep.json's ``report.<key>`` (None when absent, or when sweep.json holds something else there)."""
+    rep = study.sweep_json.get("report") if isinstance(study.sweep_json, dict) else None
+    return rep.get(key) if isinstance(rep, dict) else None
 
 
 def _retire(specs: list, retired: dict) -> list:
@@ -482,8 +488,7 @@ def _needed(r: dict) -> str:
 def amendments(study: Study) -> list:
     """The sweep file's ``report.amendments`` as recorded in sweep.json: dated changes to the design
     made after data came in ([] when none, or when sweep.json holds something else there)."""
-    rep = study.sweep_json.get("report") if isinstance(study.sweep_json, dict) else None
-    got = rep.get("amendments") if isinstance(rep, dict) else None
+    got = _report_key(study, "amendments")
     return [a for a in got if isinstance(a, str) and a.strip()] if isinstance(got, list) else []
 
 

@@ -323,37 +323,36 @@ def find_selection_dir(sweep_dir, selection_dir=None, sweep_json: Optional[dict]
     ``--selection``); else ``<sweep_dir>/selection`` when that folder exists; else sweep.json's
     ``report.selection`` (a path relative to the sweep folder, or absolute) when that folder
     exists; else ``(None, why)``."""
-    sweep_dir = Path(sweep_dir)
     if selection_dir is not None:
         return Path(selection_dir), "given with --selection"
-    if (sweep_dir / SELECTION_DIR).is_dir():
-        return sweep_dir / SELECTION_DIR, f"the sweep folder's {SELECTION_DIR}/"
-    rep = (sweep_json or {}).get("report")
-    path = rep.get("selection") if isinstance(rep, dict) else None
-    if isinstance(path, str) and path:
-        p = Path(path) if Path(path).is_absolute() else sweep_dir / path
-        if p.is_dir():
-            return p, "sweep.json report.selection"
-        return None, f"sweep.json's report.selection {path} is not a folder"
-    return None, "no selection folder"
+    folder, where = _study_folder(sweep_dir, sweep_json, SELECTION_DIR, "selection")
+    return (folder, where) if where is not None else (None, "no selection folder")
 
 
 def find_prm_selection_dir(sweep_dir, sweep_json: Optional[dict] = None) -> tuple:
     """``(folder or None, how it was found, or why not)`` of the learned-PRM gate's selection:
     ``<sweep_dir>/prm_selection`` when that folder exists, else sweep.json's ``report.prm_selection`` (relative
     to the sweep folder, or absolute) when that folder exists; ``(None, None)`` when neither is set (no gate)."""
+    return _study_folder(sweep_dir, sweep_json, PRM_SELECTION_DIR, "prm_selection",
+                         f" here (copy its runs into {Path(sweep_dir) / PRM_SELECTION_DIR}/)")
+
+
+def _study_folder(sweep_dir, sweep_json, subdir: str, key: str, hint: str = "") -> tuple:
+    """A folder the study report reads beside the runs: ``(<sweep_dir>/<subdir>, how)`` when it exists, else
+    ``(sweep.json's report.<key>, how)`` (relative to the sweep folder, or absolute) when that is a folder;
+    ``(None, why)`` when report.<key> names something else (``hint`` ends the sentence), ``(None, None)`` when
+    neither is there."""
     sweep_dir = Path(sweep_dir)
-    if (sweep_dir / PRM_SELECTION_DIR).is_dir():
-        return sweep_dir / PRM_SELECTION_DIR, f"the sweep folder's {PRM_SELECTION_DIR}/"
+    if (sweep_dir / subdir).is_dir():
+        return sweep_dir / subdir, f"the sweep folder's {subdir}/"
     rep = sweep_json.get("report") if isinstance(sweep_json, dict) else None
-    path = rep.get("prm_selection") if isinstance(rep, dict) else None
+    path = rep.get(key) if isinstance(rep, dict) else None
     if not (isinstance(path, str) and path):
         return None, None
     p = Path(path) if Path(path).is_absolute() else sweep_dir / path
     if p.is_dir():
-        return p, "sweep.json report.prm_selection"
-    return None, (f"sweep.json's report.prm_selection {path} is not a folder here (copy its runs into "
-                  f"{sweep_dir / PRM_SELECTION_DIR}/)")
+        return p, f"sweep.json report.{key}"
+    return None, f"sweep.json's report.{key} {path} is not a folder{hint}"
 
 
 def prm_gate(sweep_dir, sweep_json: Optional[dict] = None) -> Optional[dict]:

@@ -311,30 +311,26 @@ def study_line(sw: Sweep) -> str:
     if sw.report_sequential:
         line = (f"study report: written to {sw.study_dir}/ when every run the sequential design needs finished "
                 f"(report.sequential: seed by seed; after the first look, only the arms of open claims)")
-    sel = sw.report_selection
-    if sel is None:
+    if sw.report_selection is None:
         line += " (no learning-rate selection folder: report.selection is not set)"
-    elif not sel.exists():
-        line += f", with the learning-rate selection from {sel} (does not exist yet)"
-    elif not sel.is_dir():
-        line += f", with the learning-rate selection from {sel} (not a folder: the study report will fail)"
-    else:
-        line += f", with the learning-rate selection from {sel}"
-    line += _folder_note(sw.report_prm_selection, "the learned-PRM gate (claims 4 and 8)")
+    line += _folder_note(sw.report_selection, ", with the learning-rate selection", "the study report will fail")
+    line += _folder_note(sw.report_prm_selection, "; the learned-PRM gate (claims 4 and 8)",
+                         "the study report will say the gate could not be read")
     if sw.report_retired:
         line += f"; retired claims (report.retired): {', '.join(sorted(sw.report_retired, key=int))}"
     return line
 
 
-def _folder_note(path: Optional[Path], what: str) -> str:
-    """``; <what> from <path>`` and whether it exists yet; '' without a path."""
+def _folder_note(path: Optional[Path], what: str, if_not_folder: str) -> str:
+    """``<what> from <path>`` and whether it exists yet (``if_not_folder`` when it is something else); ''
+    without a path."""
     if path is None:
         return ""
     if not path.exists():
-        return f"; {what} from {path} (does not exist yet)"
+        return f"{what} from {path} (does not exist yet)"
     if not path.is_dir():
-        return f"; {what} from {path} (not a folder: the study report will say the gate could not be read)"
-    return f"; {what} from {path}"
+        return f"{what} from {path} (not a folder: {if_not_folder})"
+    return f"{what} from {path}"
 
 
 def format_plan(sw: Sweep, *, workers: Optional[int] = None) -> str:

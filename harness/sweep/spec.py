@@ -572,31 +572,10 @@ def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
         study = False
     if not isinstance(study, bool):
         raise SweepError(f"{src}: report.study={study!r} is invalid: expected true or false")
-    sel = rep.get("selection")
-    selection = None
-    if sel is not None:
-        if not isinstance(sel, str):
-            raise SweepError(f"{src}: report.selection={sel!r} is invalid: expected a folder path (text) of "
-                             f"learning-rate-selection run folders")
-        if not sel.strip() or "\0" in sel:
-            raise SweepError(f"{src}: report.selection={sel!r} is invalid: expected a non-empty folder path "
-                             f"without NUL characters")
-        if not study:
-            raise SweepError(f"{src}: report.selection is given but report.study is not true (only the study "
-                             f"report reads a selection folder): set report.study: true or remove report.selection")
-        p = Path(sel).expanduser()
-        selection = (p if p.is_absolute() else Path(base_dir) / p).resolve()
-    prm = rep.get("prm_selection")
-    prm_selection = None
-    if prm is not None:
-        if not isinstance(prm, str) or not prm.strip() or "\0" in prm:
-            raise SweepError(f"{src}: report.prm_selection={prm!r} is invalid: expected a non-empty folder path (text) "
-                             f"of the learned-PRM arm's selection run folders")
-        if not study:
-            raise SweepError(f"{src}: report.prm_selection is given but report.study is not true (only the study "
-                             f"report reads it): set report.study: true or remove report.prm_selection")
-        p = Path(prm).expanduser()
-        prm_selection = (p if p.is_absolute() else Path(base_dir) / p).resolve()
+    selection = _study_folder(rep, "selection", "learning-rate-selection run folders", "a selection folder",
+                              study, src, base_dir)
+    prm_selection = _study_folder(rep, "prm_selection", "the learned-PRM arm's selection run folders",
+                                  "the learned-PRM gate's folder", study, src, base_dir)
     retired = _retired(rep.get("retired"), src)
     if retired and not study:
         raise SweepError(f"{src}: report.retired is given but report.study is not true (only the study report "
@@ -627,6 +606,24 @@ def report_options(rep: Any, src: str, base_dir: Path) -> ReportOptions:
     return ReportOptions(columns=list(columns), baseline=baseline, study=study, selection=selection,
                          prm_selection=prm_selection, retired=retired, sequential=seq,
                          amendments=[" ".join(a.split()) for a in amend], cap=cap)
+
+
+def _study_folder(rep: dict, key: str, what: str, reads: str, study: bool, src: str, base_dir: Path) -> Optional[Path]:
+    """``report.<key>``, a folder the study report reads (``what`` it holds), checked and resolved against
+    ``base_dir`` (the sweep file's folder) when relative; None when not given. It need not exist yet."""
+    value = rep.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise SweepError(f"{src}: report.{key}={value!r} is invalid: expected a folder path (text) of {what}")
+    if not value.strip() or "\0" in value:
+        raise SweepError(f"{src}: report.{key}={value!r} is invalid: expected a non-empty folder path "
+                         f"without NUL characters")
+    if not study:
+        raise SweepError(f"{src}: report.{key} is given but report.study is not true (only the study "
+                         f"report reads {reads}): set report.study: true or remove report.{key}")
+    p = Path(value).expanduser()
+    return (p if p.is_absolute() else Path(base_dir) / p).resolve()
 
 
 def _retired(got: Any, src: str) -> dict:
